@@ -1,0 +1,107 @@
+"""The `serve` command: SageMaker runs it as the container's entry; locally it takes flags."""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+import uvicorn
+
+from serve.app import create_app
+from serve.engine import Engine
+from serve.repository import RepositoryError, resolve_default_model
+from serve.settings import Settings, SettingsError
+from serve.triton.installation import TritonNotFound, find_triton
+
+log = logging.getLogger("serve")
+
+cli = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
+
+
+def _configure_logging(level: str) -> None:
+    logging.basicConfig(
+        level=level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stdout,
+        force=True,
+    )
+
+
+@cli.command()
+def serve(
+    mode: Annotated[
+        Optional[str],  # noqa: UP045 - typer needs Optional at runtime on 3.10
+        typer.Argument(
+            help="'serve' (SageMaker passes it as the container argument); ignored.", show_default=False
+        ),
+    ] = None,
+    model_repository: Annotated[
+        Optional[Path],  # noqa: UP045
+        typer.Option(help="Triton model repository to serve [default: /opt/ml/model]"),
+    ] = None,
+    port: Annotated[
+        Optional[int],  # noqa: UP045
+        typer.Option(help="Port to serve on [default: $SAGEMAKER_BIND_TO_PORT or 8080]"),
+    ] = None,
+    host: Annotated[Optional[str], typer.Option(help="Address to bind [default: 0.0.0.0]")] = None,  # noqa: UP045
+    default_model: Annotated[
+        Optional[str],  # noqa: UP045
+        typer.Option(help="Model /invocations serves [default: $SAGEMAKER_TRITON_DEFAULT_MODEL_NAME]"),
+    ] = None,
+    log_level: Annotated[
+        Optional[str],  # noqa: UP045
+        typer.Option(help="debug, info, warning or error [default: $SMTRITON_LOG_LEVEL or info]"),
+    ] = None,
+) -> None:
+    """Serve a Triton model repository behind SageMaker's hosting contract (/ping, /invocations)."""
+    if mode not in (None, "serve"):
+        raise typer.BadParameter(f"unknown argument {mode!r}; the only one accepted is 'serve'")
+    try:
+        settings = Settings.from_env(
+            os.environ,
+            model_repository=model_repository,
+            port=port,
+            host=host,
+            default_model=default_model,
+            log_level=log_level,
+        )
+        _configure_logging(settings.log_level)
+        if settings.multi_model:
+            raise SettingsError("SAGEMAKER_MULTI_MODEL=true: multi-model endpoints are not available yet")
+        if settings.inference_type != "infer":
+            raise SettingsError(
+                f"SAGEMAKER_TRITON_INFERENCE_TYPE={settings.inference_type} is not available yet"
+            )
+        default = resolve_default_model(settings.model_repository, settings.default_model)
+        installation = find_triton(settings.tritonserver)
+    except (SettingsError, RepositoryError, TritonNotFound) as exc:
+        print(str(exc), file=sys.stderr)
+        raise typer.Exit(1) from None
+    log.info(
+        "serving model %s from %s on %s:%d", default, settings.model_repository, settings.host, settings.port
+    )
+    engine = Engine(settings, installation, default)
+    config = uvicorn.Config(
+        create_app(engine),
+        host=settings.host,
+        port=settings.port,
+        log_config=None,
+        log_level=settings.log_level,
+        access_log=settings.access_log,
+        server_header=False,
+        timeout_graceful_shutdown=int(settings.shutdown_timeout_s),
+        lifespan="on",
+    )
+    uvicorn.Server(config).run()
+
+
+def main() -> None:
+    cli()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,228 @@
+"""The serving engine: owns Triton's lifecycle and answers the data plane for the routes.
+
+It starts Triton in the background (the SageMaker port is bound at once; /ping says 503 until the
+model is READY), loads the SME default model, watches the process, restarts it with back-off if it
+dies, and stops it on shutdown. /ping reads a flag kept here, never blocking on Triton.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+import logging
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+from serve import codec
+from serve.errors import NotReady, ServeError, error_body
+from serve.settings import Settings
+from serve.triton.backends import assemble_backends
+from serve.triton.client import TritonClient, UpstreamResponse, error_text
+from serve.triton.installation import TritonInstallation
+from serve.triton.ports import pick_port
+from serve.triton.process import Ports, TritonProcess, build_command
+
+log = logging.getLogger("serve")
+
+# Triton answers 500 for request-parsing failures; they are client errors (CONTRACT.md §2.6, B11).
+_PARSE_ERROR_PREFIXES = (b'{"error":"failed to parse the request JSON buffer', b'{"error":"Unable to parse')
+_BIND_FAILURE_MARKERS = ("failed to start", "Address already in use", "address already in use")
+HEALTH_INTERVAL_S = 1.0
+MAX_BACKOFF_S = 30.0
+
+
+class State(enum.Enum):
+    STARTING = "starting"
+    READY = "ready"
+    MODEL_FAILED = "model_failed"
+    TRITON_DOWN = "triton_down"
+    STOPPING = "stopping"
+
+
+class Engine:
+    """One SME serving engine (one Triton child, one default model)."""
+
+    def __init__(self, settings: Settings, installation: TritonInstallation, default_model: str) -> None:
+        self.settings = settings
+        self.installation = installation
+        self.default_model = default_model
+        self.state = State.STARTING
+        self.client: TritonClient | None = None
+        self.process: TritonProcess | None = None
+        self.restarts = 0
+        self._workdir = Path(tempfile.mkdtemp(prefix="smtriton-"))
+        self._backend_dir: Path | None = None
+        self._supervisor: asyncio.Task[None] | None = None
+        self._stopping = asyncio.Event()
+
+    # ----- lifecycle -------------------------------------------------------------------------
+    def start(self) -> None:
+        """Begin starting Triton in the background and return at once."""
+        self._supervisor = asyncio.create_task(self._supervise(), name="triton-supervisor")
+
+    async def stop(self) -> None:
+        """Stop Triton (drain, then kill its group) and release everything."""
+        self.state = State.STOPPING
+        self._stopping.set()
+        if self._supervisor is not None:
+            self._supervisor.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._supervisor
+        if self.client is not None:
+            # First: Triton's HTTP shutdown waits for open connections, and our pool holds some.
+            await self.client.close()
+        if self.process is not None:
+            await self.process.stop(self.settings.triton_exit_timeout_s + 5)
+        shutil.rmtree(self._workdir, ignore_errors=True)
+
+    @property
+    def healthy(self) -> bool:
+        """What /ping answers: Triton live and the default model READY (or live only, in live mode)."""
+        if self.settings.ping_mode == "live":
+            return self.state in (State.READY, State.MODEL_FAILED)
+        return self.state is State.READY
+
+    async def _spawn(self) -> TritonProcess:
+        """Start tritonserver on free loopback ports; another port if one was taken meanwhile."""
+        if self._backend_dir is None:
+            self._backend_dir = await asyncio.to_thread(
+                assemble_backends, self.installation, self._workdir / "backends"
+            )
+        opts = self.settings.triton
+        taken = {self.settings.port}
+        for attempt in range(1, 6):
+            http = pick_port(self.settings.safe_port_range, taken)
+            grpc = (
+                (opts.grpc_port or pick_port(self.settings.safe_port_range, taken | {http}))
+                if opts.allow_grpc
+                else None
+            )
+            metrics = (
+                opts.metrics_port or pick_port(self.settings.safe_port_range, taken | {http, grpc or 0})
+                if opts.allow_metrics
+                else None
+            )
+            command = build_command(
+                self.installation,
+                self.settings,
+                self.settings.model_repository.resolve(),
+                self._backend_dir,
+                Ports(http=http, grpc=grpc, metrics=metrics),
+            )
+            process = TritonProcess(command, self.installation.env)
+            await process.spawn()
+            if self.client is not None:
+                await self.client.close()
+            self.client = TritonClient(f"http://127.0.0.1:{http}", self.settings.request_timeout_s)
+            if await self._wait_live(process):
+                return process
+            code = await process.stop(5)
+            if any(m in line for line in process.recent_lines for m in _BIND_FAILURE_MARKERS):
+                log.warning("tritonserver could not bind port %d (attempt %d); trying another", http, attempt)
+                taken.add(http)
+                continue
+            raise RuntimeError(f"tritonserver exited during start-up with status {code}")
+        raise RuntimeError("tritonserver could not bind a loopback port after 5 attempts")
+
+    async def _wait_live(self, process: TritonProcess) -> bool:
+        assert self.client is not None
+        deadline = time.monotonic() + self.settings.startup_timeout_s
+        while time.monotonic() < deadline:
+            if process.returncode is not None:
+                return False
+            if await self.client.server_live():
+                return True
+            await asyncio.sleep(0.1)
+        return False
+
+    async def _load_default_model(self) -> None:
+        assert self.client is not None
+        started = time.monotonic()
+        try:
+            await self.client.load_model(self.default_model, self.settings.startup_timeout_s)
+        except ServeError as exc:
+            self.state = State.MODEL_FAILED
+            log.error("model %s failed to load; /ping stays 503: %s", self.default_model, exc.message)
+            return
+        self.state = State.READY
+        log.info("model %s is ready (loaded in %.1f s)", self.default_model, time.monotonic() - started)
+
+    async def _supervise(self) -> None:
+        """Start Triton, load the model, watch both; restart Triton with back-off when it dies."""
+        backoff = 1.0
+        while not self._stopping.is_set():
+            try:
+                self.process = await self._spawn()
+            except Exception as exc:  # a crash loop must end in a log line and a failing /ping
+                self.state = State.TRITON_DOWN
+                log.error("tritonserver failed to start: %s; retrying in %.0f s", exc, backoff)
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, MAX_BACKOFF_S)
+                continue
+            await self._load_default_model()
+            started = time.monotonic()
+            health = asyncio.create_task(self._watch_model_health(), name="model-health")
+            try:
+                code = await self.process.wait()
+            finally:
+                health.cancel()
+            if self._stopping.is_set():
+                return
+            self.state = State.TRITON_DOWN
+            self.restarts += 1
+            if time.monotonic() - started > 60:
+                backoff = 1.0  # it ran fine for a while: this is a new failure, not a loop
+            log.error("tritonserver exited unexpectedly (status %s); restarting in %.0f s", code, backoff)
+            await self.process.stop(1)
+            await asyncio.sleep(backoff)
+            backoff = min(backoff * 2, MAX_BACKOFF_S)
+
+    async def _watch_model_health(self) -> None:
+        """Keep the /ping flag true to Triton's view of the model (it may be unloaded or fail later)."""
+        assert self.client is not None
+        while True:
+            await asyncio.sleep(HEALTH_INTERVAL_S)
+            if self.state not in (State.READY, State.MODEL_FAILED):
+                continue
+            ready = await self.client.model_ready(self.default_model)
+            if self.process is not None and self.process.returncode is not None:
+                return
+            if ready != (self.state is State.READY):
+                self.state = State.READY if ready else State.MODEL_FAILED
+                log.warning("model %s is %s", self.default_model, "ready" if ready else "no longer ready")
+
+    # ----- data plane ------------------------------------------------------------------------
+    async def invoke(self, body: bytes, content_type: str | None) -> tuple[int, str, bytes]:
+        """Run one SageMaker request on the default model: (status, content type, body)."""
+        header_length = codec.request_header_length(content_type, len(body))
+        if self.state is not State.READY or self.client is None:
+            raise NotReady(self._not_ready_message())
+        upstream = await self.client.infer(self.default_model, body, header_length)
+        return _to_sagemaker(upstream)
+
+    def _not_ready_message(self) -> str:
+        if self.state is State.STOPPING:
+            return "server is shutting down"
+        if self.state is State.MODEL_FAILED:
+            return f"model '{self.default_model}' is not ready"
+        return f"model '{self.default_model}' is not ready yet (Triton is {self.state.value})"
+
+
+def _to_sagemaker(upstream: UpstreamResponse) -> tuple[int, str, bytes]:
+    if upstream.status == 200:
+        return 200, codec.response_content_type(upstream.header_length), upstream.body
+    status = upstream.status
+    if status == 500 and upstream.body.startswith(_PARSE_ERROR_PREFIXES):
+        status = 400
+    if not upstream.body.startswith(b'{"error":'):
+        return (
+            status,
+            codec.JSON,
+            error_body(upstream.body.decode("utf-8", errors="replace") or "inference failed"),
+        )
+    if b"::" in upstream.body:  # B14: re-encode only when a repository path must be stripped
+        return status, codec.JSON, error_body(error_text(upstream.body))
+    return status, codec.JSON, upstream.body

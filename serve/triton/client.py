@@ -1,0 +1,108 @@
+"""One pooled async HTTP connection pool to Triton's loopback endpoint.
+
+aiohttp forwards raw bytes several times faster than httpx here (DESIGN.md §6); bodies go through
+untouched, and only headers are rewritten by the caller.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from urllib.parse import quote
+
+import aiohttp
+import orjson
+
+from serve.errors import ServeError, UpstreamUnavailable
+
+HEADER_LENGTH = "Inference-Header-Content-Length"
+
+
+@dataclass(frozen=True)
+class UpstreamResponse:
+    status: int
+    content_type: str
+    header_length: int | None
+    body: bytes
+
+
+class TritonClient:
+    """Talks to one Triton HTTP endpoint; create once, share, close at shutdown."""
+
+    def __init__(self, base_url: str, request_timeout_s: float, pool_size: int = 256) -> None:
+        self.base_url = base_url.rstrip("/")
+        self._timeout = aiohttp.ClientTimeout(total=request_timeout_s)
+        self._probe_timeout = aiohttp.ClientTimeout(total=2.0)
+        self._session = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=pool_size, keepalive_timeout=60, ttl_dns_cache=None),
+            auto_decompress=False,
+            skip_auto_headers=("User-Agent", "Accept-Encoding"),
+        )
+
+    async def close(self) -> None:
+        await self._session.close()
+
+    def _model_url(self, model: str, suffix: str) -> str:
+        return f"{self.base_url}/v2/models/{quote(model, safe='')}{suffix}"
+
+    async def infer(self, model: str, body: bytes, header_length: int | None) -> UpstreamResponse:
+        """POST the body to ``/v2/models/<model>/infer`` as is; ``header_length`` None means pure JSON."""
+        if header_length is None:
+            headers = {"Content-Type": "application/json"}
+        else:
+            headers = {"Content-Type": "application/octet-stream", HEADER_LENGTH: str(header_length)}
+        try:
+            async with self._session.post(
+                self._model_url(model, "/infer"), data=body, headers=headers, timeout=self._timeout
+            ) as resp:
+                payload = await resp.read()
+                raw_length = resp.headers.get(HEADER_LENGTH)
+                return UpstreamResponse(
+                    status=resp.status,
+                    content_type=resp.headers.get("Content-Type", ""),
+                    header_length=int(raw_length) if raw_length is not None else None,
+                    body=payload,
+                )
+        except asyncio.TimeoutError:
+            raise ServeError(504, f"inference on model '{model}' did not finish in time") from None
+        except aiohttp.ClientError as exc:
+            raise UpstreamUnavailable(f"Triton is not reachable: {exc.__class__.__name__}") from None
+
+    async def _get_ok(self, path: str) -> bool:
+        try:
+            async with self._session.get(f"{self.base_url}{path}", timeout=self._probe_timeout) as resp:
+                await resp.read()
+                return resp.status == 200
+        except (aiohttp.ClientError, asyncio.TimeoutError):
+            return False
+
+    async def server_live(self) -> bool:
+        return await self._get_ok("/v2/health/live")
+
+    async def model_ready(self, model: str) -> bool:
+        return await self._get_ok(f"/v2/models/{quote(model, safe='')}/ready")
+
+    async def load_model(self, model: str, timeout_s: float) -> None:
+        """Load (or reload) a model; raises ServeError with Triton's message when it fails."""
+        url = f"{self.base_url}/v2/repository/models/{quote(model, safe='')}/load"
+        try:
+            async with self._session.post(url, timeout=aiohttp.ClientTimeout(total=timeout_s)) as resp:
+                body = await resp.read()
+                if resp.status != 200:
+                    raise ServeError(400, error_text(body))
+        except asyncio.TimeoutError:
+            raise ServeError(
+                504, f"loading model '{model}' did not finish within {timeout_s:.0f} s"
+            ) from None
+        except aiohttp.ClientError as exc:
+            raise UpstreamUnavailable(f"Triton is not reachable: {exc.__class__.__name__}") from None
+
+
+def error_text(body: bytes) -> str:
+    try:
+        value = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return body.decode("utf-8", errors="replace")
+    if isinstance(value, dict) and isinstance(value.get("error"), str):
+        return value["error"]
+    return body.decode("utf-8", errors="replace")

@@ -1,0 +1,90 @@
+"""The tritonserver command line and backend directory `serve` builds."""
+
+from pathlib import Path
+
+from serve.settings import Settings
+from serve.triton.backends import PYTHON_BASED, assemble_backends
+from serve.triton.installation import TritonInstallation
+from serve.triton.ports import pick_port
+from serve.triton.process import Ports, build_command
+
+
+def _installation(tmp_path: Path, native: tuple[str, ...], stub: bool) -> TritonInstallation:
+    backends = tmp_path / "native"
+    for name in native:
+        (backends / name).mkdir(parents=True)
+        (backends / name / f"libtriton_{name}.so").write_bytes(b"")
+    stub_path = None
+    if stub:
+        stub_path = tmp_path / "stubs" / "triton_python_backend_stub"
+        stub_path.parent.mkdir()
+        stub_path.write_bytes(b"stub")
+    return TritonInstallation(binary=tmp_path / "tritonserver", backends=backends, python_stub=stub_path)
+
+
+def test_command_binds_loopback_only_with_explicit_model_control(tmp_path):
+    inst = _installation(tmp_path, ("python",), stub=False)
+    cmd = build_command(inst, Settings.from_env({}), Path("/repo"), Path("/b"), Ports(http=4321))
+    assert "--http-address=127.0.0.1" in cmd
+    assert "--http-port=4321" in cmd
+    assert "--allow-grpc=false" in cmd and "--allow-metrics=false" in cmd
+    assert "--allow-sagemaker=false" in cmd
+    assert "--model-control-mode=explicit" in cmd
+    assert not any(arg.startswith("--load-model") for arg in cmd)
+
+
+def test_grpc_and_metrics_bind_loopback_when_allowed(tmp_path):
+    inst = _installation(tmp_path, ("python",), stub=False)
+    settings = Settings.from_env(
+        {"SAGEMAKER_TRITON_ALLOW_GRPC": "true", "SAGEMAKER_TRITON_ALLOW_METRICS": "true"}
+    )
+    cmd = build_command(inst, settings, Path("/repo"), Path("/b"), Ports(http=1, grpc=2, metrics=3))
+    assert {"--grpc-address=127.0.0.1", "--grpc-port=2", "--metrics-address=127.0.0.1", "--metrics-port=3"} <= set(cmd)
+
+
+def test_sagemaker_variables_map_to_triton_flags(tmp_path):
+    inst = _installation(tmp_path, ("python",), stub=False)
+    settings = Settings.from_env(
+        {
+            "SAGEMAKER_TRITON_LOG_INFO": "false",
+            "SAGEMAKER_TRITON_BUFFER_MANAGER_THREAD_COUNT": "3",
+            "SAGEMAKER_TRITON_SHM_GROWTH_BYTE_SIZE": "2048",
+            "SAGEMAKER_TRITON_ADDITIONAL_ARGS": "--load-model=extra",
+        }
+    )
+    cmd = build_command(inst, settings, Path("/repo"), Path("/b"), Ports(http=1))
+    assert "--log-info=false" in cmd
+    assert "--buffer-manager-thread-count=3" in cmd
+    assert "--backend-config=python,shm-growth-byte-size=2048" in cmd
+    assert cmd[-1] == "--load-model=extra"
+
+
+def test_backends_the_binary_lacks_are_filled_with_python_based_ones(tmp_path):
+    inst = _installation(tmp_path, ("python",), stub=True)
+    out = assemble_backends(inst, tmp_path / "assembled")
+    for name in PYTHON_BASED:
+        assert (out / name / "model.py").is_file()
+    # The python backend is copied (Triton refuses libraries whose real path leaves the directory).
+    assert (out / "python" / "libtriton_python.so").is_file()
+    assert not (out / "python" / "libtriton_python.so").is_symlink()
+    assert (out / "python" / "triton_python_backend_stub").read_bytes() == b"stub"
+
+
+def test_native_backends_win_over_python_based_ones(tmp_path):
+    inst = _installation(tmp_path, ("python", "onnxruntime"), stub=True)
+    out = assemble_backends(inst, tmp_path / "assembled")
+    assert (out / "onnxruntime").is_symlink()
+    assert not (out / "onnxruntime" / "model.py").exists()
+    assert (out / "pytorch" / "model.py").is_file()
+
+
+def test_a_complete_native_installation_is_used_as_it_is(tmp_path):
+    inst = _installation(tmp_path, ("python", "onnxruntime", "pytorch", "tensorrt"), stub=False)
+    assert assemble_backends(inst, tmp_path / "assembled") == inst.backends
+    assert not (tmp_path / "assembled").exists()
+
+
+def test_ports_come_from_the_safe_range_and_skip_excluded(tmp_path):
+    port = pick_port((40100, 40110), exclude={40100, 40101})
+    assert 40102 <= port <= 40110
+    assert pick_port(None, exclude=set()) > 0
