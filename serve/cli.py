@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import signal
 import sys
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -18,6 +22,23 @@ from serve.settings import Settings, SettingsError
 from serve.triton.installation import TritonNotFound, find_triton
 
 log = logging.getLogger("serve")
+
+class _Server(uvicorn.Server):
+    """uvicorn, except that a SIGTERM/SIGINT drain ends with status 0 (uvicorn re-raises the signal)."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        signals = (signal.SIGINT, signal.SIGTERM)
+        original = {sig: signal.signal(sig, self.handle_exit) for sig in signals}
+        try:
+            yield
+        finally:
+            for sig, handler in original.items():
+                signal.signal(sig, handler)
+
 
 cli = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
 
@@ -96,7 +117,7 @@ def serve(
         timeout_graceful_shutdown=int(settings.shutdown_timeout_s),
         lifespan="on",
     )
-    uvicorn.Server(config).run()
+    _Server(config).run()
 
 
 def main() -> None:

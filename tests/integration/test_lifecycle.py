@@ -1,0 +1,103 @@
+"""Process lifecycle: start-up states, SIGTERM, and a serve killed outright."""
+
+from __future__ import annotations
+
+import shutil
+import signal
+import time
+
+import pytest
+import requests
+
+from tests.integration.conftest import TEST_MODELS, start_serve
+from tests.integration.harness import ServeProcess, triton_pids
+
+pytestmark = pytest.mark.integration
+
+
+def _wait_for(predicate, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def _private_repo(tmp_path):
+    repo = tmp_path / "models"
+    shutil.copytree(TEST_MODELS, repo, ignore=shutil.ignore_patterns("__pycache__"))
+    return repo
+
+
+def test_sigterm_stops_serve_with_status_0_and_no_triton_left(tmp_path):
+    repo = _private_repo(tmp_path)
+    server = start_serve(tmp_path, repo, "addsub")
+    try:
+        assert triton_pids(str(repo)), "Triton should be running while serve is healthy"
+        server.proc.send_signal(signal.SIGTERM)
+        assert server.proc.wait(60) == 0
+        assert triton_pids(str(repo)) == []
+    finally:
+        server.stop()
+
+
+def test_triton_dies_with_serve_even_when_serve_is_killed(tmp_path):
+    repo = _private_repo(tmp_path)
+    server = start_serve(tmp_path, repo, "addsub")
+    try:
+        server.proc.send_signal(signal.SIGKILL)
+        server.proc.wait(10)
+        assert _wait_for(lambda: not triton_pids(str(repo)), 30), "Triton outlived a killed serve"
+    finally:
+        server.stop()
+
+
+def test_a_model_that_fails_to_load_keeps_ping_failing(tmp_path):
+    repo = _private_repo(tmp_path)
+    (repo / "addsub" / "1" / "model.py").write_text(
+        "class TritonPythonModel:\n    def initialize(self, args):\n        raise RuntimeError('broken weights file')\n"
+    )
+    server = ServeProcess(repo, "addsub", tmp_path / "serve.log")
+    try:
+        assert _wait_for(lambda: "failed to load" in server.log_text(), 60), server.log_text()[-3000:]
+        ping = requests.get(f"{server.url}/ping", timeout=5)
+        assert ping.status_code == 503
+        r = requests.post(f"{server.url}/invocations", data=b"{}", timeout=5)
+        assert r.status_code == 503
+        assert "not ready" in r.json()["error"]
+        assert "broken weights file" in server.log_text()
+    finally:
+        server.stop()
+
+
+def test_port_is_bound_before_the_model_is_ready(tmp_path):
+    repo = _private_repo(tmp_path)
+    (repo / "addsub" / "1" / "model.py").write_text(
+        (TEST_MODELS / "addsub" / "1" / "model.py").read_text().replace(
+            "class TritonPythonModel:",
+            "import time\n\n\nclass TritonPythonModel:\n    def initialize(self, args):\n        time.sleep(4)\n",
+        )
+    )
+    server = ServeProcess(repo, "addsub", tmp_path / "serve.log")
+    try:
+        def answered_503() -> bool:
+            try:
+                return requests.get(f"{server.url}/ping", timeout=2).status_code == 503
+            except requests.ConnectionError:
+                return False
+
+        assert _wait_for(answered_503, 30)
+        server.wait_healthy(60)
+    finally:
+        server.stop()
+
+
+def test_startup_errors_exit_1_with_the_native_message(tmp_path):
+    repo = _private_repo(tmp_path)
+    server = ServeProcess(repo, None, tmp_path / "serve.log")
+    try:
+        assert server.proc.wait(30) == 1
+        assert "More than 1 model directory found in model repository" in server.log_text()
+    finally:
+        server.stop()
