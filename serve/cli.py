@@ -23,6 +23,7 @@ from serve.triton.installation import TritonNotFound, find_triton
 
 log = logging.getLogger("serve")
 
+
 class _Server(uvicorn.Server):
     """uvicorn, except that a SIGTERM/SIGINT drain ends with status 0 (uvicorn re-raises the signal)."""
 
@@ -56,9 +57,7 @@ def _configure_logging(level: str) -> None:
 def serve(
     mode: Annotated[
         Optional[str],  # noqa: UP045 - typer needs Optional at runtime on 3.10
-        typer.Argument(
-            help="'serve' (SageMaker passes it as the container argument); ignored.", show_default=False
-        ),
+        typer.Argument(help="'serve' (SageMaker passes it as the container argument); ignored.", show_default=False),
     ] = None,
     model_repository: Annotated[
         Optional[Path],  # noqa: UP045
@@ -94,17 +93,13 @@ def serve(
         if settings.multi_model:
             raise SettingsError("SAGEMAKER_MULTI_MODEL=true: multi-model endpoints are not available yet")
         if settings.inference_type != "infer":
-            raise SettingsError(
-                f"SAGEMAKER_TRITON_INFERENCE_TYPE={settings.inference_type} is not available yet"
-            )
+            raise SettingsError(f"SAGEMAKER_TRITON_INFERENCE_TYPE={settings.inference_type} is not available yet")
         default = resolve_default_model(settings.model_repository, settings.default_model)
         installation = find_triton(settings.tritonserver)
     except (SettingsError, RepositoryError, TritonNotFound) as exc:
         print(str(exc), file=sys.stderr)
         raise typer.Exit(1) from None
-    log.info(
-        "serving model %s from %s on %s:%d", default, settings.model_repository, settings.host, settings.port
-    )
+    log.info("serving model %s from %s on %s:%d", default, settings.model_repository, settings.host, settings.port)
     engine = Engine(settings, installation, default)
     config = uvicorn.Config(
         create_app(engine),

@@ -30,8 +30,7 @@ def resolve_default_model(repository: Path, default_model: str | None) -> str:
     if default_model:
         if default_model not in models:
             raise RepositoryError(
-                "ERROR: Directory with provided SAGEMAKER_TRITON_DEFAULT_MODEL_NAME "
-                f"{default_model} does not exist"
+                f"ERROR: Directory with provided SAGEMAKER_TRITON_DEFAULT_MODEL_NAME {default_model} does not exist"
             )
         return default_model
     if not models:

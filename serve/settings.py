@@ -143,18 +143,12 @@ class Settings:
             access_log=_bool("SMTRITON_ACCESS_LOG", env["SMTRITON_ACCESS_LOG"])
             if env.get("SMTRITON_ACCESS_LOG")
             else False,
-            startup_timeout_s=_float(
-                "SMTRITON_STARTUP_TIMEOUT_S", env.get("SMTRITON_STARTUP_TIMEOUT_S", "1800")
-            ),
+            startup_timeout_s=_float("SMTRITON_STARTUP_TIMEOUT_S", env.get("SMTRITON_STARTUP_TIMEOUT_S", "1800")),
             request_timeout_s=_float(
                 "SMTRITON_REQUEST_TIMEOUT_S",
-                env.get(
-                    "SMTRITON_REQUEST_TIMEOUT_S", "600" if env.get("SAGEMAKER_BATCH") == "true" else "60"
-                ),
+                env.get("SMTRITON_REQUEST_TIMEOUT_S", "600" if env.get("SAGEMAKER_BATCH") == "true" else "60"),
             ),
-            shutdown_timeout_s=_float(
-                "SMTRITON_SHUTDOWN_TIMEOUT_S", env.get("SMTRITON_SHUTDOWN_TIMEOUT_S", "25")
-            ),
+            shutdown_timeout_s=_float("SMTRITON_SHUTDOWN_TIMEOUT_S", env.get("SMTRITON_SHUTDOWN_TIMEOUT_S", "25")),
             triton_exit_timeout_s=_float(
                 "SMTRITON_TRITON_EXIT_TIMEOUT_S", env.get("SMTRITON_TRITON_EXIT_TIMEOUT_S", "10")
             ),
@@ -177,9 +171,7 @@ def _ping_mode(env: Mapping[str, str]) -> Literal["ready", "live"]:
 def _inference_type(raw: str) -> InferenceType:
     value = raw.strip()
     if value not in ("infer", "generate", "generate_stream"):
-        raise SettingsError(
-            f"SAGEMAKER_TRITON_INFERENCE_TYPE={raw!r} must be one of infer, generate, generate_stream"
-        )
+        raise SettingsError(f"SAGEMAKER_TRITON_INFERENCE_TYPE={raw!r} must be one of infer, generate, generate_stream")
     return value  # type: ignore[return-value]
 
 
@@ -236,8 +228,6 @@ def _triton_options(env: Mapping[str, str]) -> TritonOptions:
         shm_default_byte_size=i("SAGEMAKER_TRITON_SHM_DEFAULT_BYTE_SIZE") or 16 * MIB,
         shm_growth_byte_size=i("SAGEMAKER_TRITON_SHM_GROWTH_BYTE_SIZE") or 1 * MIB,
         tensorflow_version=_opt(env, "SAGEMAKER_TRITON_TENSORFLOW_VERSION"),
-        model_load_gpu_limit=_float("SAGEMAKER_TRITON_MODEL_LOAD_GPU_LIMIT", gpu_limit)
-        if gpu_limit
-        else None,
+        model_load_gpu_limit=_float("SAGEMAKER_TRITON_MODEL_LOAD_GPU_LIMIT", gpu_limit) if gpu_limit else None,
         additional_args=tuple(shlex.split(env.get("SAGEMAKER_TRITON_ADDITIONAL_ARGS", ""))),
     )

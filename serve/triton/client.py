@@ -91,9 +91,7 @@ class TritonClient:
                 if resp.status != 200:
                     raise ServeError(400, error_text(body))
         except asyncio.TimeoutError:
-            raise ServeError(
-                504, f"loading model '{model}' did not finish within {timeout_s:.0f} s"
-            ) from None
+            raise ServeError(504, f"loading model '{model}' did not finish within {timeout_s:.0f} s") from None
         except aiohttp.ClientError as exc:
             raise UpstreamUnavailable(f"Triton is not reachable: {exc.__class__.__name__}") from None
 

@@ -36,9 +36,7 @@ class TritonInstallation:
         """Backend names this binary can run natively (a directory holding a ``libtriton_*.so``)."""
         if self.backends is None or not self.backends.is_dir():
             return set()
-        return {
-            d.name for d in self.backends.iterdir() if d.is_dir() and (d / f"libtriton_{d.name}.so").exists()
-        }
+        return {d.name for d in self.backends.iterdir() if d.is_dir() and (d / f"libtriton_{d.name}.so").exists()}
 
 
 def _prepend(env: dict[str, str], name: str, *paths: str) -> None:
@@ -83,9 +81,7 @@ def _from_pytriton_wheel() -> TritonInstallation | None:
 
 def _from_binary(binary: Path) -> TritonInstallation:
     backends = binary.resolve().parent.parent / "backends"
-    return TritonInstallation(
-        binary=binary, backends=backends if backends.is_dir() else None, env=_path_env()
-    )
+    return TritonInstallation(binary=binary, backends=backends if backends.is_dir() else None, env=_path_env())
 
 
 def find_triton(explicit: Path | None = None) -> TritonInstallation:

@@ -74,13 +74,16 @@ def test_a_model_that_fails_to_load_keeps_ping_failing(tmp_path):
 def test_port_is_bound_before_the_model_is_ready(tmp_path):
     repo = _private_repo(tmp_path)
     (repo / "addsub" / "1" / "model.py").write_text(
-        (TEST_MODELS / "addsub" / "1" / "model.py").read_text().replace(
+        (TEST_MODELS / "addsub" / "1" / "model.py")
+        .read_text()
+        .replace(
             "class TritonPythonModel:",
             "import time\n\n\nclass TritonPythonModel:\n    def initialize(self, args):\n        time.sleep(4)\n",
         )
     )
     server = ServeProcess(repo, "addsub", tmp_path / "serve.log")
     try:
+
         def answered_503() -> bool:
             try:
                 return requests.get(f"{server.url}/ping", timeout=2).status_code == 503

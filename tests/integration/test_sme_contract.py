@@ -37,8 +37,9 @@ def test_ping_is_200_with_an_empty_plain_body(addsub_server):
     assert requests.get(f"{addsub_server.url}/ping?x=1", timeout=5).status_code == 200
 
 
-@pytest.mark.parametrize(("method", "path"), [("HEAD", "/ping"), ("POST", "/ping"), ("GET", "/invocations"),
-                                              ("PUT", "/invocations")])
+@pytest.mark.parametrize(
+    ("method", "path"), [("HEAD", "/ping"), ("POST", "/ping"), ("GET", "/invocations"), ("PUT", "/invocations")]
+)
 def test_wrong_method_is_405_with_json_error(addsub_server, method, path):
     r = requests.request(method, f"{addsub_server.url}{path}", timeout=5)
     assert r.status_code == 405
@@ -167,8 +168,9 @@ def limited_server(tmp_path_factory, test_repository):
     server.stop()
 
 
-@pytest.mark.parametrize(("label", "body", "content_type", "status", "message"), _bad_requests(),
-                         ids=[case[0] for case in _bad_requests()])
+@pytest.mark.parametrize(
+    ("label", "body", "content_type", "status", "message"), _bad_requests(), ids=[case[0] for case in _bad_requests()]
+)
 def test_bad_input_is_4xx_json_and_the_next_request_succeeds(
     limited_server, label, body, content_type, status, message
 ):

@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# Set everything up, build the demo model repository (skipped when up to date) and serve it:
+# the front server on :8080 (PORT), embedded Triton on loopback, no Docker, no GPU.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash dev/setup.sh
+.venv/bin/smtriton build-repository model_repository/recipe.toml --output model_repository
+exec .venv/bin/serve --model-repository model_repository \
+  --default-model "${DEMO_MODEL:-text_encoder}" --port "${PORT:-8080}" "$@"

@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# Set everything up and run the whole test suite (unit, integration with the real serve + Triton;
+# GPU tests skip on hosts without one). Extra arguments go to pytest.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash dev/setup.sh
+.venv/bin/ruff check .
+exec .venv/bin/python -m pytest -q -ra "$@"
