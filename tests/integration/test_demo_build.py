@@ -1,0 +1,128 @@
+"""Builds the whole demo repository into a temporary directory: real exports, parity, configs, skip."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from scripts.build import BuildReport, build_repository
+from scripts.config import read_config
+from scripts.recipe import DEFAULT_RECIPE, load_recipe
+from scripts.reference import load_reference
+
+pytestmark = pytest.mark.integration
+
+TORCH_MODELS = ("resnet_onnx", "resnet_torchscript", "text_encoder")
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory) -> BuildReport:
+    return build_repository(DEFAULT_RECIPE, tmp_path_factory.mktemp("repo"))
+
+
+def test_every_demo_model_is_built(built):
+    assert built.ok, [r.error for r in built.results]
+    assert {r.name: r.status for r in built.results} == dict.fromkeys(load_recipe().names, "built")
+    for name in load_recipe().names:
+        assert (built.output / name / "config.pbtxt").is_file()
+        assert not any(p.name.startswith(".") and p.is_dir() for p in built.output.iterdir())
+
+
+@pytest.mark.parametrize("name", TORCH_MODELS)
+def test_exported_artifacts_match_torch_within_tolerance(built, name):
+    result = next(r for r in built.results if r.name == name)
+    parity = result.parity
+    assert parity is not None and parity.passed, parity and parity.summary()
+    spec = load_recipe().model(name)
+    assert parity.cases == spec.parity.trials * int(np.prod([len(s) for s in spec.axes.values()]))
+    assert parity.max_abs < spec.parity.atol
+
+
+def test_configs_follow_backend_conventions(built):
+    image = read_config(built.output / "resnet_onnx")
+    assert image.platform == "onnxruntime_onnx" and image.max_batch_size == 8
+    assert [(i.name, list(i.dims)) for i in image.input] == [("pixel_values", [3, 224, 224])]
+    assert [(o.name, list(o.dims)) for o in image.output] == [("logits", [1000])]
+    assert image.HasField("dynamic_batching")
+
+    ts = read_config(built.output / "resnet_torchscript")
+    assert ts.platform == "pytorch_libtorch"
+    assert [i.name for i in ts.input] == ["INPUT__0"] and [o.name for o in ts.output] == ["OUTPUT__0"]
+
+    text = read_config(built.output / "text_encoder")
+    assert [(i.name, list(i.dims)) for i in text.input] == [("input_ids", [-1]), ("attention_mask", [-1])]
+    assert [(o.name, list(o.dims)) for o in text.output] == [
+        ("last_hidden_state", [-1, 128]),
+        ("pooler_output", [128]),
+    ]
+
+    upper = read_config(built.output / "string_upper")
+    assert upper.backend == "python" and (built.output / "string_upper" / "1" / "model.py").is_file()
+
+
+def test_second_build_is_skipped_as_up_to_date(built):
+    again = build_repository(DEFAULT_RECIPE, built.output)
+    assert again.up_to_date
+    # The stamp keeps the parity report, so the summary still shows the measured errors.
+    assert all(r.parity is not None and r.parity.passed for r in again.results if r.name in TORCH_MODELS)
+
+
+def test_cli_says_the_repository_is_up_to_date(built):
+    command = [sys.executable, "-c", "from scripts.cli import main; main()", "build-repository"]
+    result = subprocess.run([*command, "--output", str(built.output)], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert "All 4 models up to date" in result.stderr
+
+
+def test_reference_matches_the_built_onnx_artifact(built):
+    import onnxruntime as ort
+
+    for name, sizes in (("resnet_onnx", {"batch": 2}), ("text_encoder", {"batch": 3, "sequence": 19})):
+        ref = load_reference(name)
+        inputs = ref.make_inputs(seed=11, **sizes)
+        session = ort.InferenceSession(
+            str(built.output / name / "1" / "model.onnx"), providers=["CPUExecutionProvider"]
+        )
+        got = dict(zip([o.name for o in session.get_outputs()], session.run(None, inputs), strict=True))
+        for key, want in ref.run(inputs).items():
+            np.testing.assert_allclose(got[key], want, atol=1e-4, rtol=1e-3)
+
+
+@pytest.mark.filterwarnings("ignore:`torch.jit.load` is deprecated:DeprecationWarning")
+def test_both_image_models_hold_the_same_weights(built):
+    import torch
+
+    onnx_ref, ts_ref = load_reference("resnet_onnx"), load_reference("resnet_torchscript")
+    pixels = onnx_ref.make_inputs(seed=3)["pixel_values"]
+    assert np.array_equal(ts_ref.make_inputs(seed=3)["INPUT__0"], pixels)
+    np.testing.assert_array_equal(
+        onnx_ref.run({"pixel_values": pixels})["logits"], ts_ref.run({"INPUT__0": pixels})["OUTPUT__0"]
+    )
+    scripted = torch.jit.load(str(built.output / "resnet_torchscript" / "1" / "model.pt"))
+    with torch.no_grad():
+        out = scripted(torch.from_numpy(pixels)).numpy()
+    np.testing.assert_allclose(out, onnx_ref.run({"pixel_values": pixels})["logits"], atol=1e-4, rtol=1e-3)
+
+
+def test_python_model_reference_upper_cases_bytes():
+    ref = load_reference("string_upper")
+    assert ref.module is None
+    inputs = ref.make_inputs(seed=1, batch=3)
+    assert inputs["TEXT"].shape == (3, 1)
+    assert ref.run(inputs)["UPPER"].tolist() == [[t.decode().upper().encode()] for (t,) in inputs["TEXT"]]
+
+
+def test_interrupted_build_leaves_no_half_model(tmp_path: Path, monkeypatch):
+    from scripts import export_onnx
+
+    def killed(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(export_onnx.OnnxExporter, "export", killed)
+    with pytest.raises(KeyboardInterrupt):
+        build_repository(DEFAULT_RECIPE, tmp_path, models=["text_encoder"])
+    assert [p.name for p in tmp_path.iterdir()] == [".build.lock"]
