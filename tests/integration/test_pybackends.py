@@ -1,0 +1,410 @@
+"""The Python-based backends (serve/triton/pybackends) under a real Triton 2.51, as the project uses them.
+
+Tiny seeded torch models are exported to ONNX and TorchScript, served through configs that name the
+native platforms (``onnxruntime_onnx``, ``pytorch_libtorch``, ``tensorrt_plan``), and compared with
+torch eager outputs over HTTP.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+pytestmark = [
+    pytest.mark.integration,
+    # torch 2.13 deprecates the TorchScript-based ONNX exporter and torch.jit.script; both still work and
+    # are what the native backends consume.
+    pytest.mark.filterwarnings("ignore::DeprecationWarning"),
+]
+
+torch = pytest.importorskip("torch")
+requests = pytest.importorskip("requests")
+httpclient = pytest.importorskip("tritonclient.http")
+pytest.importorskip("onnxruntime")
+
+import serve.triton.pybackends as pybackends  # noqa: E402
+
+PYTRITON = Path(sys.prefix) / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}"
+PYTRITON = PYTRITON / "site-packages" / "pytriton" / "tritonserver"
+TRITONSERVER = Path(os.environ.get("TRITONSERVER", PYTRITON / "bin" / "tritonserver"))
+PYVER = f"{sys.version_info.major}.{sys.version_info.minor}"
+
+# --------------------------------------------------------------------------------------------------
+# Models
+
+
+class TwoInTwoOut(torch.nn.Module):
+    """FP32 features + INT64 token ids -> FP32 scores, INT64 doubled ids."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(4, 3)
+        self.embed = torch.nn.Embedding(10, 3)
+
+    def forward(self, x: torch.Tensor, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.linear(x) + self.embed(ids).sum(1), ids * 2
+
+
+class Indexed(torch.nn.Module):
+    """Three outputs of three dtypes, for INPUT__i / OUTPUT__i binding."""
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        return x * mask.to(x.dtype), x.sum(1, keepdim=True).half(), x > 0
+
+
+class Named(torch.nn.Module):
+    """Arguments bound by name: the config lists them in the other order."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = torch.nn.Embedding(16, 4)
+
+    def forward(self, tokens: torch.Tensor, scale: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.embed(tokens).mean(1) * scale, (tokens > 7).sum(1, keepdim=True)
+
+
+IO = list[tuple[str, str, list[int]]]
+Writer = Callable[[Path], Any]
+ONE_INSTANCE = "instance_group [ { kind: KIND_CPU count: 1 } ]"
+TWO_IN: IO = [("X", "TYPE_FP32", [4]), ("IDS", "TYPE_INT64", [5])]
+TWO_OUT: IO = [("Y", "TYPE_FP32", [3]), ("Z", "TYPE_INT64", [5])]
+
+
+def _config(name: str, platform: str, inputs: IO, outputs: IO, max_batch_size: int = 0, extra: str = "") -> str:
+    def io(entries: IO) -> str:
+        return ", ".join(f'{{ name: "{n}" data_type: {t} dims: {d} }}' for n, t, d in entries)
+
+    return (
+        f'name: "{name}"\nplatform: "{platform}"\nmax_batch_size: {max_batch_size}\n'
+        f"input [ {io(inputs)} ]\noutput [ {io(outputs)} ]\n{extra}\n"
+    )
+
+
+def _write(repo: Path, name: str, config: str, files: dict[str, Writer]) -> None:
+    (repo / name / "1").mkdir(parents=True)
+    (repo / name / "config.pbtxt").write_text(config)
+    for rel, writer in files.items():
+        writer(repo / name / "1" / rel)
+
+
+def _add(
+    repo: Path, name: str, platform: str, io: tuple[IO, IO], file: tuple[str, Writer], mbs: int, extra: str
+) -> None:
+    _write(repo, name, _config(name, platform, io[0], io[1], mbs, extra), {file[0]: file[1]})
+
+
+def _export_onnx(
+    module: torch.nn.Module, args: tuple[Any, ...], names: tuple[list[str], list[str]], dynamic: bool
+) -> Writer:
+    def write(path: Path) -> None:
+        axes = {n: {0: "batch"} for n in names[0] + names[1]} if dynamic else None
+        torch.onnx.export(
+            module, args, str(path), dynamo=False, input_names=names[0], output_names=names[1], dynamic_axes=axes
+        )
+
+    return write
+
+
+def _script(module: torch.nn.Module) -> Writer:
+    return lambda path: torch.jit.script(module).save(str(path))
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    torch.manual_seed(0)
+    repo = tmp_path_factory.mktemp("repo")
+    two, named = TwoInTwoOut().eval(), Named().eval()
+    x, ids = torch.randn(2, 4), torch.randint(0, 10, (2, 5))
+    onnx = ("model.onnx", _export_onnx(two, (x, ids), (["X", "IDS"], ["Y", "Z"]), dynamic=True))
+    batcher = "dynamic_batching { max_queue_delay_microseconds: 50000 }"
+    _add(repo, "onnx_batched", "onnxruntime_onnx", (TWO_IN, TWO_OUT), onnx, 8, batcher)
+
+    # max_batch_size 0: the config gives the full shape; a custom file name that is a model.onnx/ directory.
+    fixed = _export_onnx(two, (x, ids), (["X", "IDS"], ["Y", "Z"]), dynamic=False)
+    fixed_io = (
+        [("X", "TYPE_FP32", [2, 4]), ("IDS", "TYPE_INT64", [2, 5])],
+        [("Y", "TYPE_FP32", [2, 3]), ("Z", "TYPE_INT64", [2, 5])],
+    )
+    in_dir = ("net.onnx", lambda p: (p.mkdir(), fixed(p / "model.onnx")))
+    _add(
+        repo,
+        "onnx_fixed",
+        "onnxruntime_onnx",
+        fixed_io,
+        in_dir,
+        0,
+        f'default_model_filename: "net.onnx"\n{ONE_INSTANCE}',
+    )
+
+    indexed_io = (
+        [("INPUT__0", "TYPE_FP32", [4]), ("INPUT__1", "TYPE_BOOL", [4])],
+        # listed out of order on purpose: the index in the name decides
+        [("OUTPUT__2", "TYPE_BOOL", [4]), ("OUTPUT__0", "TYPE_FP32", [4]), ("OUTPUT__1", "TYPE_FP16", [1])],
+    )
+    extra = f"dynamic_batching {{ max_queue_delay_microseconds: 1000 }}\n{ONE_INSTANCE}"
+    _add(repo, "ts_indexed", "pytorch_libtorch", indexed_io, ("model.pt", _script(Indexed())), 4, extra)
+    named_io = (
+        [("scale", "TYPE_FP32", [1]), ("tokens", "TYPE_INT64", [6])],  # forward(tokens, scale): bound by name
+        [("embedding", "TYPE_FP32", [4]), ("count", "TYPE_INT64", [1])],
+    )
+    _add(repo, "ts_named", "pytorch_libtorch", named_io, ("model.pt", _script(named)), 4, ONE_INSTANCE)
+
+    # Models that must fail to load (never loaded at start-up).
+    bad_dtype = ([("X", "TYPE_FP64", [4]), ("IDS", "TYPE_INT64", [5])], TWO_OUT)
+    _add(repo, "onnx_bad_dtype", "onnxruntime_onnx", bad_dtype, onnx, 8, ONE_INSTANCE)
+    bad_name = (TWO_IN, [("Y", "TYPE_FP32", [3]), ("SCORES", "TYPE_INT64", [5])])
+    _add(repo, "onnx_bad_name", "onnxruntime_onnx", bad_name, onnx, 8, ONE_INSTANCE)
+    _add(repo, "onnx_bad_rank", "onnxruntime_onnx", (TWO_IN, TWO_OUT), onnx, 0, ONE_INSTANCE)
+    one_in = ([("INPUT__0", "TYPE_FP32", [4])], [("OUTPUT__0", "TYPE_FP32", [4])])
+    _add(repo, "ts_bad_count", "pytorch_libtorch", one_in, ("model.pt", _script(Indexed())), 4, ONE_INSTANCE)
+    plan = ("model.plan", lambda p: p.write_bytes(b"not a plan"))
+    _add(repo, "trt", "tensorrt_plan", ([("X", "TYPE_FP32", [4])], [("Y", "TYPE_FP32", [4])]), plan, 8, "")
+    return {"repo": repo, "two": two, "named": named}
+
+
+# --------------------------------------------------------------------------------------------------
+# Server
+
+
+def _backend_dir(root: Path) -> Path:
+    """python/ from the binary's own files (copies: Triton refuses symlinks out of the directory)
+    plus our Python-based backends."""
+    backends = root / "backends"
+    (backends / "python").mkdir(parents=True)
+    for src in (
+        PYTRITON / "backends" / "python" / "libtriton_python.so",
+        PYTRITON / "backends" / "python" / "triton_python_backend_utils.py",
+        PYTRITON / "python_backend_stubs" / PYVER / "triton_python_backend_stub",
+    ):
+        shutil.copy2(src, backends / "python" / src.name)
+    for name in ("onnxruntime", "pytorch", "tensorrt"):
+        (backends / name).mkdir()
+        shutil.copy2(Path(pybackends.__file__).parent / name / "model.py", backends / name / "model.py")
+    return backends
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)  # its own session: Triton and its stubs
+            proc.wait(timeout=5)
+
+
+@pytest.fixture(scope="module")
+def server(models: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    if not TRITONSERVER.is_file():
+        pytest.skip(f"no tritonserver binary at {TRITONSERVER}")
+    root = tmp_path_factory.mktemp("triton")
+    backends = _backend_dir(root)
+    port = _free_port()
+    env = dict(os.environ)
+    env["PATH"] = f"{Path(sys.executable).parent}:{env.get('PATH', '')}"
+    libs = [str(Path(sys.base_prefix) / "lib"), str(PYTRITON.parent.parent / "nvidia_pytriton.libs")]
+    env["LD_LIBRARY_PATH"] = ":".join([*libs, env.get("LD_LIBRARY_PATH", "")])
+    argv = [
+        str(TRITONSERVER),
+        f"--model-repository={models['repo']}",
+        f"--backend-directory={backends}",
+        "--http-address=127.0.0.1",
+        f"--http-port={port}",
+        "--allow-grpc=false",
+        "--allow-metrics=false",
+        "--model-control-mode=explicit",
+        *(f"--load-model={m}" for m in ("onnx_batched", "onnx_fixed", "ts_indexed", "ts_named")),
+    ]
+    log = (root / "triton.log").open("wb")
+    proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=root, start_new_session=True)
+    url = f"127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 90
+        while True:
+            if proc.poll() is not None:
+                pytest.fail(f"tritonserver exited {proc.returncode}:\n{(root / 'triton.log').read_text()[-4000:]}")
+            try:
+                if requests.get(f"http://{url}/v2/health/ready", timeout=1).status_code == 200:
+                    break
+            except requests.ConnectionError:
+                pass
+            if time.monotonic() > deadline:
+                pytest.fail(f"tritonserver not ready:\n{(root / 'triton.log').read_text()[-4000:]}")
+            time.sleep(0.2)
+        yield url
+    finally:
+        _stop(proc)
+        log.close()
+
+
+@pytest.fixture(scope="module")
+def client(server: str) -> Iterator[Any]:
+    c = httpclient.InferenceServerClient(server, concurrency=16, network_timeout=60)
+    yield c
+    c.close()
+
+
+def _infer(client: Any, model: str, inputs: dict[str, np.ndarray], outputs: list[str] | None = None) -> Any:
+    tensors, wanted = _request(inputs, outputs)
+    return client.infer(model, tensors, outputs=wanted)
+
+
+def _infer_concurrently(client: Any, model: str, many: list[dict[str, np.ndarray]]) -> list[Any]:
+    """All requests in flight at once (tritonclient's gevent pool; its client is not thread-safe)."""
+    pending = [client.async_infer(model, _request(inputs, None)[0]) for inputs in many]
+    return [p.get_result() for p in pending]
+
+
+def _request(inputs: dict[str, np.ndarray], outputs: list[str] | None) -> tuple[list[Any], list[Any] | None]:
+    tensors = []
+    for name, arr in inputs.items():
+        t = httpclient.InferInput(name, list(arr.shape), _triton_type(arr.dtype))
+        t.set_data_from_numpy(arr, binary_data=True)
+        tensors.append(t)
+    wanted = [httpclient.InferRequestedOutput(n, binary_data=True) for n in outputs] if outputs else None
+    return tensors, wanted
+
+
+def _triton_type(dtype: np.dtype[Any]) -> str:
+    return {"float32": "FP32", "float16": "FP16", "int64": "INT64", "bool": "BOOL"}[np.dtype(dtype).name]
+
+
+def _load(server: str, model: str) -> requests.Response:
+    return requests.post(f"http://{server}/v2/repository/models/{model}/load", timeout=60)
+
+
+# --------------------------------------------------------------------------------------------------
+# Tests
+
+
+def test_onnx_batched_model_matches_torch_eager(client: Any, models: dict[str, Any]) -> None:
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((3, 4), dtype=np.float32)
+    ids = rng.integers(0, 10, (3, 5), dtype=np.int64)
+    result = _infer(client, "onnx_batched", {"X": x, "IDS": ids})
+    want_y, want_z = models["two"](torch.from_numpy(x), torch.from_numpy(ids))
+    np.testing.assert_allclose(result.as_numpy("Y"), want_y.detach().numpy(), rtol=1e-5, atol=1e-6)
+    assert result.as_numpy("Z").dtype == np.int64
+    np.testing.assert_array_equal(result.as_numpy("Z"), want_z.numpy())
+
+
+def test_onnx_returns_only_the_requested_output(client: Any) -> None:
+    x, ids = np.ones((1, 4), np.float32), np.zeros((1, 5), np.int64)
+    result = _infer(client, "onnx_batched", {"X": x, "IDS": ids}, outputs=["Z"])
+    names = [o["name"] for o in result.get_response()["outputs"]]
+    assert names == ["Z"]
+
+
+def test_onnx_full_shape_model_from_custom_file_in_directory(client: Any, models: dict[str, Any]) -> None:
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((2, 4), dtype=np.float32)
+    ids = rng.integers(0, 10, (2, 5), dtype=np.int64)
+    result = _infer(client, "onnx_fixed", {"X": x, "IDS": ids})
+    want_y, _ = models["two"](torch.from_numpy(x), torch.from_numpy(ids))
+    assert result.as_numpy("Y").shape == (2, 3)
+    np.testing.assert_allclose(result.as_numpy("Y"), want_y.detach().numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_concurrent_requests_are_batched_and_each_gets_its_own_result(
+    client: Any, server: str, models: dict[str, Any]
+) -> None:
+    stats_url = f"http://{server}/v2/models/onnx_batched/stats"
+    before = requests.get(stats_url, timeout=5).json()["model_stats"][0]
+    rng = np.random.default_rng(3)
+    batches = [int(b) for b in rng.integers(1, 3, 16)]
+    xs = [rng.standard_normal((b, 4), dtype=np.float32) for b in batches]
+    idss = [rng.integers(0, 10, (b, 5), dtype=np.int64) for b in batches]
+    results = _infer_concurrently(client, "onnx_batched", [{"X": x, "IDS": i} for x, i in zip(xs, idss, strict=True)])
+    for x, ids, result in zip(xs, idss, results, strict=True):
+        want_y, want_z = models["two"](torch.from_numpy(x), torch.from_numpy(ids))
+        np.testing.assert_allclose(result.as_numpy("Y"), want_y.detach().numpy(), rtol=1e-5, atol=1e-6)
+        np.testing.assert_array_equal(result.as_numpy("Z"), want_z.numpy())
+    after = requests.get(stats_url, timeout=5).json()["model_stats"][0]
+    requests_served = after["inference_count"] - before["inference_count"]
+    executions = after["execution_count"] - before["execution_count"]
+    assert requests_served == sum(batches)
+    assert executions < len(batches), "the dynamic batcher should have merged some requests"
+
+
+def test_torchscript_indexed_names_bind_by_index(client: Any) -> None:
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((2, 4), dtype=np.float32)
+    mask = rng.integers(0, 2, (2, 4)).astype(bool)
+    result = _infer(client, "ts_indexed", {"INPUT__0": x, "INPUT__1": mask})
+    w0, w1, w2 = Indexed()(torch.from_numpy(x), torch.from_numpy(mask))
+    np.testing.assert_array_equal(result.as_numpy("OUTPUT__0"), w0.numpy())
+    assert result.as_numpy("OUTPUT__1").dtype == np.float16
+    np.testing.assert_array_equal(result.as_numpy("OUTPUT__1"), w1.numpy())
+    assert result.as_numpy("OUTPUT__2").dtype == np.bool_
+    np.testing.assert_array_equal(result.as_numpy("OUTPUT__2"), w2.numpy())
+
+
+def test_torchscript_forward_argument_names_bind_by_name(client: Any, models: dict[str, Any]) -> None:
+    rng = np.random.default_rng(5)
+    tokens = rng.integers(0, 16, (3, 6), dtype=np.int64)
+    scale = rng.standard_normal((3, 1), dtype=np.float32)
+    result = _infer(client, "ts_named", {"scale": scale, "tokens": tokens}, outputs=["count", "embedding"])
+    w_emb, w_count = models["named"](torch.from_numpy(tokens), torch.from_numpy(scale))
+    np.testing.assert_allclose(result.as_numpy("embedding"), w_emb.detach().numpy(), rtol=1e-6, atol=1e-6)
+    np.testing.assert_array_equal(result.as_numpy("count"), w_count.numpy())
+
+
+def test_torchscript_concurrent_requests_keep_their_own_results(client: Any) -> None:
+    rng = np.random.default_rng(6)
+    xs = [rng.standard_normal((1, 4), dtype=np.float32) for _ in range(12)]
+    mask = np.ones((1, 4), bool)
+    results = _infer_concurrently(client, "ts_indexed", [{"INPUT__0": x, "INPUT__1": mask} for x in xs])
+    for x, result in zip(xs, results, strict=True):
+        np.testing.assert_array_equal(result.as_numpy("OUTPUT__0"), x)
+
+
+def test_bad_request_fails_alone_without_breaking_the_model(client: Any) -> None:
+    ids_out_of_range = np.full((1, 5), 99, np.int64)  # the embedding has 10 rows
+    with pytest.raises(Exception, match="onnx_batched"):
+        _infer(client, "onnx_batched", {"X": np.ones((1, 4), np.float32), "IDS": ids_out_of_range})
+    ok = _infer(client, "onnx_batched", {"X": np.ones((1, 4), np.float32), "IDS": np.zeros((1, 5), np.int64)})
+    assert ok.as_numpy("Y").shape == (1, 3)
+
+
+@pytest.mark.parametrize(
+    ("model", "fragments"),
+    [
+        ("onnx_bad_dtype", ["configuration expects datatype TYPE_FP64 for input 'X'", "model provides TYPE_FP32"]),
+        ("onnx_bad_name", ["unexpected inference output 'SCORES'", "allowed outputs are: Y, Z"]),
+        ("onnx_bad_rank", ["tensor 'X'", "the model expects 2 dimensions"]),
+        ("ts_bad_count", ["configuration expects 1 inputs, model provides 2"]),
+    ],
+)
+def test_config_that_disagrees_with_the_model_fails_the_load_with_a_clear_message(
+    server: str, model: str, fragments: list[str]
+) -> None:
+    response = _load(server, model)
+    assert response.status_code == 400
+    error = response.json()["error"]
+    for fragment in fragments:
+        assert fragment in error
+
+
+def test_tensorrt_plan_fails_to_load_explaining_why(server: str) -> None:
+    response = _load(server, "trt")
+    assert response.status_code == 400
+    error = response.json()["error"]
+    assert "a TensorRT plan needs an NVIDIA GPU and Triton's native tensorrt backend" in error
+    assert "model 'trt' cannot be loaded here" in error
