@@ -12,8 +12,10 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from serve.codec import JSON
 from serve.engine import Engine
 from serve.errors import BadRequest, PayloadTooLarge, ServeError, error_body
+from serve.multimodel import ModelRegistry, NotLoaded, to_mme_response
 
 _PLAIN = {"content-type": "text/plain"}
+LOAD_BODY_LIMIT = 64 * 1024  # a load request is a small JSON object
 
 
 def _error(status: int, message: str) -> Response:
@@ -38,7 +40,7 @@ async def read_body(request: Request, limit: int) -> bytes:
     return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
-def create_app(engine: Engine) -> FastAPI:
+def create_app(engine: Engine, registry: ModelRegistry | None = None) -> FastAPI:
     """The ASGI app serving one engine; Triton starts with the app and stops with it."""
 
     @asynccontextmanager
@@ -82,9 +84,67 @@ def create_app(engine: Engine) -> FastAPI:
         status, content_type, payload = await engine.invoke(body, request.headers.get("content-type"))
         return Response(payload, status_code=status, media_type=content_type)
 
+    target_header = "x-amzn-sagemaker-target-model"
+
+    def _json(value: object, status: int = 200) -> Response:
+        return Response(orjson.dumps(value), status_code=status, media_type=JSON)
+
+    def _registry() -> ModelRegistry:
+        if registry is None:
+            raise BadRequest("the multi-model API needs SAGEMAKER_MULTI_MODEL=true")
+        return registry
+
     @app.get("/models")
-    async def list_models() -> Response:
-        # Live in both modes (CONTRACT.md §2.1); a single-model endpoint has no MME models.
-        return Response(orjson.dumps({"models": []}), media_type=JSON)
+    @app.get("/models/")
+    async def list_models(request: Request) -> Response:
+        if registry is None:  # live in both modes (CONTRACT.md §2.1); an SME has no MME models
+            return _json({"models": []})
+        params = request.query_params
+        return _json(registry.list(params.get("next_page_token"), params.get("limit") or params.get("max_results")))
+
+    @app.get("/models/{name}")
+    @app.get("/models/{name}/invoke")
+    async def describe_model(name: str) -> Response:
+        if registry is None:
+            raise NotLoaded(name)
+        return _json(registry.describe(name))
+
+    @app.post("/models")
+    @app.post("/models/")
+    @app.post("/models/{ignored}")
+    async def load_model(request: Request) -> Response:
+        # Native: POST /models/<anything> is a load too; the body names the model.
+        body = await read_body(request, LOAD_BODY_LIMIT)
+        await _registry().load(body, request.headers.get(target_header))
+        return Response(b"", status_code=200, headers=_PLAIN)
+
+    @app.delete("/models/{name}")
+    async def unload_model(request: Request, name: str) -> Response:
+        if registry is None:
+            raise NotLoaded(name)
+        await registry.unload(name, request.headers.get(target_header))
+        return Response(b"", status_code=200, headers=_PLAIN)
+
+    @app.delete("/models")
+    async def unload_nothing() -> Response:
+        return _error(404, "DELETE needs a model name: /models/<name>")
+
+    @app.post("/models/{name}/invoke")
+    async def invoke_model(request: Request, name: str) -> Response:
+        if registry is None:
+            raise NotLoaded(name)
+        body = await read_body(request, limit)
+        record = registry.begin_invoke(name, request.headers.get(target_header))
+        try:
+            upstream = await engine.forward(record.triton_name, body, request.headers.get("content-type"))
+        finally:
+            registry.end_invoke(record)
+        status, content_type, payload = to_mme_response(record, upstream)
+        return Response(payload, status_code=status, media_type=content_type)
+
+    @app.api_route("/models/{name}/invoke", methods=["PUT", "PATCH", "DELETE", "OPTIONS"])
+    @app.api_route("/models", methods=["PUT", "PATCH", "OPTIONS"])
+    async def models_wrong_method(request: Request) -> Response:
+        return _error(400, f"{request.method} is not supported on {request.url.path}")
 
     return app

@@ -17,6 +17,7 @@ import uvicorn
 
 from serve.app import create_app
 from serve.engine import Engine
+from serve.multimodel import ModelRegistry
 from serve.repository import RepositoryError, resolve_default_model
 from serve.settings import Settings, SettingsError
 from serve.triton.installation import TritonNotFound, find_triton
@@ -63,6 +64,14 @@ def serve(
         Optional[Path],  # noqa: UP045
         typer.Option(help="Triton model repository to serve [default: /opt/ml/model]"),
     ] = None,
+    model_root: Annotated[
+        Optional[Path],  # noqa: UP045
+        typer.Option(help="Multi-model endpoints: where load urls must lie [default: /opt/ml/models]"),
+    ] = None,
+    multi_model: Annotated[
+        Optional[bool],  # noqa: UP045
+        typer.Option("--multi-model", help="Serve a multi-model endpoint [default: $SAGEMAKER_MULTI_MODEL]"),
+    ] = None,
     port: Annotated[
         Optional[int],  # noqa: UP045
         typer.Option(help="Port to serve on [default: $SAGEMAKER_BIND_TO_PORT or 8080]"),
@@ -84,25 +93,41 @@ def serve(
         settings = Settings.from_env(
             os.environ,
             model_repository=model_repository,
+            model_root=model_root,
+            multi_model=multi_model,
             port=port,
             host=host,
             default_model=default_model,
             log_level=log_level,
         )
         _configure_logging(settings.log_level)
-        if settings.multi_model:
-            raise SettingsError("SAGEMAKER_MULTI_MODEL=true: multi-model endpoints are not available yet")
         if settings.inference_type != "infer":
             raise SettingsError(f"SAGEMAKER_TRITON_INFERENCE_TYPE={settings.inference_type} is not available yet")
-        default = resolve_default_model(settings.model_repository, settings.default_model)
+        default = None
+        if not settings.multi_model:
+            default = resolve_default_model(settings.model_repository, settings.default_model)
         installation = find_triton(settings.tritonserver)
     except (SettingsError, RepositoryError, TritonNotFound) as exc:
         print(str(exc), file=sys.stderr)
         raise typer.Exit(1) from None
-    log.info("serving model %s from %s on %s:%d", default, settings.model_repository, settings.host, settings.port)
     engine = Engine(settings, installation, default)
+    registry = None
+    if settings.multi_model:
+        log.info("multi-model endpoint: models from %s, on %s:%d", settings.model_root, settings.host, settings.port)
+        registry = ModelRegistry(
+            model_root=settings.model_root,
+            managed=engine.repository,
+            client=engine.live_client,
+            memory_reserve_bytes=settings.memory_reserve_bytes,
+            memory_factor=settings.model_memory_factor,
+            max_concurrent_loads=settings.max_concurrent_loads,
+            load_timeout_s=settings.startup_timeout_s,
+        )
+        engine.on_triton_ready = registry.restore
+    else:
+        log.info("serving model %s from %s on %s:%d", default, settings.model_repository, settings.host, settings.port)
     config = uvicorn.Config(
-        create_app(engine),
+        create_app(engine, registry),
         host=settings.host,
         port=settings.port,
         log_config=None,

@@ -14,10 +14,11 @@ import logging
 import shutil
 import tempfile
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from serve import codec
-from serve.errors import NotReady, ServeError, error_body
+from serve.errors import BadRequest, NotReady, ServeError, error_body
 from serve.settings import Settings
 from serve.triton.backends import assemble_backends
 from serve.triton.client import TritonClient, UpstreamResponse, error_text
@@ -43,17 +44,26 @@ class State(enum.Enum):
 
 
 class Engine:
-    """One SME serving engine (one Triton child, one default model)."""
+    """One Triton child and its health: SME serves ``default_model``; MME (no default) its registry."""
 
-    def __init__(self, settings: Settings, installation: TritonInstallation, default_model: str) -> None:
+    def __init__(self, settings: Settings, installation: TritonInstallation, default_model: str | None) -> None:
         self.settings = settings
         self.installation = installation
         self.default_model = default_model
+        # MME: called once Triton is (again) live, before /ping turns 200 — restores loaded models.
+        self.on_triton_ready: Callable[[], Awaitable[None]] | None = None
         self.state = State.STARTING
         self.client: TritonClient | None = None
         self.process: TritonProcess | None = None
         self.restarts = 0
-        self._workdir = Path(tempfile.mkdtemp(prefix="smtriton-"))
+        if settings.work_dir is not None:
+            settings.work_dir.mkdir(parents=True, exist_ok=True)
+        self._workdir = Path(tempfile.mkdtemp(prefix="smtriton-", dir=settings.work_dir))
+        if default_model is None:
+            self.repository = self._workdir / "managed"  # MME: the managed repository (DESIGN.md §3)
+            self.repository.mkdir()
+        else:
+            self.repository = settings.model_repository.resolve()
         self._backend_dir: Path | None = None
         self._supervisor: asyncio.Task[None] | None = None
         self._stopping = asyncio.Event()
@@ -108,7 +118,7 @@ class Engine:
             command = build_command(
                 self.installation,
                 self.settings,
-                self.settings.model_repository.resolve(),
+                self.repository,
                 self._backend_dir,
                 Ports(http=http, grpc=grpc, metrics=metrics),
             )
@@ -139,7 +149,7 @@ class Engine:
         return False
 
     async def _load_default_model(self) -> None:
-        assert self.client is not None
+        assert self.client is not None and self.default_model is not None
         started = time.monotonic()
         try:
             await self.client.load_model(self.default_model, self.settings.startup_timeout_s)
@@ -162,13 +172,20 @@ class Engine:
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, MAX_BACKOFF_S)
                 continue
-            await self._load_default_model()
+            if self.default_model is not None:
+                await self._load_default_model()
+                health = asyncio.create_task(self._watch_model_health(), name="model-health")
+            else:
+                if self.on_triton_ready is not None:
+                    await self.on_triton_ready()
+                self.state = State.READY
+                health = None
             started = time.monotonic()
-            health = asyncio.create_task(self._watch_model_health(), name="model-health")
             try:
                 code = await self.process.wait()
             finally:
-                health.cancel()
+                if health is not None:
+                    health.cancel()
             if self._stopping.is_set():
                 return
             self.state = State.TRITON_DOWN
@@ -182,7 +199,7 @@ class Engine:
 
     async def _watch_model_health(self) -> None:
         """Keep the /ping flag true to Triton's view of the model (it may be unloaded or fail later)."""
-        assert self.client is not None
+        assert self.client is not None and self.default_model is not None
         while True:
             await asyncio.sleep(HEALTH_INTERVAL_S)
             if self.state not in (State.READY, State.MODEL_FAILED):
@@ -195,23 +212,40 @@ class Engine:
                 log.warning("model %s is %s", self.default_model, "ready" if ready else "no longer ready")
 
     # ----- data plane ------------------------------------------------------------------------
-    async def invoke(self, body: bytes, content_type: str | None) -> tuple[int, str, bytes]:
-        """Run one SageMaker request on the default model: (status, content type, body)."""
+    def live_client(self) -> TritonClient:
+        """The client while Triton runs (model loads need it before /ping is 200, e.g. to restore)."""
+        if self.state is State.STOPPING or self.client is None or self.process is None:
+            raise NotReady("Triton is not running")
+        if self.process.returncode is not None:
+            raise NotReady("Triton is restarting")
+        return self.client
+
+    async def forward(self, triton_name: str, body: bytes, content_type: str | None) -> UpstreamResponse:
+        """Send one SageMaker-encoded request to a Triton model; the body goes through untouched."""
         header_length = codec.request_header_length(content_type, len(body))
         if self.state is not State.READY or self.client is None:
-            raise NotReady(self._not_ready_message())
-        upstream = await self.client.infer(self.default_model, body, header_length)
-        return _to_sagemaker(upstream)
+            raise NotReady(self._not_ready_message(triton_name))
+        return await self.client.infer(triton_name, body, header_length)
 
-    def _not_ready_message(self) -> str:
+    async def invoke(self, body: bytes, content_type: str | None) -> tuple[int, str, bytes]:
+        """Run one SageMaker request on the default model: (status, content type, body)."""
+        if self.default_model is None:
+            raise BadRequest(
+                "this is a multi-model endpoint: invoke a model with POST /models/<name>/invoke "
+                "(TargetModel in boto3), or set SAGEMAKER_TRITON_DEFAULT_MODEL_NAME"
+            )
+        return to_sagemaker(await self.forward(self.default_model, body, content_type))
+
+    def _not_ready_message(self, model: str) -> str:
         if self.state is State.STOPPING:
             return "server is shutting down"
         if self.state is State.MODEL_FAILED:
-            return f"model '{self.default_model}' is not ready"
-        return f"model '{self.default_model}' is not ready yet (Triton is {self.state.value})"
+            return f"model '{model}' is not ready"
+        return f"model '{model}' is not ready yet (Triton is {self.state.value})"
 
 
-def _to_sagemaker(upstream: UpstreamResponse) -> tuple[int, str, bytes]:
+def to_sagemaker(upstream: UpstreamResponse) -> tuple[int, str, bytes]:
+    """SME mapping of a Triton answer: headers rewritten, Triton's status kept but parse errors → 400."""
     if upstream.status == 200:
         return 200, codec.response_content_type(upstream.header_length), upstream.body
     status = upstream.status

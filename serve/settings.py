@@ -103,6 +103,10 @@ class Settings:
     port: int = DEFAULT_PORT
     multi_model: bool = False
     model_repository: Path = SME_MODEL_DIR
+    model_root: Path = MME_MODEL_ROOT
+    memory_reserve_bytes: int = 512 * MIB
+    model_memory_factor: float = 1.0
+    max_concurrent_loads: int = 2
     default_model: str | None = None
     ping_mode: Literal["ready", "live"] = "ready"
     inference_type: InferenceType = "infer"
@@ -111,6 +115,7 @@ class Settings:
     max_payload_bytes: int = 100 * MIB
     tritonserver: Path | None = None
     triton: TritonOptions = field(default_factory=TritonOptions)
+    work_dir: Path | None = None
     log_level: str = "info"
     access_log: bool = False
     startup_timeout_s: float = 1800.0
@@ -129,6 +134,14 @@ class Settings:
             # CONTRACT.md §1.3: MME iff the value is exactly "true".
             multi_model=env.get("SAGEMAKER_MULTI_MODEL") == "true",
             model_repository=Path(env.get("SMTRITON_MODEL_REPOSITORY", str(SME_MODEL_DIR))),
+            model_root=Path(env.get("SMTRITON_MODEL_ROOT", str(MME_MODEL_ROOT))),
+            memory_reserve_bytes=_int(
+                "SMTRITON_MEMORY_RESERVE_BYTES", env.get("SMTRITON_MEMORY_RESERVE_BYTES", str(512 * MIB))
+            ),
+            model_memory_factor=_float("SMTRITON_MODEL_MEMORY_FACTOR", env.get("SMTRITON_MODEL_MEMORY_FACTOR", "1.0")),
+            max_concurrent_loads=_int(
+                "SMTRITON_MAX_CONCURRENT_LOADS", env.get("SMTRITON_MAX_CONCURRENT_LOADS", "2"), minimum=1
+            ),
             default_model=env.get("SAGEMAKER_TRITON_DEFAULT_MODEL_NAME") or None,
             ping_mode=_ping_mode(env),
             inference_type=_inference_type(env.get("SAGEMAKER_TRITON_INFERENCE_TYPE", "infer")),
@@ -139,6 +152,7 @@ class Settings:
             max_payload_bytes=_max_payload(env),
             tritonserver=Path(env["TRITONSERVER"]) if env.get("TRITONSERVER") else None,
             triton=_triton_options(env),
+            work_dir=Path(env["SMTRITON_WORK_DIR"]) if env.get("SMTRITON_WORK_DIR") else None,
             log_level=env.get("SMTRITON_LOG_LEVEL", "info").lower(),
             access_log=_bool("SMTRITON_ACCESS_LOG", env["SMTRITON_ACCESS_LOG"])
             if env.get("SMTRITON_ACCESS_LOG")
@@ -154,8 +168,9 @@ class Settings:
             ),
         )
         given = {k: v for k, v in overrides.items() if v is not None}
-        if "model_repository" in given:
-            given["model_repository"] = Path(str(given["model_repository"]))
+        for key in ("model_repository", "model_root"):
+            if key in given:
+                given[key] = Path(str(given[key]))
         settings = replace(settings, **given)  # type: ignore[arg-type]
         if settings.log_level not in ("debug", "info", "warning", "error"):
             raise SettingsError(f"log level {settings.log_level!r} is not one of debug, info, warning, error")

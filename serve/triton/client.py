@@ -95,6 +95,35 @@ class TritonClient:
         except aiohttp.ClientError as exc:
             raise UpstreamUnavailable(f"Triton is not reachable: {exc.__class__.__name__}") from None
 
+    async def unload_model(self, model: str, unload_dependents: bool = False) -> None:
+        """Ask Triton to unload; it answers at once, so callers wait with ``model_states``."""
+        url = f"{self.base_url}/v2/repository/models/{quote(model, safe='')}/unload"
+        payload = orjson.dumps({"parameters": {"unload_dependents": unload_dependents}})
+        try:
+            async with self._session.post(url, data=payload, timeout=self._probe_timeout) as resp:
+                body = await resp.read()
+                if resp.status != 200:
+                    raise ServeError(500, f"unloading model '{model}' failed: {error_text(body)}")
+        except asyncio.TimeoutError:
+            raise ServeError(500, f"unloading model '{model}' timed out") from None
+        except aiohttp.ClientError as exc:
+            raise UpstreamUnavailable(f"Triton is not reachable: {exc.__class__.__name__}") from None
+
+    async def model_states(self) -> dict[str, str]:
+        """Triton model name → state (READY, LOADING, UNLOADING, UNAVAILABLE) from the repository index."""
+        url = f"{self.base_url}/v2/repository/index"
+        try:
+            async with self._session.post(url, data=b"{}", timeout=self._probe_timeout) as resp:
+                body = await resp.read()
+                if resp.status != 200:
+                    raise ServeError(500, f"repository index failed: {error_text(body)}")
+        except (asyncio.TimeoutError, aiohttp.ClientError):
+            raise UpstreamUnavailable("Triton is not reachable") from None
+        states: dict[str, str] = {}
+        for entry in orjson.loads(body):
+            states[entry["name"]] = entry.get("state", "UNAVAILABLE")
+        return states
+
 
 def error_text(body: bytes) -> str:
     try:

@@ -11,7 +11,7 @@ from tests.integration.harness import ServeProcess
 TEST_MODELS = Path(__file__).parent / "models"
 
 
-def start_serve(tmp: Path, repository: Path, model: str | None, **kwargs) -> ServeProcess:
+def start_serve(tmp: Path, repository: Path | None, model: str | None, **kwargs) -> ServeProcess:
     server = ServeProcess(repository, model, tmp / "serve.log", **kwargs)
     try:
         server.wait_healthy()

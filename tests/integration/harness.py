@@ -41,22 +41,26 @@ class ServeProcess:
 
     def __init__(
         self,
-        repository: Path,
+        repository: Path | None,
         default_model: str | None,
         log_path: Path,
         env: dict[str, str] | None = None,
         args: list[str] | None = None,
     ) -> None:
         self.repository = repository
+        work_dir = log_path.parent / "work"  # serve's scratch (backends, MME repository) goes here
+        self.marker = str(repository if repository is not None else work_dir)
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = log_path
-        cmd = [sys.executable, "-m", "serve", "--model-repository", str(repository)]
-        cmd += ["--host", "127.0.0.1", "--port", str(self.port)]
+        cmd = [sys.executable, "-m", "serve", "--host", "127.0.0.1", "--port", str(self.port)]
+        if repository is not None:
+            cmd += ["--model-repository", str(repository)]
         if default_model:
             cmd += ["--default-model", default_model]
         cmd += args or []
         full_env = {k: v for k, v in os.environ.items() if not k.startswith(("SAGEMAKER_", "SMTRITON_"))}
+        full_env["SMTRITON_WORK_DIR"] = str(work_dir)
         full_env.update(env or {})
         self._log = open(log_path, "wb")  # noqa: SIM115 - closed in stop()
         self.proc = subprocess.Popen(
@@ -88,7 +92,7 @@ class ServeProcess:
             except subprocess.TimeoutExpired:
                 os.killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait(10)
-        for pid in triton_pids(str(self.repository)):  # never leave a Triton behind, even on failure
+        for pid in triton_pids(self.marker):  # never leave a Triton behind, even on failure
             os.kill(pid, signal.SIGKILL)
         self._log.close()
         return self.proc.returncode

@@ -1,0 +1,301 @@
+"""Multi-model endpoint API (CONTRACT.md §2.4, §4) against the real serve + Triton."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import pytest
+import requests
+
+from tests.integration.conftest import TEST_MODELS, start_serve
+from tests.integration.contract_client import binary_request, json_request, parse
+from tests.integration.harness import triton_pids
+
+pytestmark = pytest.mark.integration
+
+MME_MODELS = Path(__file__).parent / "models_mme"
+A = np.arange(16, dtype=np.int32).reshape(1, 16)
+B = np.full((1, 16), 3, dtype=np.int32)
+ADDSUB = json.dumps(json_request({"INPUT0": A, "INPUT1": B})).encode()
+
+
+def _archive(root: Path, model_name: str, layout: str) -> str:
+    """Lay out an extracted archive as SageMaker does: <root>/<model_name>/model; returns the url."""
+    url = root / model_name / "model"
+    if layout == "root":  # config.pbtxt + versions directly in url
+        shutil.copytree(TEST_MODELS / "addsub", url)
+    elif layout == "subdir":
+        shutil.copytree(TEST_MODELS / "addsub", url / "addsub")
+    elif layout == "ensemble":
+        shutil.copytree(TEST_MODELS / "addsub", url / "addsub")
+        shutil.copytree(MME_MODELS / "ens", url / "ens")
+    elif layout == "oom":
+        shutil.copytree(TEST_MODELS / "addsub", url)
+        (url / "1" / "model.py").write_text(
+            "class TritonPythonModel:\n    def initialize(self, args):\n"
+            "        raise MemoryError('Failed to allocate memory for weights: out of memory')\n"
+        )
+    elif layout == "broken":
+        shutil.copytree(TEST_MODELS / "addsub", url)
+        (url / "1" / "model.py").write_text(
+            "class TritonPythonModel:\n    def initialize(self, args):\n"
+            "        raise RuntimeError('broken weights file')\n"
+        )
+    elif layout == "ident":
+        shutil.copytree(TEST_MODELS / "ident", url)
+    return str(url)
+
+
+@pytest.fixture(scope="module")
+def mme(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("mme")
+    root = tmp / "models"
+    root.mkdir()
+    server = start_serve(tmp, None, None, args=["--multi-model", "--model-root", str(root)])
+    server.root = root
+    yield server
+    server.stop()
+
+
+def _load(server, name: str, url: str, target: str | None = None) -> requests.Response:
+    headers = {"Content-Type": "application/json"}
+    if target:
+        headers["X-Amzn-SageMaker-Target-Model"] = target
+    return requests.post(f"{server.url}/models", json={"model_name": name, "url": url}, headers=headers, timeout=120)
+
+
+def _invoke(server, name: str, body: bytes = ADDSUB, content_type: str = "application/json", **headers: str):
+    headers["Content-Type"] = content_type
+    return requests.post(f"{server.url}/models/{name}/invoke", data=body, headers=headers, timeout=60)
+
+
+def _unload(server, name: str, **headers: str) -> requests.Response:
+    return requests.delete(f"{server.url}/models/{name}", headers=headers, timeout=300)
+
+
+def test_ping_is_200_with_no_models(mme):
+    assert requests.get(f"{mme.url}/ping", timeout=5).status_code == 200
+
+
+def test_load_list_describe_invoke_unload_reload(mme):
+    url = _archive(mme.root, "hashA", "root")
+    r = _load(mme, "hashA", url)
+    assert (r.status_code, r.content) == (200, b"")
+    assert _load(mme, "hashA", url).status_code == 409
+    listed = requests.get(f"{mme.url}/models", timeout=5).json()["models"]
+    assert {"modelName": "hashA", "modelUrl": url} in listed
+    assert requests.get(f"{mme.url}/models/hashA", timeout=5).json() == {"modelName": "hashA", "modelUrl": url}
+    r = _invoke(mme, "hashA")
+    assert r.status_code == 200 and r.json()["model_name"] == "hashA"
+    np.testing.assert_array_equal(parse(r).as_numpy("OUTPUT0"), A + B)
+    assert _unload(mme, "hashA").status_code == 200
+    assert _unload(mme, "hashA").status_code == 404
+    assert _invoke(mme, "hashA").status_code == 404
+    assert requests.get(f"{mme.url}/models/hashA", timeout=5).status_code == 404
+    assert _load(mme, "hashA", url).status_code == 200
+    assert _invoke(mme, "hashA").status_code == 200
+    assert _unload(mme, "hashA").status_code == 200
+
+
+def test_target_model_header_names_the_triton_model_and_binds_the_record(mme):
+    url = _archive(mme.root, "hashB", "subdir")
+    assert _load(mme, "hashB", url, target="modelB.tar.gz").status_code == 200
+    # Native answers with the TargetModel as model_name; the header is optional afterwards (B4, B7).
+    r = _invoke(mme, "hashB", **{"X-Amzn-SageMaker-Target-Model": "modelB.tar.gz"})
+    assert r.status_code == 200 and r.json()["model_name"] == "modelB.tar.gz"
+    assert _invoke(mme, "hashB").status_code == 200
+    wrong = _invoke(mme, "hashB", **{"X-Amzn-SageMaker-Target-Model": "other.tar.gz"})
+    assert wrong.status_code == 400
+    assert "does not match" in wrong.json()["error"]
+    assert _unload(mme, "hashB").status_code == 200  # no header needed (B4)
+
+
+def test_target_model_with_a_path_is_served_and_shown_as_sent(mme):
+    url = _archive(mme.root, "hashP", "root")
+    target = "team/resnet.tar.gz"
+    assert _load(mme, "hashP", url, target=target).status_code == 200
+    body, content_type = binary_request({"INPUT0": A, "INPUT1": B})
+    r = _invoke(mme, "hashP", body, content_type)
+    assert r.status_code == 200
+    result = parse(r)  # the json-header-size was recomputed after the rename
+    assert result.get_response()["model_name"] == target
+    np.testing.assert_array_equal(result.as_numpy("OUTPUT1"), A - B)
+    assert _unload(mme, "hashP").status_code == 200
+
+
+def test_ensemble_archive_loads_and_unloads_with_its_members(mme):
+    url = _archive(mme.root, "hashE", "ensemble")
+    assert _load(mme, "hashE", url, target="ens.tar.gz").status_code == 200
+    r = _invoke(mme, "hashE")
+    assert r.status_code == 200, r.text
+    result = parse(r)
+    np.testing.assert_array_equal(result.as_numpy("SUM"), A + B)
+    np.testing.assert_array_equal(result.as_numpy("DIFF"), A - B)
+    # Members are not reachable through another name (B7).
+    assert _invoke(mme, "hashE", **{"X-Amzn-SageMaker-Target-Model": "addsub"}).status_code == 400
+    assert _unload(mme, "hashE").status_code == 200
+    assert _load(mme, "hashE", url, target="ens.tar.gz").status_code == 200  # members were released too
+    assert _unload(mme, "hashE").status_code == 200
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        (b"{bad json", "JSON object"),
+        (b"[]", "JSON object"),
+        (b"", "JSON object"),
+        (b'{"model_name": 5, "url": "/x"}', "invalid model_name"),
+        (b'{"model_name": "x", "url": null}', "'url'"),
+        (b'{"model_name": "x"}', "'url'"),
+        (b'{"model_name": "../x", "url": "/x"}', "invalid model_name"),
+    ],
+)
+def test_malformed_load_bodies_are_400_and_the_server_survives(mme, body, message):
+    r = requests.post(f"{mme.url}/models", data=body, timeout=10)
+    assert r.status_code == 400
+    assert message in r.json()["error"]
+    assert requests.get(f"{mme.url}/ping", timeout=5).status_code == 200
+
+
+def test_urls_outside_the_model_root_are_refused(mme, tmp_path):
+    outside = tmp_path / "elsewhere"
+    shutil.copytree(TEST_MODELS / "addsub", outside)
+    assert _load(mme, "o1", str(outside)).status_code == 400
+    assert _load(mme, "o2", f"{mme.root}/../elsewhere").status_code == 400
+    link = mme.root / "linked" / "model"
+    link.parent.mkdir()
+    link.symlink_to(outside, target_is_directory=True)
+    assert _load(mme, "o3", str(link)).status_code == 400
+    inner = mme.root / "inner" / "model"
+    shutil.copytree(TEST_MODELS / "addsub", inner)
+    (inner / "1" / "weights.bin").symlink_to("/etc/passwd")
+    r = _load(mme, "o4", str(inner))
+    assert r.status_code == 400 and "symlink" in r.json()["error"]
+    assert _load(mme, "o5", str(mme.root / "missing" / "model")).status_code == 400
+
+
+def test_load_failures_are_507_for_oom_and_400_otherwise(mme):
+    r = _load(mme, "hashO", _archive(mme.root, "hashO", "oom"))
+    assert r.status_code == 507
+    assert "out of memory" in r.json()["error"]
+    assert "::" not in r.json()["error"]
+    assert _load(mme, "hashO", str(mme.root / "hashO" / "model")).status_code == 507  # nothing left behind
+    r = _load(mme, "hashX", _archive(mme.root, "hashX", "broken"))
+    assert r.status_code == 400
+    assert "broken weights file" in r.json()["error"]
+    assert requests.get(f"{mme.url}/ping", timeout=5).status_code == 200
+
+
+def test_unknown_names_and_wrong_methods(mme):
+    assert _invoke(mme, "nope").status_code == 404
+    assert requests.get(f"{mme.url}/models/nope", timeout=5).status_code == 404
+    assert requests.delete(f"{mme.url}/models", timeout=5).status_code == 404
+    assert requests.get(f"{mme.url}/models/a/b", timeout=5).status_code == 400
+    assert requests.put(f"{mme.url}/models", timeout=5).status_code == 400
+    assert requests.post(f"{mme.url}/invocations", data=ADDSUB, timeout=5).status_code == 400
+
+
+def test_list_is_paginated_in_load_order(mme):
+    names = [f"page{i}" for i in range(3)]
+    for name in names:
+        assert _load(mme, name, _archive(mme.root, name, "ident")).status_code == 200
+    seen, token = [], None
+    while True:
+        params = {"limit": "2", **({"next_page_token": token} if token else {})}
+        body = requests.get(f"{mme.url}/models", params=params, timeout=5).json()
+        assert len(body["models"]) <= 2
+        seen += [m["modelName"] for m in body["models"]]
+        token = body.get("nextPageToken")
+        if token is None:
+            break
+    assert [n for n in seen if n.startswith("page")] == names
+    assert requests.get(f"{mme.url}/models", params={"next_page_token": "zz"}, timeout=5).status_code == 400
+    for name in names:
+        assert _unload(mme, name).status_code == 200
+
+
+def test_concurrent_loads_of_one_model_load_it_once(mme):
+    url = _archive(mme.root, "hashC", "root")
+    with ThreadPoolExecutor(4) as pool:
+        codes = sorted(pool.map(lambda _: _load(mme, "hashC", url).status_code, range(4)))
+    assert codes == [200, 409, 409, 409]
+    with ThreadPoolExecutor(4) as pool:
+        codes = sorted(pool.map(lambda _: _unload(mme, "hashC").status_code, range(4)))
+    assert codes == [200, 404, 404, 404]
+
+
+def test_invokes_interleaved_with_loads_and_unloads_never_5xx(mme):
+    names = [f"mix{i}" for i in range(4)]
+    urls = {n: _archive(mme.root, n, "root") for n in names}
+    for n in names[:2]:
+        assert _load(mme, n, urls[n]).status_code == 200
+
+    def invoke(i: int) -> int:
+        r = _invoke(mme, names[i % 4])
+        if r.status_code == 200:
+            np.testing.assert_array_equal(parse(r).as_numpy("OUTPUT0"), A + B)
+        return r.status_code
+
+    def churn() -> list[int]:
+        codes = []
+        for n in names:
+            codes.append(_load(mme, n, urls[n]).status_code)
+            codes.append(_unload(mme, n).status_code)
+            codes.append(_load(mme, n, urls[n]).status_code)
+        return codes
+
+    with ThreadPoolExecutor(17) as pool:
+        churned = pool.submit(churn)
+        codes = list(pool.map(invoke, range(64)))
+        management = churned.result(timeout=300)
+    assert set(codes) <= {200, 404}, codes
+    assert set(management) <= {200, 409}, management
+    assert requests.get(f"{mme.url}/ping", timeout=5).status_code == 200
+    for n in names:
+        assert _unload(mme, n).status_code == 200
+
+
+def test_memory_reserve_refuses_a_load_with_507(tmp_path):
+    root = tmp_path / "models"
+    url = _archive(root, "big", "root")
+    server = start_serve(
+        tmp_path,
+        None,
+        None,
+        args=["--multi-model", "--model-root", str(root)],
+        env={"SMTRITON_MEMORY_RESERVE_BYTES": str(1 << 50)},
+    )
+    try:
+        r = _load(server, "big", url)
+        assert r.status_code == 507
+        assert "not enough memory" in r.json()["error"]
+        assert requests.get(f"{server.url}/ping", timeout=5).status_code == 200
+        assert requests.get(f"{server.url}/models", timeout=5).json() == {"models": []}
+    finally:
+        server.stop()
+
+
+def test_loaded_models_are_restored_after_triton_dies(tmp_path):
+    root = tmp_path / "models"
+    url = _archive(root, "hashR", "root")
+    server = start_serve(tmp_path, None, None, args=["--multi-model", "--model-root", str(root)])
+    try:
+        assert _load(server, "hashR", url, target="r.tar.gz").status_code == 200
+        (pid,) = triton_pids(server.marker)
+        os.kill(pid, signal.SIGKILL)
+        deadline = time.monotonic() + 1.5
+        while requests.get(f"{server.url}/ping", timeout=2).status_code == 200:
+            assert time.monotonic() < deadline, "/ping still 200 after Triton died"
+            time.sleep(0.05)
+        server.wait_healthy(120)
+        r = _invoke(server, "hashR")
+        assert r.status_code == 200 and r.json()["model_name"] == "r.tar.gz"
+    finally:
+        server.stop()
