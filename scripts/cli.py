@@ -12,6 +12,7 @@ from rich.markup import escape
 from rich.progress import Progress, SpinnerColumn, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from scripts.local_endpoint_cli import local_endpoint
 from scripts.recipe import DEFAULT_RECIPE, RecipeError
 
 app = typer.Typer(
@@ -103,6 +104,9 @@ def build_repository_command(
     else:
         built = sum(r.status == "built" for r in report.results)
         console.print(f"Built {built} of {len(report.results)} models in {report.seconds:.1f} s.")
+
+
+app.command("local-endpoint")(local_endpoint)
 
 
 def main() -> None:

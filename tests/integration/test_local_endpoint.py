@@ -1,0 +1,195 @@
+"""The local endpoint emulator, driven by the real boto3 `sagemaker-runtime` client."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tarfile
+import time
+from pathlib import Path
+
+import boto3
+import numpy as np
+import pytest
+import requests
+from botocore.config import Config
+
+from tests.integration.conftest import TEST_MODELS
+from tests.integration.contract_client import binary_request, json_request
+from tests.integration.harness import free_port, triton_pids
+
+pytestmark = pytest.mark.integration
+
+A = np.arange(16, dtype=np.int32).reshape(1, 16)
+B = np.full((1, 16), 3, dtype=np.int32)
+SMTRITON = str(Path(sys.executable).parent / "smtriton")
+
+
+def _offset_model(directory: Path, offset: int) -> None:
+    """addsub whose OUTPUT0 is INPUT0 + INPUT1 + offset: each archive answers differently."""
+    shutil.copytree(TEST_MODELS / "addsub", directory)
+    source = (directory / "1" / "model.py").read_text()
+    (directory / "1" / "model.py").write_text(source.replace("a + b)", f"a + b + {offset})"))
+
+
+def _tar(source: Path, archive: Path) -> None:
+    with tarfile.open(archive, "w:gz") as tar:
+        for item in sorted(source.iterdir()):
+            tar.add(item, arcname=item.name)
+
+
+class Emulator:
+    def __init__(self, tmp: Path, args: list[str]) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.work = tmp / "work"
+        self.work.mkdir()
+        self._log = open(tmp / "emulator.log", "wb")  # noqa: SIM115
+        self.log_path = tmp / "emulator.log"
+        cmd = [SMTRITON, "local-endpoint", "--port", str(self.port), "--work-dir", str(self.work), *args]
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("SAGEMAKER_", "SMTRITON_"))}
+        self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True, env=env)
+        deadline = time.monotonic() + 180
+        while True:
+            assert self.proc.poll() is None, self.log_path.read_text()[-3000:]
+            assert time.monotonic() < deadline, self.log_path.read_text()[-3000:]
+            try:
+                requests.get(f"{self.url}/_local/models", timeout=2)
+                break
+            except requests.ConnectionError:
+                time.sleep(0.3)
+        self.client = boto3.client(
+            "sagemaker-runtime",
+            endpoint_url=self.url,
+            region_name="us-east-1",
+            aws_access_key_id="local",
+            aws_secret_access_key="local",
+            config=Config(retries={"max_attempts": 1}, read_timeout=120),
+        )
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(60)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(10)
+        for pid in triton_pids(str(self.work)):
+            os.kill(pid, signal.SIGKILL)
+        self._log.close()
+
+
+@pytest.fixture(scope="module")
+def mme_endpoint(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("endpoint")
+    archives = tmp / "archives"
+    (archives / "team").mkdir(parents=True)
+    for i in range(5):
+        _offset_model(tmp / f"src{i}" / "addsub", i)
+        _tar(tmp / f"src{i}", archives / ("team" if i == 4 else "") / f"model{i}.tar.gz")
+    emulator = Emulator(tmp, ["--models", str(archives), "--capacity", "2"])
+    yield emulator
+    emulator.stop()
+
+
+def _json_invoke(client, target: str) -> dict:
+    body = json.dumps(json_request({"INPUT0": A, "INPUT1": B}))
+    r = client.invoke_endpoint(EndpointName="local", Body=body, ContentType="application/json", TargetModel=target)
+    assert r["ContentType"] == "application/json"
+    assert r["InvokedProductionVariant"] == "AllTraffic"
+    return json.loads(r["Body"].read())
+
+
+def test_five_models_in_turn_with_capacity_two_load_and_evict_lru(mme_endpoint):
+    targets = ["model0.tar.gz", "model1.tar.gz", "model2.tar.gz", "model3.tar.gz", "team/model4.tar.gz"]
+    for round_ in range(2):
+        for i, target in enumerate(targets):
+            out = _json_invoke(mme_endpoint.client, target)
+            assert out["model_name"] == target
+            assert out["outputs"][0]["data"] == (A + B + i).flatten().tolist(), (round_, target)
+    status = requests.get(f"{mme_endpoint.url}/_local/models", timeout=5).json()
+    assert status["loaded"] == targets[-2:]
+    assert status["loads"] == 10
+    assert status["evictions"] == 8
+
+
+def test_binary_json_through_boto3_decodes_with_tritonclient(mme_endpoint):
+    import tritonclient.http as httpclient
+
+    body, content_type = binary_request({"INPUT0": A, "INPUT1": B})
+    r = mme_endpoint.client.invoke_endpoint(
+        EndpointName="local", Body=body, ContentType=content_type, TargetModel="model3.tar.gz"
+    )
+    header_length = int(r["ContentType"].split("json-header-size=")[1])
+    result = httpclient.InferenceServerClient.parse_response_body(r["Body"].read(), header_length=header_length)
+    np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), A + B + 3)
+    np.testing.assert_array_equal(result.as_numpy("OUTPUT1"), A - B)
+
+
+def test_container_errors_reach_boto3_as_model_error(mme_endpoint):
+    client = mme_endpoint.client
+    with pytest.raises(client.exceptions.ModelError) as err:
+        client.invoke_endpoint(
+            EndpointName="local", Body=b"{not json", ContentType="application/json", TargetModel="model0.tar.gz"
+        )
+    response = err.value.response
+    assert response["OriginalStatusCode"] == 400
+    assert "failed to parse the request JSON buffer" in response["OriginalMessage"]
+
+
+def test_missing_archive_and_unknown_endpoint_are_validation_errors(mme_endpoint):
+    client = mme_endpoint.client
+    with pytest.raises(client.exceptions.ClientError, match="ValidationError"):
+        client.invoke_endpoint(
+            EndpointName="local", Body=b"{}", ContentType="application/json", TargetModel="nope.tar.gz"
+        )
+    with pytest.raises(client.exceptions.ClientError, match="ValidationError"):
+        client.invoke_endpoint(
+            EndpointName="other", Body=b"{}", ContentType="application/json", TargetModel="model0.tar.gz"
+        )
+
+
+def test_single_model_endpoint_from_a_model_tar_gz(tmp_path):
+    repo = tmp_path / "repo"
+    _offset_model(repo / "addsub", 7)
+    _tar(repo, tmp_path / "model.tar.gz")
+    emulator = Emulator(tmp_path, ["--model-data", str(tmp_path / "model.tar.gz")])
+    try:
+        body = json.dumps(json_request({"INPUT0": A, "INPUT1": B}))
+        r = emulator.client.invoke_endpoint(EndpointName="local", Body=body, ContentType="application/json")
+        out = json.loads(r["Body"].read())
+        assert out["outputs"][0]["data"] == (A + B + 7).flatten().tolist()
+    finally:
+        emulator.stop()
+
+
+def test_archives_with_links_out_or_traversal_are_refused(tmp_path):
+    from scripts.local_endpoint import ArchiveError, safe_extract
+
+    evil = tmp_path / "evil.tar.gz"
+    with tarfile.open(evil, "w:gz") as tar:
+        info = tarfile.TarInfo("../escape.txt")
+        info.size = 2
+        tar.addfile(info, io.BytesIO(b"hi"))
+    with pytest.raises(ArchiveError, match="leaves the archive"):
+        safe_extract(evil, tmp_path / "out1")
+    with tarfile.open(evil, "w:gz") as tar:
+        link = tarfile.TarInfo("model/weights")
+        link.type = tarfile.SYMTYPE
+        link.linkname = "/etc/passwd"
+        tar.addfile(link)
+    with pytest.raises(ArchiveError, match="points outside"):
+        safe_extract(evil, tmp_path / "out2")
+    with tarfile.open(evil, "w:gz") as tar:
+        dev = tarfile.TarInfo("model/dev")
+        dev.type = tarfile.CHRTYPE
+        tar.addfile(dev)
+    with pytest.raises(ArchiveError, match="not a file"):
+        safe_extract(evil, tmp_path / "out3")
+    assert not (tmp_path / "escape.txt").exists()
