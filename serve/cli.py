@@ -26,7 +26,16 @@ log = logging.getLogger("serve")
 
 
 class _Server(uvicorn.Server):
-    """uvicorn, except that a SIGTERM/SIGINT drain ends with status 0 (uvicorn re-raises the signal)."""
+    """uvicorn, except that a SIGTERM/SIGINT drain ends with status 0 (uvicorn re-raises the signal)
+    and tells the engine at once, so /ping fails while in-flight requests finish."""
+
+    def __init__(self, config: uvicorn.Config, engine: Engine) -> None:
+        super().__init__(config)
+        self._engine = engine
+
+    def handle_exit(self, sig: int, frame: object) -> None:
+        self._engine.begin_drain()
+        super().handle_exit(sig, frame)  # type: ignore[arg-type]
 
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
@@ -137,7 +146,7 @@ def serve(
         timeout_graceful_shutdown=int(settings.shutdown_timeout_s),
         lifespan="on",
     )
-    _Server(config).run()
+    _Server(config, engine).run()
 
 
 def main() -> None:

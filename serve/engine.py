@@ -56,6 +56,7 @@ class Engine:
         self.client: TritonClient | None = None
         self.process: TritonProcess | None = None
         self.restarts = 0
+        self.draining = False
         if settings.work_dir is not None:
             settings.work_dir.mkdir(parents=True, exist_ok=True)
         self._workdir = Path(tempfile.mkdtemp(prefix="smtriton-", dir=settings.work_dir))
@@ -88,9 +89,16 @@ class Engine:
             await self.process.stop(self.settings.triton_exit_timeout_s + 5)
         shutil.rmtree(self._workdir, ignore_errors=True)
 
+    def begin_drain(self) -> None:
+        """SIGTERM arrived: /ping fails from now on so no new traffic is routed here; requests
+        already accepted still run to completion before Triton is stopped."""
+        self.draining = True
+
     @property
     def healthy(self) -> bool:
         """What /ping answers: Triton live and the default model READY (or live only, in live mode)."""
+        if self.draining:
+            return False
         if self.settings.ping_mode == "live":
             return self.state in (State.READY, State.MODEL_FAILED)
         return self.state is State.READY

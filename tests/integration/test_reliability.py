@@ -1,0 +1,143 @@
+"""Shutdown under load, hostile input, and what must never be exposed (CONTRACT.md §1.7, DESIGN.md §7)."""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import requests
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tests.integration.conftest import start_serve
+from tests.integration.contract_client import BJ
+from tests.integration.harness import triton_pids
+
+pytestmark = pytest.mark.integration
+
+
+def test_sigterm_under_load_finishes_every_accepted_request(tmp_path, test_repository):
+    server = start_serve(tmp_path, test_repository, "slow")
+    results: list[str] = []
+    stop = threading.Event()
+
+    def client(i: int) -> None:
+        body = json.dumps({"inputs": [{"name": "INPUT0", "shape": [2], "datatype": "FP32", "data": [i, 1.5]}]})
+        while not stop.is_set():
+            try:
+                r = requests.post(f"{server.url}/invocations", data=body, timeout=30)
+            except requests.ConnectionError as exc:  # refused or reset before the app read the request
+                assert re.search(r"refused|reset|aborted", str(exc), re.I), exc
+                results.append("refused")
+                time.sleep(0.05)
+                continue
+            assert r.status_code == 200, r.text
+            assert r.json()["outputs"][0]["data"] == [float(i), 1.5]  # complete, uncut, this request's own
+            results.append("ok")
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(8)]
+    try:
+        for t in threads:
+            t.start()
+        time.sleep(1.5)
+        started = time.monotonic()
+        server.proc.send_signal(signal.SIGTERM)
+        code = server.proc.wait(40)
+        elapsed = time.monotonic() - started
+        stop.set()
+        for t in threads:
+            t.join(30)
+        assert code == 0
+        assert elapsed < 30
+        assert results.count("ok") >= 8
+        assert triton_pids(str(test_repository)) == []
+    finally:
+        stop.set()
+        server.stop()
+
+
+def test_triton_listens_on_loopback_only(addsub_server):
+    (pid,) = triton_pids(str(addsub_server.repository))
+    cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    port = int(next(a for a in cmdline if a.startswith(b"--http-port=")).split(b"=")[1])
+    assert b"--http-address=127.0.0.1" in cmdline
+    assert b"--allow-grpc=false" in cmdline and b"--allow-metrics=false" in cmdline
+    listening = []
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        local, state = line.split()[1], line.split()[3]
+        address, port_hex = local.split(":")
+        if state == "0A" and int(port_hex, 16) == port:  # 0A = LISTEN
+            listening.append(address)
+    assert listening == ["0100007F"]  # 127.0.0.1, nothing on 0.0.0.0
+
+
+def test_request_bodies_never_reach_the_logs(addsub_server):
+    marker = "zq-body-marker-7741"
+    good = {
+        "inputs": [
+            {"name": "INPUT0", "shape": [1, 16], "datatype": "INT32", "data": list(range(16))},
+            {"name": "INPUT1", "shape": [1, 16], "datatype": "INT32", "data": list(range(16))},
+        ],
+        "id": marker,
+    }
+    requests.post(f"{addsub_server.url}/invocations", json=good, timeout=10)
+    requests.post(f"{addsub_server.url}/invocations", data=f'{{"{marker}": [', timeout=10)
+    requests.post(
+        f"{addsub_server.url}/invocations", data=marker.encode() * 10, headers={"Content-Type": BJ}, timeout=10
+    )
+    time.sleep(0.5)
+    assert marker not in addsub_server.log_text()
+
+
+_content_types = st.one_of(
+    st.none(),
+    st.sampled_from(["application/json", "application/octet-stream", "text/csv", BJ, f"{BJ};json-header-size="]),
+    st.builds(lambda n: f"{BJ};json-header-size={n}", st.integers(-(10**12), 10**12)),
+    st.builds(lambda s: f"{BJ};json-header-size={s}", st.text(max_size=12)),
+    st.text(max_size=60).filter(lambda s: "\n" not in s and "\r" not in s),
+)
+_json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
+    lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=6), children, max_size=4),
+    max_leaves=20,
+)
+_bodies = st.one_of(
+    st.binary(max_size=512),
+    _json_values.map(lambda v: json.dumps(v).encode()),
+    st.builds(
+        lambda name, shape, dtype, data: json.dumps(
+            {"inputs": [{"name": name, "shape": shape, "datatype": dtype, "data": data}]}
+        ).encode(),
+        st.sampled_from(["INPUT0", "INPUT1", "x", ""]),
+        st.lists(st.integers(-2, 20), max_size=3),
+        st.sampled_from(["INT32", "FP32", "BYTES", "BOOL", "nope"]),
+        st.lists(st.integers(-5, 5) | st.text(max_size=3), max_size=20),
+    ),
+    st.just(b"[" * 3000 + b"]" * 3000),  # deeply nested
+)
+
+
+@settings(max_examples=1500, deadline=None, suppress_health_check=list(HealthCheck))
+@given(body=_bodies, content_type=_content_types, route=st.sampled_from(["/invocations", "/models/x/invoke"]))
+def test_fuzzed_requests_never_get_a_5xx(addsub_server, body, content_type, route):
+    # Raw UTF-8 bytes: headers with non-Latin-1 text must reach the server too, not fail in the client.
+    headers = {"Content-Type": content_type.encode()} if content_type is not None else {}
+    try:
+        r = requests.post(f"{addsub_server.url}{route}", data=body, headers=headers, timeout=10)
+    except requests.exceptions.InvalidHeader:
+        return  # the client library refuses to send it; nothing reached the server
+    assert r.status_code < 500, (r.status_code, r.text[:300])
+    if r.status_code != 200:
+        if r.content == b"Invalid HTTP request received.":
+            assert r.status_code == 400  # refused by the HTTP parser (e.g. control bytes in a header)
+        else:
+            assert "error" in r.json()
+
+
+def test_server_is_healthy_after_the_fuzzing(addsub_server):
+    assert requests.get(f"{addsub_server.url}/ping", timeout=5).status_code == 200
