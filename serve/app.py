@@ -9,13 +9,17 @@ import orjson
 from fastapi import FastAPI, Request, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from serve import codec
 from serve.codec import JSON
-from serve.engine import Engine
+from serve.engine import CUSTOM_ATTRIBUTES, Engine, to_sagemaker
 from serve.errors import BadRequest, PayloadTooLarge, ServeError, error_body
 from serve.multimodel import ModelRegistry, NotLoaded, to_mme_response
+from serve.triton.client import UpstreamResponse
 
 _PLAIN = {"content-type": "text/plain"}
 LOAD_BODY_LIMIT = 64 * 1024  # a load request is a small JSON object
+CUSTOM_ATTRIBUTES_HEADER = "X-Amzn-SageMaker-Custom-Attributes"
+DEFAULT_BATCH_PAYLOAD_MB = 6  # SageMaker's own default MaxPayloadInMB
 
 
 def _error(status: int, message: str) -> Response:
@@ -72,22 +76,52 @@ def create_app(engine: Engine, registry: ModelRegistry | None = None) -> FastAPI
             return _error(400, f"no route for {request.method} {request.url.path}")
         return _error(exc.status_code, str(exc.detail))
 
+    def _json(value: object, status: int = 200) -> Response:
+        return Response(orjson.dumps(value), status_code=status, media_type=JSON)
+
     @app.get("/ping")
     async def ping() -> Response:
         if engine.healthy:
             return Response(b"", status_code=200, headers=_PLAIN)
         return Response(b"", status_code=503, headers=_PLAIN)
 
+    @app.get("/execution-parameters")
+    async def execution_parameters() -> Response:
+        """Batch transform asks before sending work (CONTRACT.md §7): job settings first, then ours."""
+        settings = engine.settings
+        concurrency = settings.max_concurrent_transforms
+        if concurrency is None:
+            concurrency = await engine.instance_count()
+        return _json(
+            {
+                "MaxConcurrentTransforms": concurrency,
+                "BatchStrategy": settings.batch_strategy or "MULTI_RECORD",
+                "MaxPayloadInMB": settings.max_payload_in_mb or DEFAULT_BATCH_PAYLOAD_MB,
+            }
+        )
+
+    async def read_invocation(request: Request) -> tuple[bytes, str | None, str | None]:
+        """(body, content type, custom attributes) of an inference request, decompressed if encoded."""
+        headers = request.headers
+        body = codec.decompress(await read_body(request, limit), headers.get("content-encoding"), limit)
+        return body, headers.get("content-type"), headers.get(CUSTOM_ATTRIBUTES_HEADER)
+
+    def respond(upstream: UpstreamResponse, status: int, content_type: str, payload: bytes) -> Response:
+        response = Response(payload, status_code=status, media_type=content_type)
+        if status == 200:
+            attributes = codec.response_parameter(upstream.body, upstream.header_length, CUSTOM_ATTRIBUTES)
+            if attributes is not None:
+                response.headers[CUSTOM_ATTRIBUTES_HEADER] = attributes
+        return response
+
     @app.post("/invocations")
     async def invocations(request: Request) -> Response:
-        body = await read_body(request, limit)
-        status, content_type, payload = await engine.invoke(body, request.headers.get("content-type"))
-        return Response(payload, status_code=status, media_type=content_type)
+        model = engine.sme_model()
+        body, content_type, attributes = await read_invocation(request)
+        upstream = await engine.forward(model, body, content_type, attributes)
+        return respond(upstream, *to_sagemaker(upstream))
 
     target_header = "x-amzn-sagemaker-target-model"
-
-    def _json(value: object, status: int = 200) -> Response:
-        return Response(orjson.dumps(value), status_code=status, media_type=JSON)
 
     def _registry() -> ModelRegistry:
         if registry is None:
@@ -133,14 +167,13 @@ def create_app(engine: Engine, registry: ModelRegistry | None = None) -> FastAPI
     async def invoke_model(request: Request, name: str) -> Response:
         if registry is None:
             raise NotLoaded(name)
-        body = await read_body(request, limit)
+        body, content_type, attributes = await read_invocation(request)
         record = registry.begin_invoke(name, request.headers.get(target_header))
         try:
-            upstream = await engine.forward(record.triton_name, body, request.headers.get("content-type"))
+            upstream = await engine.forward(record.triton_name, body, content_type, attributes)
         finally:
             registry.end_invoke(record)
-        status, content_type, payload = to_mme_response(record, upstream)
-        return Response(payload, status_code=status, media_type=content_type)
+        return respond(upstream, *to_mme_response(record, upstream))
 
     @app.api_route("/models/{name}/invoke", methods=["PUT", "PATCH", "DELETE", "OPTIONS"])
     @app.api_route("/models", methods=["PUT", "PATCH", "OPTIONS"])

@@ -7,7 +7,11 @@ SageMaker puts it in the Content-Type (``...binary+json;json-header-size=N``), T
 
 from __future__ import annotations
 
-from serve.errors import BadRequest
+import zlib
+
+import orjson
+
+from serve.errors import BadRequest, PayloadTooLarge, ServeError
 
 BINARY_JSON = "application/vnd.sagemaker-triton.binary+json"
 BINARY_JSON_PREFIX = f"{BINARY_JSON};json-header-size="
@@ -53,3 +57,75 @@ def response_content_type(triton_header_length: int | None) -> str:
     if triton_header_length is None:
         return JSON
     return f"{BINARY_JSON_PREFIX}{triton_header_length}"
+
+
+def decompress(body: bytes, encoding: str | None, limit: int) -> bytes:
+    """Undo ``Content-Encoding: gzip|deflate``; the output is bounded by ``limit`` (a zip bomb is 413)."""
+    if not encoding:
+        return body
+    name = encoding.strip().lower()
+    if name in ("", "identity"):
+        return body
+    if name in ("gzip", "x-gzip"):
+        wbits = 16 + zlib.MAX_WBITS
+    elif name == "deflate":
+        wbits = zlib.MAX_WBITS  # RFC 9110 deflate is zlib-wrapped; raw deflate is retried below
+    else:
+        raise ServeError(415, f"unsupported Content-Encoding '{encoding}' (use gzip or deflate)")
+    try:
+        return _inflate(body, wbits, limit)
+    except zlib.error:
+        if name != "deflate":
+            raise BadRequest("request body is not valid gzip data") from None
+    try:
+        return _inflate(body, -zlib.MAX_WBITS, limit)
+    except zlib.error:
+        raise BadRequest("request body is not valid deflate data") from None
+
+
+def _inflate(body: bytes, wbits: int, limit: int) -> bytes:
+    inflater = zlib.decompressobj(wbits)
+    out = inflater.decompress(body, limit + 1)
+    if len(out) > limit or inflater.unconsumed_tail:
+        raise PayloadTooLarge(limit)
+    out += inflater.flush()
+    if len(out) > limit:
+        raise PayloadTooLarge(limit)
+    if not inflater.eof:
+        raise zlib.error("truncated stream")
+    return out
+
+
+def json_part(body: bytes, header_length: int | None) -> bytes:
+    return body if header_length is None else body[:header_length]
+
+
+def add_request_parameter(body: bytes, header_length: int | None, key: str, value: str) -> tuple[bytes, int | None]:
+    """Set ``parameters[key]`` in a request's JSON part (recomputing its length); raw mode is left alone."""
+    if header_length == 0:
+        return body, header_length
+    try:
+        request = orjson.loads(json_part(body, header_length))
+    except orjson.JSONDecodeError:
+        return body, header_length  # Triton will report the parse error itself
+    if not isinstance(request, dict):
+        return body, header_length
+    parameters = request.get("parameters")
+    request["parameters"] = {**(parameters if isinstance(parameters, dict) else {}), key: value}
+    header = orjson.dumps(request)
+    if header_length is None:
+        return header, None
+    return header + body[header_length:], len(header)
+
+
+def response_parameter(body: bytes, header_length: int | None, key: str) -> str | None:
+    """A string response parameter the model set, without parsing responses that cannot have it."""
+    header = json_part(body, header_length)
+    if f'"{key}"'.encode() not in header:
+        return None
+    try:
+        parameters = orjson.loads(header).get("parameters") or {}
+    except (orjson.JSONDecodeError, AttributeError):
+        return None
+    value = parameters.get(key) if isinstance(parameters, dict) else None
+    return value if isinstance(value, str) else None

@@ -32,6 +32,9 @@ log = logging.getLogger("serve")
 _PARSE_ERROR_PREFIXES = (b'{"error":"failed to parse the request JSON buffer', b'{"error":"Unable to parse')
 _BIND_FAILURE_MARKERS = ("failed to start", "Address already in use", "address already in use")
 HEALTH_INTERVAL_S = 1.0
+# CONTRACT.md §7: the custom attributes header travels to the model as this request parameter, and a
+# response parameter of the same name set by the model comes back as the header.
+CUSTOM_ATTRIBUTES = "sagemaker_custom_attributes"
 MAX_BACKOFF_S = 30.0
 
 
@@ -228,21 +231,38 @@ class Engine:
             raise NotReady("Triton is restarting")
         return self.client
 
-    async def forward(self, triton_name: str, body: bytes, content_type: str | None) -> UpstreamResponse:
-        """Send one SageMaker-encoded request to a Triton model; the body goes through untouched."""
+    async def forward(
+        self, triton_name: str, body: bytes, content_type: str | None, custom_attributes: str | None = None
+    ) -> UpstreamResponse:
+        """Send one SageMaker-encoded request to a Triton model; the body goes through untouched
+        unless custom attributes must be added to its parameters."""
         header_length = codec.request_header_length(content_type, len(body))
         if self.state is not State.READY or self.client is None:
             raise NotReady(self._not_ready_message(triton_name))
+        if custom_attributes is not None:
+            body, header_length = codec.add_request_parameter(body, header_length, CUSTOM_ATTRIBUTES, custom_attributes)
         return await self.client.infer(triton_name, body, header_length)
 
-    async def invoke(self, body: bytes, content_type: str | None) -> tuple[int, str, bytes]:
-        """Run one SageMaker request on the default model: (status, content type, body)."""
+    async def instance_count(self) -> int:
+        """Model instances Triton runs for the SME model (1 for an MME or when unknown)."""
+        if self.default_model is None or self.state is not State.READY or self.client is None:
+            return 1
+        try:
+            config = await self.client.model_config(self.default_model)
+        except ServeError:
+            return 1
+        groups = config.get("instance_group") or []
+        total = sum(int(g.get("count", 1)) for g in groups if isinstance(g, dict))  # type: ignore[union-attr]
+        return max(1, total)
+
+    def sme_model(self) -> str:
+        """The model /invocations serves."""
         if self.default_model is None:
             raise BadRequest(
                 "this is a multi-model endpoint: invoke a model with POST /models/<name>/invoke "
                 "(TargetModel in boto3), or set SAGEMAKER_TRITON_DEFAULT_MODEL_NAME"
             )
-        return to_sagemaker(await self.forward(self.default_model, body, content_type))
+        return self.default_model
 
     def _not_ready_message(self, model: str) -> str:
         if self.state is State.STOPPING:

@@ -112,6 +112,9 @@ class Settings:
     inference_type: InferenceType = "infer"
     safe_port_range: tuple[int, int] | None = None
     batch: bool = False
+    batch_strategy: Literal["MULTI_RECORD", "SINGLE_RECORD"] | None = None
+    max_concurrent_transforms: int | None = None
+    max_payload_in_mb: int | None = None
     max_payload_bytes: int = 100 * MIB
     tritonserver: Path | None = None
     triton: TritonOptions = field(default_factory=TritonOptions)
@@ -149,6 +152,15 @@ class Settings:
             if env.get("SAGEMAKER_SAFE_PORT_RANGE")
             else None,
             batch=env.get("SAGEMAKER_BATCH") == "true",
+            batch_strategy=_batch_strategy(env.get("SAGEMAKER_BATCH_STRATEGY")),
+            max_concurrent_transforms=_int(
+                "SAGEMAKER_MAX_CONCURRENT_TRANSFORMS", env["SAGEMAKER_MAX_CONCURRENT_TRANSFORMS"], minimum=1
+            )
+            if env.get("SAGEMAKER_MAX_CONCURRENT_TRANSFORMS")
+            else None,
+            max_payload_in_mb=_int("SAGEMAKER_MAX_PAYLOAD_IN_MB", env["SAGEMAKER_MAX_PAYLOAD_IN_MB"])
+            if env.get("SAGEMAKER_MAX_PAYLOAD_IN_MB")
+            else None,
             max_payload_bytes=_max_payload(env),
             tritonserver=Path(env["TRITONSERVER"]) if env.get("TRITONSERVER") else None,
             triton=_triton_options(env),
@@ -191,13 +203,25 @@ def _inference_type(raw: str) -> InferenceType:
 
 
 def _max_payload(env: Mapping[str, str]) -> int:
+    """Batch transform's MaxPayloadInMB wins under SAGEMAKER_BATCH; else ours; else 100 MiB."""
+    batch_mb = 0
+    if env.get("SAGEMAKER_MAX_PAYLOAD_IN_MB"):
+        # 0 means chunked, unbounded, to SageMaker; the default bound stays then.
+        batch_mb = _int("SAGEMAKER_MAX_PAYLOAD_IN_MB", env["SAGEMAKER_MAX_PAYLOAD_IN_MB"], minimum=0)
+    if env.get("SAGEMAKER_BATCH") == "true" and batch_mb > 0:
+        return batch_mb * MIB
     if env.get("SMTRITON_MAX_PAYLOAD_BYTES"):
         return _int("SMTRITON_MAX_PAYLOAD_BYTES", env["SMTRITON_MAX_PAYLOAD_BYTES"], minimum=1)
-    if env.get("SAGEMAKER_MAX_PAYLOAD_IN_MB"):
-        mb = _int("SAGEMAKER_MAX_PAYLOAD_IN_MB", env["SAGEMAKER_MAX_PAYLOAD_IN_MB"], minimum=0)
-        if mb > 0:  # 0 means chunked, unbounded, to SageMaker; keep the default bound then.
-            return mb * MIB
-    return 100 * MIB
+    return batch_mb * MIB if batch_mb > 0 else 100 * MIB
+
+
+def _batch_strategy(raw: str | None) -> Literal["MULTI_RECORD", "SINGLE_RECORD"] | None:
+    if not raw:
+        return None
+    value = raw.strip().upper()
+    if value not in ("MULTI_RECORD", "SINGLE_RECORD"):
+        raise SettingsError(f"SAGEMAKER_BATCH_STRATEGY={raw!r} must be MULTI_RECORD or SINGLE_RECORD")
+    return value  # type: ignore[return-value]
 
 
 def _opt(env: Mapping[str, str], name: str) -> str | None:

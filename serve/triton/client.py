@@ -82,6 +82,18 @@ class TritonClient:
     async def model_ready(self, model: str) -> bool:
         return await self._get_ok(f"/v2/models/{quote(model, safe='')}/ready")
 
+    async def model_config(self, model: str) -> dict[str, object]:
+        """The model's configuration as Triton completed it (JSON)."""
+        url = self._model_url(model, "/config")
+        try:
+            async with self._session.get(url, timeout=self._probe_timeout) as resp:
+                body = await resp.read()
+                if resp.status != 200:
+                    raise ServeError(resp.status, error_text(body))
+                return orjson.loads(body)
+        except (asyncio.TimeoutError, aiohttp.ClientError):
+            raise UpstreamUnavailable("Triton is not reachable") from None
+
     async def load_model(self, model: str, timeout_s: float) -> None:
         """Load (or reload) a model; raises ServeError with Triton's message when it fails."""
         url = f"{self.base_url}/v2/repository/models/{quote(model, safe='')}/load"

@@ -64,3 +64,41 @@ def test_binary_type_not_at_the_start_is_rejected_with_the_native_message():
 def test_response_content_type_follows_tritons_header_length():
     assert codec.response_content_type(None) == "application/json"
     assert codec.response_content_type(235) == f"{BJ};json-header-size=235"
+
+
+def test_custom_attributes_are_added_to_json_and_binary_requests():
+    import orjson
+
+    body, length = codec.add_request_parameter(b'{"inputs":[],"parameters":{"a":1}}', None, "k", "v")
+    assert length is None
+    assert orjson.loads(body)["parameters"] == {"a": 1, "k": "v"}
+    header = b'{"inputs":[{"name":"X","parameters":{"binary_data_size":4}}]}'
+    body, length = codec.add_request_parameter(header + b"\x00\x01\x02\x03", len(header), "k", "v")
+    assert body.endswith(b"\x00\x01\x02\x03")
+    assert orjson.loads(body[:length])["parameters"] == {"k": "v"}
+    assert codec.add_request_parameter(b"\x00" * 8, 0, "k", "v") == (b"\x00" * 8, 0)  # raw mode
+    assert codec.add_request_parameter(b"{not json", None, "k", "v") == (b"{not json", None)
+
+
+def test_response_parameter_is_read_from_the_json_part_only():
+    response = b'{"model_name":"m","model_version":"1","parameters":{"sagemaker_custom_attributes":"x=1"},"outputs":[]}'
+    assert codec.response_parameter(response, None, "sagemaker_custom_attributes") == "x=1"
+    assert codec.response_parameter(response + b"\x00binary", len(response), "sagemaker_custom_attributes") == "x=1"
+    assert codec.response_parameter(b'{"outputs":[]}', None, "sagemaker_custom_attributes") is None
+    blob = b'{"outputs":[]}' + b'"sagemaker_custom_attributes"'
+    assert codec.response_parameter(blob, 14, "sagemaker_custom_attributes") is None
+
+
+def test_decompression_is_bounded():
+    import gzip
+    import zlib
+
+    from serve.errors import PayloadTooLarge
+
+    assert codec.decompress(gzip.compress(b"abc"), "gzip", 10) == b"abc"
+    assert codec.decompress(zlib.compress(b"abc"), "deflate", 10) == b"abc"
+    assert codec.decompress(b"abc", None, 10) == b"abc"
+    with pytest.raises(PayloadTooLarge):
+        codec.decompress(gzip.compress(b"x" * 1000), "gzip", 999)
+    with pytest.raises(BadRequest):
+        codec.decompress(gzip.compress(b"abc")[:-3], "gzip", 10)
