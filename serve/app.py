@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 
 import orjson
@@ -16,10 +19,22 @@ from serve.errors import BadRequest, PayloadTooLarge, ServeError, error_body
 from serve.multimodel import ModelRegistry, NotLoaded, to_mme_response
 from serve.triton.client import UpstreamResponse
 
+log = logging.getLogger("serve.access")
 _PLAIN = {"content-type": "text/plain"}
 LOAD_BODY_LIMIT = 64 * 1024  # a load request is a small JSON object
 CUSTOM_ATTRIBUTES_HEADER = "X-Amzn-SageMaker-Custom-Attributes"
 DEFAULT_BATCH_PAYLOAD_MB = 6  # SageMaker's own default MaxPayloadInMB
+
+
+def _log_failure(request: Request, status: int) -> None:
+    """One line per failed request, with SageMaker's inference id; never the body."""
+    log.info(
+        "%s %s answered %d",
+        request.method,
+        request.url.path,
+        status,
+        extra={"status": status, "inference_id": request.headers.get("x-amzn-sagemaker-inference-id")},
+    )
 
 
 def _error(status: int, message: str) -> Response:
@@ -65,7 +80,8 @@ def create_app(engine: Engine, registry: ModelRegistry | None = None) -> FastAPI
     limit = engine.settings.max_payload_bytes
 
     @app.exception_handler(ServeError)
-    async def _serve_error(_: Request, exc: ServeError) -> Response:
+    async def _serve_error(request: Request, exc: ServeError) -> Response:
+        _log_failure(request, exc.status)
         return _error(exc.status, exc.message)
 
     @app.exception_handler(StarletteHTTPException)
@@ -106,20 +122,42 @@ def create_app(engine: Engine, registry: ModelRegistry | None = None) -> FastAPI
         body = codec.decompress(await read_body(request, limit), headers.get("content-encoding"), limit)
         return body, headers.get("content-type"), headers.get(CUSTOM_ATTRIBUTES_HEADER)
 
-    def respond(upstream: UpstreamResponse, status: int, content_type: str, payload: bytes) -> Response:
+    def respond(
+        request: Request, upstream: UpstreamResponse, status: int, content_type: str, payload: bytes
+    ) -> Response:
         response = Response(payload, status_code=status, media_type=content_type)
         if status == 200:
             attributes = codec.response_parameter(upstream.body, upstream.header_length, CUSTOM_ATTRIBUTES)
             if attributes is not None:
                 response.headers[CUSTOM_ATTRIBUTES_HEADER] = attributes
+        else:
+            _log_failure(request, status)
         return response
+
+    metrics = engine.metrics
+
+    @contextlib.contextmanager
+    def observed(route: str, model: str) -> Iterator[list[int]]:
+        """Count and time one request; the handler stores its status in the yielded list."""
+        started = metrics.begin(route)
+        status = [500]
+        try:
+            yield status
+        except ServeError as exc:
+            status[0] = exc.status
+            raise
+        finally:
+            metrics.end(route, model, status[0], started)
 
     @app.post("/invocations")
     async def invocations(request: Request) -> Response:
         model = engine.sme_model()
-        body, content_type, attributes = await read_invocation(request)
-        upstream = await engine.forward(model, body, content_type, attributes)
-        return respond(upstream, *to_sagemaker(upstream))
+        with observed("invocations", model) as status:
+            body, content_type, attributes = await read_invocation(request)
+            upstream = await engine.forward(model, body, content_type, attributes)
+            response = respond(request, upstream, *to_sagemaker(upstream))
+            status[0] = response.status_code
+            return response
 
     target_header = "x-amzn-sagemaker-target-model"
 
@@ -149,14 +187,25 @@ def create_app(engine: Engine, registry: ModelRegistry | None = None) -> FastAPI
     async def load_model(request: Request) -> Response:
         # Native: POST /models/<anything> is a load too; the body names the model.
         body = await read_body(request, LOAD_BODY_LIMIT)
-        await _registry().load(body, request.headers.get(target_header))
+        started = time.perf_counter()
+        try:
+            await _registry().load(body, request.headers.get(target_header))
+        except ServeError:
+            metrics.model_load(False, time.perf_counter() - started)
+            raise
+        metrics.model_load(True, time.perf_counter() - started)
         return Response(b"", status_code=200, headers=_PLAIN)
 
     @app.delete("/models/{name}")
     async def unload_model(request: Request, name: str) -> Response:
         if registry is None:
             raise NotLoaded(name)
-        await registry.unload(name, request.headers.get(target_header))
+        try:
+            await registry.unload(name, request.headers.get(target_header))
+        except ServeError as exc:
+            metrics.model_unload(exc.status == 404)
+            raise
+        metrics.model_unload(True)
         return Response(b"", status_code=200, headers=_PLAIN)
 
     @app.delete("/models")
@@ -167,13 +216,16 @@ def create_app(engine: Engine, registry: ModelRegistry | None = None) -> FastAPI
     async def invoke_model(request: Request, name: str) -> Response:
         if registry is None:
             raise NotLoaded(name)
-        body, content_type, attributes = await read_invocation(request)
-        record = registry.begin_invoke(name, request.headers.get(target_header))
-        try:
-            upstream = await engine.forward(record.triton_name, body, content_type, attributes)
-        finally:
-            registry.end_invoke(record)
-        return respond(upstream, *to_mme_response(record, upstream))
+        with observed("invoke", name) as status:
+            body, content_type, attributes = await read_invocation(request)
+            record = registry.begin_invoke(name, request.headers.get(target_header))
+            try:
+                upstream = await engine.forward(record.triton_name, body, content_type, attributes)
+            finally:
+                registry.end_invoke(record)
+            response = respond(request, upstream, *to_mme_response(record, upstream))
+            status[0] = response.status_code
+            return response
 
     @app.api_route("/models/{name}/invoke", methods=["PUT", "PATCH", "DELETE", "OPTIONS"])
     @app.api_route("/models", methods=["PUT", "PATCH", "OPTIONS"])

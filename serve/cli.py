@@ -17,6 +17,8 @@ import uvicorn
 
 from serve.app import create_app
 from serve.engine import Engine
+from serve.logs import configure_logging
+from serve.metrics import Metrics
 from serve.multimodel import ModelRegistry
 from serve.repository import RepositoryError, resolve_default_model
 from serve.settings import Settings, SettingsError
@@ -109,7 +111,7 @@ def serve(
             default_model=default_model,
             log_level=log_level,
         )
-        _configure_logging(settings.log_level)
+        configure_logging(settings.log_level, settings.log_format)
         if settings.inference_type != "infer":
             raise SettingsError(f"SAGEMAKER_TRITON_INFERENCE_TYPE={settings.inference_type} is not available yet")
         default = None
@@ -119,7 +121,11 @@ def serve(
     except (SettingsError, RepositoryError, TritonNotFound) as exc:
         print(str(exc), file=sys.stderr)
         raise typer.Exit(1) from None
-    engine = Engine(settings, installation, default)
+    metrics = Metrics(enabled=settings.metrics_port is not None)
+    engine = Engine(settings, installation, default, metrics)
+    if settings.metrics_port is not None:
+        metrics.triton_url = lambda: engine.triton_metrics_url
+        metrics.serve(settings.metrics_host, settings.metrics_port)
     registry = None
     if settings.multi_model:
         log.info("multi-model endpoint: models from %s, on %s:%d", settings.model_root, settings.host, settings.port)

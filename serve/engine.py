@@ -19,6 +19,7 @@ from pathlib import Path
 
 from serve import codec
 from serve.errors import BadRequest, NotReady, ServeError, error_body
+from serve.metrics import Metrics
 from serve.settings import Settings
 from serve.triton.backends import assemble_backends
 from serve.triton.client import TritonClient, UpstreamResponse, error_text
@@ -49,8 +50,16 @@ class State(enum.Enum):
 class Engine:
     """One Triton child and its health: SME serves ``default_model``; MME (no default) its registry."""
 
-    def __init__(self, settings: Settings, installation: TritonInstallation, default_model: str | None) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        installation: TritonInstallation,
+        default_model: str | None,
+        metrics: Metrics | None = None,
+    ) -> None:
         self.settings = settings
+        self.metrics = metrics or Metrics(enabled=False)
+        self.triton_metrics_url: str | None = None
         self.installation = installation
         self.default_model = default_model
         # MME: called once Triton is (again) live, before /ping turns 200 — restores loaded models.
@@ -121,11 +130,13 @@ class Engine:
                 if opts.allow_grpc
                 else None
             )
+            # Triton's metrics (loopback only) are on when asked for, or when ours re-export them.
             metrics = (
                 opts.metrics_port or pick_port(self.settings.safe_port_range, taken | {http, grpc or 0})
-                if opts.allow_metrics
+                if opts.allow_metrics or self.metrics.enabled
                 else None
             )
+            self.triton_metrics_url = f"http://127.0.0.1:{metrics}/metrics" if metrics else None
             command = build_command(
                 self.installation,
                 self.settings,
@@ -201,6 +212,7 @@ class Engine:
                 return
             self.state = State.TRITON_DOWN
             self.restarts += 1
+            self.metrics.triton_restarts.inc()
             if time.monotonic() - started > 60:
                 backoff = 1.0  # it ran fine for a while: this is a new failure, not a loop
             log.error("tritonserver exited unexpectedly (status %s); restarting in %.0f s", code, backoff)

@@ -119,7 +119,10 @@ class Settings:
     tritonserver: Path | None = None
     triton: TritonOptions = field(default_factory=TritonOptions)
     work_dir: Path | None = None
+    metrics_port: int | None = None
+    metrics_host: str = "127.0.0.1"
     log_level: str = "info"
+    log_format: Literal["json", "text"] = "json"
     access_log: bool = False
     startup_timeout_s: float = 1800.0
     request_timeout_s: float = 60.0
@@ -165,7 +168,12 @@ class Settings:
             tritonserver=Path(env["TRITONSERVER"]) if env.get("TRITONSERVER") else None,
             triton=_triton_options(env),
             work_dir=Path(env["SMTRITON_WORK_DIR"]) if env.get("SMTRITON_WORK_DIR") else None,
+            metrics_port=_port("SMTRITON_METRICS_PORT", env["SMTRITON_METRICS_PORT"])
+            if env.get("SMTRITON_METRICS_PORT")
+            else None,
+            metrics_host=env.get("SMTRITON_METRICS_HOST", "127.0.0.1"),
             log_level=env.get("SMTRITON_LOG_LEVEL", "info").lower(),
+            log_format="text" if env.get("SMTRITON_LOG_FORMAT", "json").strip().lower() == "text" else "json",
             access_log=_bool("SMTRITON_ACCESS_LOG", env["SMTRITON_ACCESS_LOG"])
             if env.get("SMTRITON_ACCESS_LOG")
             else False,

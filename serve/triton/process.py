@@ -57,7 +57,7 @@ def build_command(
         # serve decides what a failed model means (/ping stays 503); Triton must not exit on it.
         "--exit-on-error=false",
         "--strict-readiness=true",
-        f"--log-verbose={opts.log_verbose}",
+        f"--log-verbose={opts.log_verbose if opts.log_verbose or settings.log_level != 'debug' else 1}",
         f"--backend-config=python,shm-default-byte-size={opts.shm_default_byte_size}",
         f"--backend-config=python,shm-growth-byte-size={opts.shm_growth_byte_size}",
     ]
@@ -75,9 +75,13 @@ def build_command(
         cmd.append(f"--buffer-manager-thread-count={opts.buffer_manager_thread_count}")
     if opts.thread_count is not None:
         cmd.append(f"--http-thread-count={opts.thread_count}")
+    # One log level for both: serve's level sets Triton's unless a SAGEMAKER_TRITON_LOG_* says otherwise.
+    level = settings.log_level
+    quiet_info = False if level in ("warning", "error") else None
+    quiet_warning = False if level == "error" else None
     for flag, value in (
-        ("--log-info", opts.log_info),
-        ("--log-warning", opts.log_warning),
+        ("--log-info", opts.log_info if opts.log_info is not None else quiet_info),
+        ("--log-warning", opts.log_warning if opts.log_warning is not None else quiet_warning),
         ("--log-error", opts.log_error),
     ):
         if value is not None:

@@ -1,0 +1,50 @@
+"""Logging: one JSON object per line on stdout (CloudWatch reads each line as an event), or text.
+
+Records may carry extra fields (``extra={"inference_id": ...}``); they become JSON keys. Request
+bodies are never logged anywhere in `serve`.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+from typing import Literal
+
+import orjson
+
+_STANDARD = set(logging.LogRecord("", 0, "", 0, "", None, None).__dict__) | {"message", "asctime", "taskName"}
+
+
+class JsonFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        entry: dict[str, object] = {
+            "time": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created)) + f".{int(record.msecs):03d}Z",
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        for key, value in record.__dict__.items():
+            if key not in _STANDARD and not key.startswith("_"):
+                entry[key] = value
+        if record.exc_info:
+            entry["exception"] = self.formatException(record.exc_info)
+        return orjson.dumps(entry, default=str).decode()
+
+
+class _NoPing(logging.Filter):
+    """SageMaker pings every few seconds; those lines would drown the access log."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        args = record.args if isinstance(record.args, tuple) else ()
+        return not any(isinstance(a, str) and a.split("?", 1)[0] == "/ping" for a in args)
+
+
+def configure_logging(level: str, fmt: Literal["json", "text"]) -> None:
+    handler = logging.StreamHandler(sys.stdout)
+    if fmt == "json":
+        handler.setFormatter(JsonFormatter())
+    else:
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=level.upper(), handlers=[handler], force=True)
+    logging.getLogger("uvicorn.access").addFilter(_NoPing())

@@ -1,0 +1,101 @@
+"""Prometheus metrics of the front server, plus Triton's own, on a port of their own.
+
+Off unless ``SMTRITON_METRICS_PORT`` is set: then the front's counters and histograms and, re-exported
+at each scrape, Triton's ``nv_*`` metrics (Triton's metrics endpoint stays on loopback) are served at
+``/metrics``. The hot path pays one dict lookup and two label-child updates per request.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client.core import Metric
+from prometheus_client.parser import text_string_to_metric_families
+
+log = logging.getLogger("serve.metrics")
+
+_LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
+
+
+class _TritonCollector:
+    """Fetches Triton's own metrics at scrape time (from the scrape thread, never the event loop)."""
+
+    def __init__(self, url: Callable[[], str | None]) -> None:
+        self._url = url
+
+    def collect(self) -> Iterator[Metric]:
+        url = self._url()
+        if url is None:
+            return
+        try:
+            with urllib.request.urlopen(url, timeout=2) as resp:
+                text = resp.read().decode()
+        except OSError:
+            return
+        yield from text_string_to_metric_families(text)
+
+
+class Metrics:
+    """Counters of one `serve` process; ``enabled`` False makes every method a no-op."""
+
+    def __init__(self, enabled: bool) -> None:
+        self.enabled = enabled
+        self.triton_url: Callable[[], str | None] = lambda: None  # set once Triton's metrics port is known
+        self.registry = CollectorRegistry()
+        labels = ["route", "model", "status"]
+        self._requests = Counter(
+            "smtriton_requests", "Requests by route, model, status", labels, registry=self.registry
+        )
+        self._latency = Histogram(
+            "smtriton_request_seconds",
+            "Request latency in the front server",
+            ["route", "model"],
+            buckets=_LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+        self._inflight = Gauge("smtriton_inflight_requests", "Requests being served", ["route"], registry=self.registry)
+        self._loads = Counter("smtriton_model_loads", "MME model loads by result", ["result"], registry=self.registry)
+        self._load_latency = Histogram(
+            "smtriton_model_load_seconds",
+            "MME model load latency",
+            buckets=(0.1, 0.5, 1, 2, 5, 10, 30, 60, 300),
+            registry=self.registry,
+        )
+        self._unloads = Counter("smtriton_model_unloads", "MME unloads by result", ["result"], registry=self.registry)
+        self.triton_restarts = Counter("smtriton_triton_restarts", "Unexpected Triton exits", registry=self.registry)
+        self.registry.register(_TritonCollector(lambda: self.triton_url()))  # type: ignore[arg-type]
+        self._children: dict[tuple[str, str, int], tuple[Counter, Histogram]] = {}
+
+    def serve(self, host: str, port: int) -> None:
+        start_http_server(port, addr=host, registry=self.registry)
+        log.info("metrics on http://%s:%d/metrics", host, port)
+
+    def begin(self, route: str) -> float:
+        if self.enabled:
+            self._inflight.labels(route).inc()
+        return time.perf_counter()
+
+    def end(self, route: str, model: str, status: int, started: float) -> None:
+        if not self.enabled:
+            return
+        key = (route, model, status)
+        children = self._children.get(key)
+        if children is None:
+            children = (self._requests.labels(route, model, str(status)), self._latency.labels(route, model))
+            self._children[key] = children
+        children[0].inc()
+        children[1].observe(time.perf_counter() - started)
+        self._inflight.labels(route).dec()
+
+    def model_load(self, ok: bool, seconds: float) -> None:
+        if self.enabled:
+            self._loads.labels("ok" if ok else "error").inc()
+            self._load_latency.observe(seconds)
+
+    def model_unload(self, ok: bool) -> None:
+        if self.enabled:
+            self._unloads.labels("ok" if ok else "error").inc()
