@@ -10,6 +10,7 @@ from contextlib import asynccontextmanager
 
 import orjson
 from fastapi import FastAPI, Request, Response
+from fastapi.responses import StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from serve import codec
@@ -149,12 +150,41 @@ def create_app(engine: Engine, registry: ModelRegistry | None = None) -> FastAPI
         finally:
             metrics.end(route, model, status[0], started)
 
+    inference_type = engine.settings.inference_type
+
+    async def generate_stream(request: Request, model: str, body: bytes) -> Response:
+        """SAGEMAKER_TRITON_INFERENCE_TYPE=generate_stream: Triton's server-sent events, passed on as
+        they arrive (chunked); a client that goes away closes the upstream request too."""
+        stream = engine.ready_client(model).generate_stream(model, body)
+        upstream = await stream.__aenter__()
+        if upstream.status != 200:
+            payload = await upstream.read()
+            await stream.__aexit__(None, None, None)
+            failed = UpstreamResponse(upstream.status, upstream.headers.get("Content-Type", ""), None, payload)
+            return respond(request, failed, *to_sagemaker(failed))
+
+        async def events() -> AsyncIterator[bytes]:
+            try:
+                async for chunk in upstream.content.iter_any():
+                    yield chunk
+            finally:
+                await stream.__aexit__(None, None, None)
+
+        return StreamingResponse(events(), media_type="text/event-stream")
+
     @app.post("/invocations")
     async def invocations(request: Request) -> Response:
         model = engine.sme_model()
         with observed("invocations", model) as status:
             body, content_type, attributes = await read_invocation(request)
-            upstream = await engine.forward(model, body, content_type, attributes)
+            if inference_type == "infer":
+                upstream = await engine.forward(model, body, content_type, attributes)
+            elif inference_type == "generate":
+                upstream = await engine.ready_client(model).generate(model, body)
+            else:
+                response = await generate_stream(request, model, body)
+                status[0] = response.status_code
+                return response
             response = respond(request, upstream, *to_sagemaker(upstream))
             status[0] = response.status_code
             return response

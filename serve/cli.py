@@ -112,8 +112,6 @@ def serve(
             log_level=log_level,
         )
         configure_logging(settings.log_level, settings.log_format)
-        if settings.inference_type != "infer":
-            raise SettingsError(f"SAGEMAKER_TRITON_INFERENCE_TYPE={settings.inference_type} is not available yet")
         default = None
         if not settings.multi_model:
             default = resolve_default_model(settings.model_repository, settings.default_model)

@@ -235,6 +235,12 @@ class Engine:
                 log.warning("model %s is %s", self.default_model, "ready" if ready else "no longer ready")
 
     # ----- data plane ------------------------------------------------------------------------
+    def ready_client(self, model: str) -> TritonClient:
+        """The client, if requests may go to Triton now (else 503)."""
+        if self.state is not State.READY or self.client is None:
+            raise NotReady(self._not_ready_message(model))
+        return self.client
+
     def live_client(self) -> TritonClient:
         """The client while Triton runs (model loads need it before /ping is 200, e.g. to restore)."""
         if self.state is State.STOPPING or self.client is None or self.process is None:
@@ -249,11 +255,10 @@ class Engine:
         """Send one SageMaker-encoded request to a Triton model; the body goes through untouched
         unless custom attributes must be added to its parameters."""
         header_length = codec.request_header_length(content_type, len(body))
-        if self.state is not State.READY or self.client is None:
-            raise NotReady(self._not_ready_message(triton_name))
+        client = self.ready_client(triton_name)
         if custom_attributes is not None:
             body, header_length = codec.add_request_parameter(body, header_length, CUSTOM_ATTRIBUTES, custom_attributes)
-        return await self.client.infer(triton_name, body, header_length)
+        return await client.infer(triton_name, body, header_length)
 
     async def instance_count(self) -> int:
         """Model instances Triton runs for the SME model (1 for an MME or when unknown)."""

@@ -7,6 +7,8 @@ untouched, and only headers are rewritten by the caller.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from urllib.parse import quote
 
@@ -67,6 +69,42 @@ class TritonClient:
             raise ServeError(504, f"inference on model '{model}' did not finish in time") from None
         except aiohttp.ClientError as exc:
             raise UpstreamUnavailable(f"Triton is not reachable: {exc.__class__.__name__}") from None
+
+    async def generate(self, model: str, body: bytes) -> UpstreamResponse:
+        """POST a generate request (JSON in, JSON out) to ``/v2/models/<model>/generate``."""
+        try:
+            async with self._session.post(
+                self._model_url(model, "/generate"),
+                data=body,
+                headers={"Content-Type": "application/json"},
+                timeout=self._timeout,
+            ) as resp:
+                payload = await resp.read()
+                return UpstreamResponse(resp.status, resp.headers.get("Content-Type", ""), None, payload)
+        except asyncio.TimeoutError:
+            raise ServeError(504, f"generate on model '{model}' did not finish in time") from None
+        except aiohttp.ClientError as exc:
+            raise UpstreamUnavailable(f"Triton is not reachable: {exc.__class__.__name__}") from None
+
+    @contextlib.asynccontextmanager
+    async def generate_stream(self, model: str, body: bytes) -> AsyncIterator[aiohttp.ClientResponse]:
+        """Open ``/v2/models/<model>/generate_stream``; closing it early drops the connection, which
+        is how Triton learns the client went away."""
+        try:
+            resp = await self._session.post(
+                self._model_url(model, "/generate_stream"),
+                data=body,
+                headers={"Content-Type": "application/json", "Accept": "text/event-stream"},
+                timeout=aiohttp.ClientTimeout(total=None, sock_read=self._timeout.total),
+            )
+        except aiohttp.ClientError as exc:
+            raise UpstreamUnavailable(f"Triton is not reachable: {exc.__class__.__name__}") from None
+        try:
+            yield resp
+        finally:
+            if not resp.content.at_eof():
+                resp.close()  # not back to the pool: the stream was cut
+            resp.release()
 
     async def _get_ok(self, path: str) -> bool:
         try:
