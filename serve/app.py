@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 
 import orjson
@@ -13,7 +14,7 @@ from fastapi import FastAPI, Request, Response
 from fastapi.responses import StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from serve import codec
+from serve import codec, streaming
 from serve.codec import JSON
 from serve.engine import CUSTOM_ATTRIBUTES, Engine, to_sagemaker
 from serve.errors import BadRequest, PayloadTooLarge, ServeError, error_body
@@ -172,11 +173,45 @@ def create_app(engine: Engine, registry: ModelRegistry | None = None) -> FastAPI
 
         return StreamingResponse(events(), media_type="text/event-stream")
 
+    def stream_decoupled(
+        request: Request,
+        model: str,
+        body: bytes,
+        content_type: str | None,
+        attributes: str | None,
+        on_done: Callable[[], None] = lambda: None,
+    ) -> Response:
+        """A decoupled model's responses, streamed as JSON lines (or server-sent events on request).
+        ``on_done`` runs when the stream ends, however it ends."""
+        try:
+            header_length = codec.request_header_length(content_type, len(body))
+            extra = {CUSTOM_ATTRIBUTES: attributes} if attributes is not None else None
+            grpc_request = streaming.build_request(model, body, header_length, extra)
+            sse = "text/event-stream" in request.headers.get("accept", "")
+            stream = engine.ready_stream_client(model).stream(grpc_request, sse)
+        except BaseException:
+            on_done()
+            raise
+
+        async def chunks() -> AsyncIterator[bytes]:
+            try:
+                async for chunk in stream:
+                    yield chunk
+            finally:
+                await stream.aclose()
+                on_done()
+
+        return StreamingResponse(chunks(), media_type="text/event-stream" if sse else "application/jsonlines")
+
     @app.post("/invocations")
     async def invocations(request: Request) -> Response:
         model = engine.sme_model()
         with observed("invocations", model) as status:
             body, content_type, attributes = await read_invocation(request)
+            if inference_type == "infer" and engine.decoupled:
+                response = stream_decoupled(request, model, body, content_type, attributes)
+                status[0] = response.status_code
+                return response
             if inference_type == "infer":
                 upstream = await engine.forward(model, body, content_type, attributes)
             elif inference_type == "generate":
@@ -249,6 +284,11 @@ def create_app(engine: Engine, registry: ModelRegistry | None = None) -> FastAPI
         with observed("invoke", name) as status:
             body, content_type, attributes = await read_invocation(request)
             record = registry.begin_invoke(name, request.headers.get(target_header))
+            if record.decoupled:
+                done = functools.partial(registry.end_invoke, record)  # an unload waits for the stream too
+                response = stream_decoupled(request, record.triton_name, body, content_type, attributes, done)
+                status[0] = response.status_code
+                return response
             try:
                 upstream = await engine.forward(record.triton_name, body, content_type, attributes)
             finally:

@@ -21,6 +21,7 @@ from serve import codec
 from serve.errors import BadRequest, NotReady, ServeError, error_body
 from serve.metrics import Metrics
 from serve.settings import Settings
+from serve.streaming import StreamClient
 from serve.triton.backends import assemble_backends
 from serve.triton.client import TritonClient, UpstreamResponse, error_text
 from serve.triton.installation import TritonInstallation
@@ -66,6 +67,8 @@ class Engine:
         self.on_triton_ready: Callable[[], Awaitable[None]] | None = None
         self.state = State.STARTING
         self.client: TritonClient | None = None
+        self.stream_client: StreamClient | None = None
+        self.decoupled = False  # SME: the default model streams (decoupled transaction policy)
         self.process: TritonProcess | None = None
         self.restarts = 0
         self.draining = False
@@ -97,6 +100,8 @@ class Engine:
         if self.client is not None:
             # First: Triton's HTTP shutdown waits for open connections, and our pool holds some.
             await self.client.close()
+        if self.stream_client is not None:
+            await self.stream_client.close()
         if self.process is not None:
             await self.process.stop(self.settings.triton_exit_timeout_s + 5)
         shutil.rmtree(self._workdir, ignore_errors=True)
@@ -125,11 +130,8 @@ class Engine:
         taken = {self.settings.port}
         for attempt in range(1, 6):
             http = pick_port(self.settings.safe_port_range, taken)
-            grpc = (
-                (opts.grpc_port or pick_port(self.settings.safe_port_range, taken | {http}))
-                if opts.allow_grpc
-                else None
-            )
+            # gRPC on loopback always: decoupled models stream through it (HTTP /infer refuses them).
+            grpc = opts.grpc_port or pick_port(self.settings.safe_port_range, taken | {http})
             # Triton's metrics (loopback only) are on when asked for, or when ours re-export them.
             metrics = (
                 opts.metrics_port or pick_port(self.settings.safe_port_range, taken | {http, grpc or 0})
@@ -149,6 +151,9 @@ class Engine:
             if self.client is not None:
                 await self.client.close()
             self.client = TritonClient(f"http://127.0.0.1:{http}", self.settings.request_timeout_s)
+            if self.stream_client is not None:
+                await self.stream_client.close()
+            self.stream_client = StreamClient(f"127.0.0.1:{grpc}")
             if await self._wait_live(process):
                 return process
             code = await process.stop(5)
@@ -179,6 +184,7 @@ class Engine:
             self.state = State.MODEL_FAILED
             log.error("model %s failed to load; /ping stays 503: %s", self.default_model, exc.message)
             return
+        self.decoupled = await self.client.is_decoupled(self.default_model)
         self.state = State.READY
         log.info("model %s is ready (loaded in %.1f s)", self.default_model, time.monotonic() - started)
 
@@ -259,6 +265,11 @@ class Engine:
         if custom_attributes is not None:
             body, header_length = codec.add_request_parameter(body, header_length, CUSTOM_ATTRIBUTES, custom_attributes)
         return await client.infer(triton_name, body, header_length)
+
+    def ready_stream_client(self, model: str) -> StreamClient:
+        self.ready_client(model)
+        assert self.stream_client is not None
+        return self.stream_client
 
     async def instance_count(self) -> int:
         """Model instances Triton runs for the SME model (1 for an MME or when unknown)."""

@@ -87,6 +87,7 @@ class ModelRecord:
     triton_name: str  # the entry model Triton serves
     triton_names: list[str]  # every Triton model staged for this archive, entry last
     response_name: str  # "model_name" clients see in inference responses
+    decoupled: bool = False  # the entry model streams its responses
     loaded_at: float = field(default_factory=time.time)
     inflight: int = 0
     idle: asyncio.Event = field(default_factory=asyncio.Event)
@@ -351,6 +352,7 @@ class ModelRegistry:
             staged.append(stage_model(layout.entry, triton_name, renames, self.managed).name)
             record = ModelRecord(name, url, target_model, triton_name, staged, shown)
             await self._load_in_triton(record)
+            record.decoupled = await self._client().is_decoupled(triton_name)
         except BaseException:
             await self._unload_in_triton(staged, wait=False)
             remove_staged(self.managed, staged)

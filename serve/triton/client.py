@@ -132,6 +132,15 @@ class TritonClient:
         except (asyncio.TimeoutError, aiohttp.ClientError):
             raise UpstreamUnavailable("Triton is not reachable") from None
 
+    async def is_decoupled(self, model: str) -> bool:
+        """Whether a loaded model answers with a stream of responses (decoupled transaction policy)."""
+        try:
+            config = await self.model_config(model)
+        except ServeError:
+            return False
+        policy = config.get("model_transaction_policy")
+        return bool(isinstance(policy, dict) and policy.get("decoupled"))
+
     async def load_model(self, model: str, timeout_s: float) -> None:
         """Load (or reload) a model; raises ServeError with Triton's message when it fails."""
         url = f"{self.base_url}/v2/repository/models/{quote(model, safe='')}/load"

@@ -64,16 +64,20 @@ def test_sigterm_under_load_finishes_every_accepted_request(tmp_path, test_repos
 def test_triton_listens_on_loopback_only(addsub_server):
     (pid,) = triton_pids(str(addsub_server.repository))
     cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-    port = int(next(a for a in cmdline if a.startswith(b"--http-port=")).split(b"=")[1])
-    assert b"--http-address=127.0.0.1" in cmdline
-    assert b"--allow-grpc=false" in cmdline and b"--allow-metrics=false" in cmdline
-    listening = []
-    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
-        local, state = line.split()[1], line.split()[3]
-        address, port_hex = local.split(":")
-        if state == "0A" and int(port_hex, 16) == port:  # 0A = LISTEN
-            listening.append(address)
-    assert listening == ["0100007F"]  # 127.0.0.1, nothing on 0.0.0.0
+    assert b"--http-address=127.0.0.1" in cmdline and b"--grpc-address=127.0.0.1" in cmdline
+    assert b"--allow-metrics=false" in cmdline and b"--allow-sagemaker=false" in cmdline
+    ports = {int(a.split(b"=")[1]) for a in cmdline if a.startswith((b"--http-port=", b"--grpc-port="))}
+    assert len(ports) == 2
+    listening: dict[int, list[str]] = {port: [] for port in ports}
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            local, state = line.split()[1], line.split()[3]
+            address, port_hex = local.rsplit(":", 1)
+            if state == "0A" and int(port_hex, 16) in ports:  # 0A = LISTEN
+                listening[int(port_hex, 16)].append(address)
+    loopback = {"0100007F", "0000000000000000FFFF00000100007F"}  # 127.0.0.1, as IPv4 or IPv4-mapped IPv6
+    for port, addresses in listening.items():
+        assert addresses and set(addresses) <= loopback, (port, addresses)  # nothing on 0.0.0.0 or ::
 
 
 def test_request_bodies_never_reach_the_logs(addsub_server):

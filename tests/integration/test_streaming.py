@@ -96,3 +96,72 @@ def test_an_invalid_inference_type_stops_serve_with_a_clear_message(tmp_path, te
         )
     finally:
         server.stop()
+
+
+@pytest.fixture(scope="module")
+def infer_stream_server(tmp_path_factory, tokens_repository):
+    server = start_serve(tmp_path_factory.mktemp("infer-stream"), tokens_repository, "tokens")
+    yield server
+    server.stop()
+
+
+def _tokens_request(n: int) -> dict:
+    return {"id": "s1", "inputs": [{"name": "N", "shape": [1], "datatype": "INT32", "data": [n]}]}
+
+
+def test_decoupled_model_streams_json_lines_on_invocations(infer_stream_server):
+    with requests.post(f"{infer_stream_server.url}/invocations", json=_tokens_request(6), stream=True, timeout=30) as r:
+        assert r.status_code == 200
+        assert r.headers["content-type"] == "application/jsonlines"
+        responses = [json.loads(line) for line in r.iter_lines() if line]
+    assert [resp["outputs"][0]["data"] for resp in responses] == [[i] for i in range(6)]
+    assert responses[0] == {
+        "id": "s1",
+        "model_name": "tokens",
+        "model_version": "1",
+        "outputs": [{"name": "TOKEN", "datatype": "INT32", "shape": [1], "data": [0]}],
+    }
+
+
+def test_decoupled_model_streams_server_sent_events_when_asked(infer_stream_server):
+    headers = {"Accept": "text/event-stream"}
+    with requests.post(
+        f"{infer_stream_server.url}/invocations", json=_tokens_request(4), headers=headers, stream=True, timeout=30
+    ) as r:
+        assert r.headers["content-type"].startswith("text/event-stream")
+        events = _events(r)
+    assert [e["outputs"][0]["data"][0] for e in events] == [0, 1, 2, 3]
+
+
+def test_decoupled_model_takes_binary_json_requests(infer_stream_server):
+    import numpy as np
+
+    from tests.integration.contract_client import binary_request
+
+    body, content_type = binary_request({"N": np.array([3], dtype=np.int32)})
+    r = requests.post(
+        f"{infer_stream_server.url}/invocations", data=body, headers={"Content-Type": content_type}, timeout=30
+    )
+    assert r.status_code == 200
+    assert [json.loads(line)["outputs"][0]["data"] for line in r.content.splitlines()] == [[0], [1], [2]]
+
+
+def test_streamed_infer_cancels_when_the_client_disconnects(infer_stream_server, tokens_repository):
+    marker = tokens_repository / "tokens" / "1" / "cancelled-150"
+    with requests.post(
+        f"{infer_stream_server.url}/invocations", json=_tokens_request(150), stream=True, timeout=30
+    ) as r:
+        assert next(line for line in r.iter_lines() if line)
+    deadline = time.monotonic() + 3  # 150 tokens would take 3 s if the request ran on
+    while not marker.exists():
+        assert time.monotonic() < deadline, "the model never saw the cancellation"
+        time.sleep(0.05)
+
+
+def test_bad_streaming_requests_are_400_before_any_stream(infer_stream_server):
+    r = requests.post(f"{infer_stream_server.url}/invocations", data=b"{nope", timeout=30)
+    assert r.status_code == 400
+    assert "error" in r.json()
+    bad = {"inputs": [{"name": "N", "shape": [1], "datatype": "INT32", "data": ["x"]}]}
+    r = requests.post(f"{infer_stream_server.url}/invocations", json=bad, timeout=30)
+    assert r.status_code == 400
