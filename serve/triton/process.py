@@ -157,9 +157,34 @@ class TritonProcess:
                 return
             self.recent_lines.append(_log_line(raw))
 
-    async def wait(self) -> int:
-        """Wait for the process to exit, and for its last log lines to be read."""
+    async def _exited(self) -> None:
+        """Return as soon as tritonserver itself exits.
+
+        Its Python backend stubs inherit its stdout, so the event loop's own ``wait()`` (which waits
+        for the pipes too) would not return while orphaned stubs live on; a pidfd tells at once.
+        """
         assert self._proc is not None
+        if self._proc.returncode is not None:
+            return
+        try:
+            pidfd = os.pidfd_open(self._proc.pid)
+        except (AttributeError, OSError):  # no pidfd (old kernel): fall back to the loop's wait
+            await self._proc.wait()
+            return
+        loop = asyncio.get_running_loop()
+        exited = loop.create_future()
+        loop.add_reader(pidfd, lambda: exited.done() or exited.set_result(None))
+        try:
+            await exited
+        finally:
+            loop.remove_reader(pidfd)
+            os.close(pidfd)
+
+    async def wait(self) -> int:
+        """Wait for tritonserver to exit; then end what it left (stubs) and read its last log lines."""
+        assert self._proc is not None
+        await self._exited()
+        self._kill_group(signal.SIGKILL)
         code = await self._proc.wait()
         if self._pump is not None:
             with contextlib.suppress(asyncio.TimeoutError):
@@ -180,7 +205,7 @@ class TritonProcess:
             with contextlib.suppress(ProcessLookupError):
                 self._proc.send_signal(signal.SIGTERM)
             try:
-                await asyncio.wait_for(self._proc.wait(), timeout)
+                await asyncio.wait_for(self._exited(), timeout)
             except asyncio.TimeoutError:
                 log.warning("tritonserver did not stop within %.0f s; killing it", timeout)
         # Python backend stubs share the group; none may outlive Triton.

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 import re
+import shutil
 import signal
 import threading
 import time
@@ -16,7 +18,7 @@ from hypothesis import strategies as st
 
 from tests.integration.conftest import start_serve
 from tests.integration.contract_client import BJ
-from tests.integration.harness import triton_pids
+from tests.integration.harness import ServeProcess, triton_pids
 
 pytestmark = pytest.mark.integration
 
@@ -145,3 +147,67 @@ def test_fuzzed_requests_never_get_a_5xx(addsub_server, body, content_type, rout
 
 def test_server_is_healthy_after_the_fuzzing(addsub_server):
     assert requests.get(f"{addsub_server.url}/ping", timeout=5).status_code == 200
+
+
+def test_triton_killed_under_load_fails_fast_restarts_and_serves_again(tmp_path, test_repository):
+    repo = tmp_path / "models"  # a path of its own: the Triton to kill is the one serving it
+    shutil.copytree(test_repository, repo)
+    server = start_serve(tmp_path, repo, "slow")
+    outcomes: list[tuple[float, int]] = []
+    stop = threading.Event()
+    body = json.dumps({"inputs": [{"name": "INPUT0", "shape": [1], "datatype": "FP32", "data": [1.0]}]})
+
+    def client() -> None:
+        while not stop.is_set():
+            try:
+                r = requests.post(f"{server.url}/invocations", data=body, timeout=30)
+                outcomes.append((time.monotonic(), r.status_code))
+            except requests.ConnectionError:
+                outcomes.append((time.monotonic(), -1))
+
+    threads = [threading.Thread(target=client) for _ in range(6)]
+    try:
+        for t in threads:
+            t.start()
+        time.sleep(1.0)
+        (pid,) = triton_pids(str(repo))
+        killed_at = time.monotonic()
+        os.kill(pid, signal.SIGKILL)
+        while requests.get(f"{server.url}/ping", timeout=2).status_code == 200:
+            assert time.monotonic() - killed_at < 1.0, "/ping still 200 a second after Triton died"
+            time.sleep(0.02)
+        server.wait_healthy(120)
+        recovered_at = time.monotonic()
+        time.sleep(1.0)
+        stop.set()
+        for t in threads:
+            t.join(30)
+        during = [code for at, code in outcomes if killed_at <= at < recovered_at]
+        after = [code for at, code in outcomes if at >= recovered_at + 0.5]
+        assert set(during) <= {200, 503}, during  # failed fast and clean, never a hang or a 500
+        assert 503 in during
+        assert after and set(after) == {200}
+        assert "tritonserver exited unexpectedly" in server.log_text()
+    finally:
+        stop.set()
+        server.stop()
+
+
+def test_a_triton_that_dies_at_start_backs_off_and_ping_fails(tmp_path, test_repository):
+    from serve.triton.installation import find_triton
+
+    real = find_triton()
+    fake = tmp_path / "triton" / "bin" / "tritonserver"
+    fake.parent.mkdir(parents=True)
+    (tmp_path / "triton" / "backends").symlink_to(real.backends, target_is_directory=True)
+    fake.write_text("#!/bin/sh\necho 'E0000 00:00:00 1 main.cc] failing on purpose' \nexit 3\n")
+    fake.chmod(0o755)
+    server = ServeProcess(test_repository, "addsub", tmp_path / "serve.log", env={"TRITONSERVER": str(fake)})
+    try:
+        time.sleep(5)
+        assert requests.get(f"{server.url}/ping", timeout=2).status_code == 503
+        attempts = server.log_text().count("tritonserver failed to start")
+        assert 2 <= attempts <= 4, attempts  # back-off 1 s, 2 s, 4 s: no busy loop
+        assert server.proc.poll() is None
+    finally:
+        server.stop()
