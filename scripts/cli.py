@@ -12,6 +12,7 @@ from rich.markup import escape
 from rich.progress import Progress, SpinnerColumn, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from scripts import aws_cli
 from scripts.local_endpoint_cli import local_endpoint
 from scripts.recipe import DEFAULT_RECIPE, RecipeError
 
@@ -107,6 +108,11 @@ def build_repository_command(
 
 
 app.command("local-endpoint")(local_endpoint)
+app.command("build-image")(aws_cli.build_image_command)
+app.command("push-image")(aws_cli.push_image_command)
+app.command("deploy")(aws_cli.deploy_command)
+app.command("delete-endpoint")(aws_cli.delete_endpoint_command)
+app.command("invoke")(aws_cli.invoke_command)
 
 
 def main() -> None:

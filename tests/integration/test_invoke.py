@@ -1,0 +1,111 @@
+"""The invoke helper and `smtriton invoke` end to end: real boto3 `sagemaker-runtime` -> the local endpoint
+emulator -> serve -> Triton, for JSON and binary+json, single-model and multi-model endpoints."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from scripts.invoke import BINARY_JSON, JSON, decode_response, encode_request, header_length, invoke
+from tests.integration.test_local_endpoint import Emulator, _offset_model, _tar
+
+pytestmark = pytest.mark.integration
+
+A = np.arange(16, dtype=np.int32).reshape(1, 16)
+B = np.full((1, 16), 3, dtype=np.int32)
+
+
+@pytest.fixture(scope="module")
+def mme(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("invoke-mme")
+    (tmp / "archives").mkdir()
+    for offset in (10, 20):
+        _offset_model(tmp / f"src{offset}" / "addsub", offset)
+        _tar(tmp / f"src{offset}", tmp / "archives" / f"addsub{offset}.tar.gz")
+    emulator = Emulator(tmp, ["--models", str(tmp / "archives"), "--capacity", "2"])
+    yield emulator
+    emulator.stop()
+
+
+@pytest.fixture(scope="module")
+def sme(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("invoke-sme")
+    _offset_model(tmp / "repo" / "addsub", 5)
+    _tar(tmp / "repo", tmp / "model.tar.gz")
+    emulator = Emulator(tmp, ["--model-data", str(tmp / "model.tar.gz")])
+    yield emulator
+    emulator.stop()
+
+
+@pytest.mark.parametrize("binary", [True, False], ids=["binary+json", "json"])
+def test_sme_invoke_decodes_outputs_into_numpy(sme, binary):
+    result = invoke(sme.client, "local", {"INPUT0": A, "INPUT1": B}, binary=binary)
+    assert result.content_type.startswith(BINARY_JSON if binary else JSON)
+    assert (result.model_name, result.invoked_variant) == ("addsub", "AllTraffic")
+    assert result.outputs["OUTPUT0"].dtype == np.int32 and result.outputs["OUTPUT0"].shape == (1, 16)
+    np.testing.assert_array_equal(result.outputs["OUTPUT0"], A + B + 5)
+    np.testing.assert_array_equal(result.outputs["OUTPUT1"], A - B)
+
+
+@pytest.mark.parametrize("binary", [True, False], ids=["binary+json", "json"])
+def test_mme_invoke_routes_by_target_model(mme, binary):
+    for offset in (10, 20, 10):
+        result = invoke(
+            mme.client,
+            "local",
+            {"INPUT0": A, "INPUT1": B},
+            binary=binary,
+            outputs=["OUTPUT0"],
+            target_model=f"addsub{offset}.tar.gz",
+        )
+        assert result.content_type.startswith(BINARY_JSON if binary else JSON)
+        assert result.model_name == f"addsub{offset}.tar.gz"
+        assert list(result.outputs) == ["OUTPUT0"]  # only what was asked for
+        np.testing.assert_array_equal(result.outputs["OUTPUT0"], A + B + offset)
+
+
+def test_container_errors_surface_as_model_error(mme):
+    with pytest.raises(mme.client.exceptions.ModelError) as err:
+        invoke(mme.client, "local", {"INPUT0": A}, target_model="addsub10.tar.gz")
+    assert err.value.response["OriginalStatusCode"] == 400
+
+
+def test_binary_request_body_carries_raw_tensor_bytes_and_its_header_size():
+    body, content_type = encode_request({"INPUT0": A}, binary=True)
+    size = header_length(content_type)
+    header = json.loads(body[:size])
+    assert header["inputs"][0]["parameters"] == {"binary_data_size": A.nbytes}
+    assert body[size:] == A.tobytes()
+    body, content_type = encode_request({"TEXT": np.array([["a", "bc"]])}, binary=False)
+    assert content_type == JSON
+    assert json.loads(body)["inputs"][0] == {"name": "TEXT", "shape": [1, 2], "datatype": "BYTES", "data": ["a", "bc"]}
+    decoded = decode_response(
+        b'{"model_name":"m","outputs":[{"name":"Y","datatype":"FP32","shape":[2],"data":[1,2]}]}', JSON
+    )
+    np.testing.assert_array_equal(decoded.outputs["Y"], np.array([1, 2], dtype=np.float32))
+    assert decoded.outputs["Y"].dtype == np.float32
+
+
+def test_invoke_command_prints_and_saves_outputs(mme, tmp_path):
+    from typer.testing import CliRunner
+
+    from scripts.cli import app
+
+    np.save(tmp_path / "a.npy", A)
+    env = {
+        "AWS_ENDPOINT_URL": mme.url,
+        "AWS_ACCESS_KEY_ID": "local",
+        "AWS_SECRET_ACCESS_KEY": "local",
+        "AWS_DEFAULT_REGION": "us-east-1",
+    }
+    args = ["invoke", "local", "--input", f"INPUT0={tmp_path / 'a.npy'}", "--input", f"INPUT1={B.tolist()}",
+            "--dtype", "int32", "--target-model", "addsub20.tar.gz", "--save", str(tmp_path / "out")]  # fmt: skip
+    result = CliRunner().invoke(app, args, env=env)
+    assert result.exit_code == 0, result.output
+    assert "OUTPUT0" in result.stdout and "int32" in result.stdout and "[1, 16]" in result.stdout
+    np.testing.assert_array_equal(np.load(tmp_path / "out" / "OUTPUT0.npy"), A + B + 20)
+
+    failed = CliRunner().invoke(app, [*args[:4], "--target-model", "addsub20.tar.gz"], env=env)
+    assert failed.exit_code == 1 and "answered 400" in failed.output

@@ -1,0 +1,197 @@
+"""Deployment requests built from a spec, and the specs refused or warned about before any AWS call."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from scripts.deploy import (
+    MANAGED_TAG,
+    NAME_RE,
+    AsyncInference,
+    AutoScaling,
+    DeployError,
+    EndpointSpec,
+    Serverless,
+    endpoint_config_request,
+    environment,
+    is_gpu_instance,
+    model_request,
+    resource_name,
+    scaling_requests,
+    validate,
+)
+from scripts.docker_image import sagemaker_triton_image
+
+IMAGE = "123456789012.dkr.ecr.us-east-1.amazonaws.com/smtriton:1"
+ROLE = "arn:aws:iam::123456789012:role/sagemaker"
+
+
+def sme(**kw) -> EndpointSpec:
+    base = dict(
+        name="demo", image=IMAGE, role_arn=ROLE, model_data="s3://b/m/model.tar.gz", instance_type="ml.g5.xlarge"
+    )
+    return EndpointSpec(**(base | kw))
+
+
+def mme(**kw) -> EndpointSpec:
+    return sme(**({"multi_model": True, "model_data": "s3://b/models"} | kw))
+
+
+def test_sme_model_request_carries_image_mode_data_env_role_and_the_managed_tag():
+    spec = sme(default_model="resnet", environment={"SAGEMAKER_TRITON_LOG_INFO": "false"}, tags={"team": "ml"})
+    assert validate(spec) == []
+    assert model_request(spec, "demo-m") == {
+        "ModelName": "demo-m",
+        "ExecutionRoleArn": ROLE,
+        "PrimaryContainer": {
+            "Image": IMAGE,
+            "Mode": "SingleModel",
+            "ModelDataUrl": "s3://b/m/model.tar.gz",
+            "Environment": {"SAGEMAKER_TRITON_LOG_INFO": "false", "SAGEMAKER_TRITON_DEFAULT_MODEL_NAME": "resnet"},
+        },
+        "Tags": [{"Key": MANAGED_TAG, "Value": "demo"}, {"Key": "team", "Value": "ml"}],
+    }
+
+
+def test_sme_from_an_uncompressed_s3_prefix_uses_model_data_source():
+    container = model_request(sme(model_data="s3://b/repo/"), "m")["PrimaryContainer"]
+    assert "ModelDataUrl" not in container
+    assert container["ModelDataSource"] == {
+        "S3DataSource": {"S3Uri": "s3://b/repo/", "S3DataType": "S3Prefix", "CompressionType": "None"}
+    }
+
+
+def test_mme_model_request_is_multi_model_on_a_prefix_with_the_mme_switch():
+    container = model_request(mme(), "m")["PrimaryContainer"]
+    assert container["Mode"] == "MultiModel"
+    assert container["ModelDataUrl"] == "s3://b/models/"
+    assert container["Environment"] == {"SAGEMAKER_MULTI_MODEL": "true"}
+
+
+def test_real_time_endpoint_config_has_one_variant_with_instances_and_startup_timeout():
+    request = endpoint_config_request(sme(instance_count=2, startup_timeout_s=900), "demo-c", "demo-m")
+    assert request == {
+        "EndpointConfigName": "demo-c",
+        "ProductionVariants": [
+            {
+                "VariantName": "AllTraffic",
+                "ModelName": "demo-m",
+                "InstanceType": "ml.g5.xlarge",
+                "InitialInstanceCount": 2,
+                "InitialVariantWeight": 1.0,
+                "ContainerStartupHealthCheckTimeoutInSeconds": 900,
+            }
+        ],
+        "Tags": [{"Key": MANAGED_TAG, "Value": "demo"}],
+    }
+
+
+def test_serverless_config_has_no_instances():
+    spec = sme(instance_type=None, serverless=Serverless(memory_mb=2048, max_concurrency=5, provisioned_concurrency=1))
+    warnings = validate(spec)
+    assert any("cpu" in w and "10 GB" in w for w in warnings)
+    variant = endpoint_config_request(spec, "c", "m")["ProductionVariants"][0]
+    assert variant == {
+        "VariantName": "AllTraffic",
+        "ModelName": "m",
+        "ServerlessConfig": {"MemorySizeInMB": 2048, "MaxConcurrency": 5, "ProvisionedConcurrency": 1},
+    }
+
+
+def test_async_config_and_the_longer_container_limits_it_implies():
+    spec = sme(
+        instance_type="ml.m5.xlarge",
+        async_inference=AsyncInference(
+            "s3://b/out/", "s3://b/fail/", success_topic="arn:aws:sns:us-east-1:1:ok", max_concurrent_invocations=4
+        ),
+    )
+    assert validate(spec) == []
+    assert endpoint_config_request(spec, "c", "m")["AsyncInferenceConfig"] == {
+        "OutputConfig": {
+            "S3OutputPath": "s3://b/out/",
+            "S3FailurePath": "s3://b/fail/",
+            "NotificationConfig": {"SuccessTopic": "arn:aws:sns:us-east-1:1:ok"},
+        },
+        "ClientConfig": {"MaxConcurrentInvocationsPerInstance": 4},
+    }
+    env = environment(spec)
+    assert env["SMTRITON_REQUEST_TIMEOUT_S"] == "3600"
+    assert env["SMTRITON_MAX_PAYLOAD_BYTES"] == str(1024**3)
+    assert (
+        environment(sme(async_inference=AsyncInference("s3://b/o/"), environment={"SMTRITON_REQUEST_TIMEOUT_S": "90"}))[
+            "SMTRITON_REQUEST_TIMEOUT_S"
+        ]
+        == "90"
+    )
+
+
+def test_scaling_requests_track_invocations_per_instance():
+    target, policy = scaling_requests("demo", AutoScaling(1, 4, 250.0, 600, 30))
+    assert target == {
+        "ServiceNamespace": "sagemaker",
+        "ResourceId": "endpoint/demo/variant/AllTraffic",
+        "ScalableDimension": "sagemaker:variant:DesiredInstanceCount",
+        "MinCapacity": 1,
+        "MaxCapacity": 4,
+    }
+    config = policy["TargetTrackingScalingPolicyConfiguration"]
+    assert policy["PolicyType"] == "TargetTrackingScaling"
+    assert config["PredefinedMetricSpecification"] == {"PredefinedMetricType": "SageMakerVariantInvocationsPerInstance"}
+    assert (config["TargetValue"], config["ScaleInCooldown"], config["ScaleOutCooldown"]) == (250.0, 600, 30)
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        (sme(name="bad_name"), "endpoint name"),
+        (sme(role_arn="sagemaker-role"), "IAM role ARN"),
+        (mme(model_data="s3://b/models/model.tar.gz"), "S3 prefix"),
+        (mme(model_data=None), "S3 prefix"),
+        (mme(default_model="x"), "no default model"),
+        (sme(model_data="/local/model.tar.gz"), "model data"),
+        (sme(model_data="s3://b/model.zip"), "model data"),
+        (sme(instance_type=None), "instance type"),
+        (sme(instance_count=0), "instance count"),
+        (sme(environment={"SAGEMAKER_TRITON_LOG_VERBOSE": "loud"}), "environment"),
+        (sme(environment={"SMTRITON_MAX_CONCURRENT_LOADS": "0"}), "environment"),
+        (mme(instance_type=None, serverless=Serverless()), "serverless"),
+        (sme(instance_type=None, serverless=Serverless(memory_mb=1000)), "memory"),
+        (sme(instance_type=None, serverless=Serverless(max_concurrency=500)), "concurrency"),
+        (sme(instance_type=None, serverless=Serverless(), autoscaling=AutoScaling()), "auto-scaling"),
+        (mme(async_inference=AsyncInference("s3://b/o/")), "asynchronous"),
+        (sme(async_inference=AsyncInference("/tmp/out")), "s3://"),
+        (sme(autoscaling=AutoScaling(min_capacity=0)), "min capacity"),
+        (sme(autoscaling=AutoScaling(min_capacity=3, max_capacity=2)), "min capacity"),
+        (sme(startup_timeout_s=30), "start-up"),
+    ],
+)
+def test_invalid_specs_are_refused_before_any_aws_call(spec, message):
+    with pytest.raises(DeployError, match=message):
+        validate(spec)
+
+
+def test_gpu_mme_warns_unless_built_on_sagemakers_triton_image():
+    (warning,) = validate(mme())
+    assert "GPU" in warning and "base is unknown" in warning
+    (warning,) = validate(mme(base_image="nvcr.io/nvidia/tritonserver:25.04-py3"))
+    assert "nvcr.io/nvidia/tritonserver:25.04-py3" in warning and "sagemaker-tritonserver" in warning
+    assert validate(mme(base_image=sagemaker_triton_image("us-east-1"))) == []
+    assert validate(mme(image=sagemaker_triton_image("us-east-1"))) == []
+    assert validate(mme(instance_type="ml.c5.xlarge")) == []  # CPU MME: any base
+    assert validate(sme()) == []  # GPU SME: any base
+
+
+def test_unknown_serve_variables_are_warned_about():
+    (warning,) = validate(sme(environment={"SAGEMAKER_TRITON_LOG_VERBOS": "1", "MY_APP_SETTING": "x"}))
+    assert "SAGEMAKER_TRITON_LOG_VERBOS" in warning
+
+
+def test_gpu_instances_and_resource_names():
+    assert is_gpu_instance("ml.g5.xlarge") and is_gpu_instance("ml.p4d.24xlarge") and is_gpu_instance("ml.g6e.2xlarge")
+    assert not is_gpu_instance("ml.m5.xlarge") and not is_gpu_instance("ml.inf2.xlarge") and not is_gpu_instance(None)
+    name = resource_name("x" * 63)
+    assert NAME_RE.match(name) and len(name) <= 63
+    assert re.fullmatch(r"demo-\d{14}-[0-9a-f]{4}", resource_name("demo"))
+    assert resource_name("demo") != resource_name("demo")
