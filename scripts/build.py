@@ -101,8 +101,14 @@ def build_model(
     recipe_path: Path | None = None,
     force: bool = False,
     progress: Progress | None = None,
+    version: int = 1,
+    with_config: bool = True,
 ) -> ModelResult:
-    """Build one model into ``output/<name>`` unless its stamp says it is current."""
+    """Build one model into ``output/<name>`` unless its stamp says it is current.
+
+    ``smtriton convert`` uses this with ``force`` (an explicit conversion always runs) and may leave
+    the config to ``smtriton config`` (``with_config=False``).
+    """
     started = time.perf_counter()
     final = output / spec.name
     inputs = stamp_inputs(spec)
@@ -116,7 +122,7 @@ def build_model(
             progress(spec.name, message)
 
     with staged_dir(output, spec.name) as staging:
-        parity = _build_into(staging, spec, say)
+        parity = _build_into(staging, spec, say, str(version), with_config)
         extra = {
             "recipe": str(recipe_path) if recipe_path else None,
             "parity": parity.to_dict() if parity else None,
@@ -125,16 +131,19 @@ def build_model(
     return ModelResult(spec.name, spec.format, "built", time.perf_counter() - started, final, parity)
 
 
-def _build_into(model_dir: Path, spec: ModelSpec, say: Callable[[str], None]) -> ParityReport | None:
+def _build_into(
+    model_dir: Path, spec: ModelSpec, say: Callable[[str], None], version: str = VERSION_DIR, with_config: bool = True
+) -> ParityReport | None:
     from scripts.config import model_config, write_config
 
-    version_dir = model_dir / VERSION_DIR
+    version_dir = model_dir / version
     version_dir.mkdir()
     if spec.format == "python":
         say("copying model.py")
         shutil.copyfile(source_file(spec), version_dir / PYTHON_MODEL_FILE)
         outputs = tuple(o.declared for o in spec.outputs if o.declared is not None)
-        write_config(model_config(spec, outputs), model_dir)
+        if with_config:
+            write_config(model_config(spec, outputs), model_dir)
         return None
 
     # Heavy imports only here: an up-to-date repository never loads torch.
@@ -165,7 +174,8 @@ def _build_into(model_dir: Path, spec: ModelSpec, say: Callable[[str], None]) ->
     )
     if not report.passed:
         raise ParityError(spec.name, report)
-    write_config(model_config(spec, outputs), model_dir)
+    if with_config:
+        write_config(model_config(spec, outputs), model_dir)
     return report
 
 

@@ -13,8 +13,10 @@ from rich.progress import Progress, SpinnerColumn, TaskID, TextColumn, TimeElaps
 from rich.table import Table
 
 from scripts import aws_cli
+from scripts.convert_cli import config_command, convert_app
 from scripts.local_endpoint_cli import local_endpoint
 from scripts.recipe import DEFAULT_RECIPE, RecipeError
+from scripts.repo_cli import package_app, validate_command
 
 app = typer.Typer(
     help="Build-time tools for serving PyTorch models with Triton behind the SageMaker contract.",
@@ -108,6 +110,10 @@ def build_repository_command(
 
 
 app.command("local-endpoint")(local_endpoint)
+app.add_typer(convert_app, name="convert")
+app.command("config")(config_command)
+app.command("validate")(validate_command)
+app.add_typer(package_app, name="package")
 app.command("build-image")(aws_cli.build_image_command)
 app.command("push-image")(aws_cli.push_image_command)
 app.command("deploy")(aws_cli.deploy_command)

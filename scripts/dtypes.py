@@ -53,10 +53,25 @@ def torch_dtype(dtype: str) -> torch.dtype:
     return getattr(torch, NUMPY_NAMES[dtype])
 
 
-def from_torch(dtype: torch.dtype) -> str:
-    """Triton name of a torch dtype; raises for dtypes Triton configs cannot express here."""
-    name = str(dtype).removeprefix("torch.")
+def from_numpy_name(name: str) -> str:
+    """Triton name of a numpy dtype name (``float32`` -> ``FP32``; ``object`` -> ``BYTES``)."""
     for triton, numpy_name in NUMPY_NAMES.items():
         if numpy_name == name:
             return triton
-    raise ValueError(f"torch dtype {dtype} has no Triton equivalent in this tool")
+    raise ValueError(f"dtype {name} has no Triton equivalent in this tool")
+
+
+def from_config_type(config_type: str) -> str:
+    """``TYPE_FP32`` -> ``FP32``; ``TYPE_STRING`` -> ``BYTES``; raises for types this tool does not map."""
+    name = "BYTES" if config_type == "TYPE_STRING" else config_type.removeprefix("TYPE_")
+    if name not in NUMPY_NAMES:
+        raise ValueError(f"config data type {config_type} is not supported by this tool")
+    return name
+
+
+def from_torch(dtype: torch.dtype) -> str:
+    """Triton name of a torch dtype; raises for dtypes Triton configs cannot express here."""
+    try:
+        return from_numpy_name(str(dtype).removeprefix("torch."))
+    except ValueError:
+        raise ValueError(f"torch dtype {dtype} has no Triton equivalent in this tool") from None

@@ -5,6 +5,11 @@ the torch.export-based exporter, which treats dynamic axes differently and, on t
 down-convert its graphs to opset 17. ``dynamo = false`` (the TorchScript-based exporter) is the
 default here because it exports the demo models with dynamic batch and sequence axes at the
 requested opset exactly.
+
+After export, optionally (recipe ``export.simplify`` / ``export.fp16``, or ``smtriton convert onnx
+--simplify --fp16``): the graph is simplified with onnxslim (or onnxsim), and cast to FP16 with its
+inputs and outputs kept FP32 — the form TensorRT 11, which only builds strongly typed networks, needs
+for an FP16 engine. The parity check then runs on the final file.
 """
 
 from __future__ import annotations
@@ -17,8 +22,9 @@ import numpy as np
 import onnx
 import torch
 
-from scripts import dtypes
+from scripts.artifacts import SignatureError, onnx_signature
 from scripts.export import ExportError, Runner, quiet_tracing_logs
+from scripts.onnx_tools import OnnxToolError, cast_fp16, save, simplify
 from scripts.recipe import ModelSpec, TensorSpec
 from scripts.torch_model import to_tensors
 
@@ -52,6 +58,16 @@ class OnnxExporter:
                 dynamo=spec.export.dynamo,
                 verbose=False,  # the dynamo exporter prints its progress otherwise
             )
+        if spec.export.simplify or spec.export.fp16:
+            model = onnx.load(str(path))
+            try:
+                if spec.export.simplify:
+                    model = simplify(model)
+                if spec.export.fp16:
+                    model = cast_fp16(model)
+            except OnnxToolError as exc:
+                raise ExportError(str(exc)) from None
+            save(model, path)
         check_signature(path, spec.inputs, outputs)
 
     def load(self, spec: ModelSpec, outputs: Sequence[TensorSpec], path: Path) -> Runner:
@@ -69,19 +85,11 @@ class OnnxExporter:
 
 def graph_signature(path: Path) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
     """(name, Triton dtype) of the graph's inputs and outputs, read without loading weights."""
-    model = onnx.load(str(path), load_external_data=False)
-    initializers = {i.name for i in model.graph.initializer}
-
-    def io(values: Sequence[onnx.ValueInfoProto]) -> list[tuple[str, str]]:
-        result = []
-        for v in values:
-            if v.name in initializers:
-                continue
-            np_type = onnx.helper.tensor_dtype_to_np_dtype(v.type.tensor_type.elem_type)
-            result.append((v.name, dtypes.from_torch(getattr(torch, np.dtype(np_type).name))))
-        return result
-
-    return io(model.graph.input), io(model.graph.output)
+    try:
+        signature = onnx_signature(path)
+    except SignatureError as exc:
+        raise ExportError(f"{path.name}: {exc}") from None
+    return [(t.name, t.dtype) for t in signature.inputs], [(t.name, t.dtype) for t in signature.outputs]
 
 
 def check_signature(path: Path, inputs: Sequence[TensorSpec], outputs: Sequence[TensorSpec]) -> None:

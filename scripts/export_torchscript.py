@@ -2,6 +2,10 @@
 
 TorchScript is deprecated in recent PyTorch but is what ``pytorch_libtorch`` loads; this exporter sits
 behind :class:`scripts.export.Exporter` so an AOTInductor exporter can sit beside it.
+
+A TorchScript file records no input shapes or dtypes, so the recipe's signature (inputs, probed
+outputs, max_batch_size) is stored inside ``model.pt`` as an extra file; ``smtriton config`` and
+``smtriton validate`` read it back (:mod:`scripts.artifacts`). ``torch.jit.load`` ignores it.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from scripts.artifacts import TORCHSCRIPT_SIGNATURE, TensorSig, signature_json
 from scripts.export import ExportError, Runner, quiet_tracing_logs
 from scripts.recipe import ModelSpec, TensorSpec
 from scripts.torch_model import output_list, to_tensors
@@ -42,7 +47,12 @@ class TorchScriptExporter:
                     scripted = torch.jit.freeze(scripted.eval())
             except Exception as exc:  # torch raises many types here; keep the cause attached
                 raise ExportError(f"TorchScript {spec.export.method} failed: {exc}") from exc
-            torch.jit.save(scripted, str(path))
+            signature = signature_json(
+                [TensorSig(t.name, t.dtype, t.shape) for t in spec.inputs],
+                [TensorSig(t.name, t.dtype, t.shape) for t in outputs],
+                spec.max_batch_size,
+            )
+            torch.jit.save(scripted, str(path), _extra_files={TORCHSCRIPT_SIGNATURE: signature})
 
     def load(self, spec: ModelSpec, outputs: Sequence[TensorSpec], path: Path) -> Runner:
         with warnings.catch_warnings():

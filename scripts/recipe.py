@@ -98,6 +98,8 @@ class ExportOptions:
     dynamo: bool = False  # onnx: False = the TorchScript-based exporter (reliable dynamic axes)
     method: str = "trace"  # torchscript: "trace" or "script"
     freeze: bool = True  # torchscript: torch.jit.freeze after trace/script
+    simplify: bool = False  # onnx: simplify the graph (onnxslim, else onnxsim; optional dependencies)
+    fp16: bool = False  # onnx: cast weights and compute to FP16, I/O kept FP32 (TensorRT 11 strongly typed builds)
 
 
 @dataclass(frozen=True)
@@ -105,6 +107,10 @@ class ParityOptions:
     trials: int = 3  # fresh random inputs per combination of axis sizes
     atol: float = 1e-4
     rtol: float = 1e-3
+
+
+# An FP16-cast graph cannot meet FP32 tolerances; these apply unless the recipe sets its own.
+FP16_PARITY = ParityOptions(atol=5e-2, rtol=5e-2)
 
 
 @dataclass(frozen=True)
@@ -172,7 +178,7 @@ def parse_recipe(data: Mapping[str, Any], path: Path) -> Recipe:
             raise RecipeError(f"{origin}: model #{index + 1} is not a table")
         name = table.get("name")
         where = f"{origin}: model {name!r}" if isinstance(name, str) else f"{origin}: model #{index + 1}"
-        spec = _parse_model(table, base_dir, where)
+        spec = model_from_table(table, base_dir, where)
         if spec.name in {m.name for m in models}:
             raise RecipeError(f"{where}: duplicate model name")
         models.append(spec)
@@ -185,7 +191,9 @@ _MODEL_KEYS = {
 }  # fmt: skip
 
 
-def _parse_model(t: Mapping[str, Any], base_dir: Path, where: str) -> ModelSpec:
+def model_from_table(t: Mapping[str, Any], base_dir: Path, where: str) -> ModelSpec:
+    """One ``[[model]]`` table, checked; ``where`` prefixes every error. Command-line conversions build
+    such a table from their options, so a model named on the command line obeys the recipe's rules."""
     _check_keys(t, _MODEL_KEYS, where)
     name = _get(t, "name", str, where)
     if not _NAME.match(name):
@@ -246,6 +254,7 @@ def _parse_model(t: Mapping[str, Any], base_dir: Path, where: str) -> ModelSpec:
             raise RecipeError(f"{where}: axis {BATCH_AXIS!r} may only be the first dimension")
 
     axes = _parse_axes(t.get("axes", {}), used_axes, max_batch_size, where)
+    export = _parse_export(t.get("export", {}), fmt, where)
     return ModelSpec(
         name=name,
         format=fmt,
@@ -256,8 +265,8 @@ def _parse_model(t: Mapping[str, Any], base_dir: Path, where: str) -> ModelSpec:
         dynamic_batching=_parse_batching(t.get("dynamic_batching"), max_batch_size, where),
         instance_groups=tuple(_parse_instance_group(x, where) for x in _tables(t, "instance_group", where)),
         parameters=_parse_parameters(t.get("parameters", {}), where),
-        export=_parse_export(t.get("export", {}), fmt, where),
-        parity=_parse_parity(t.get("parity", {}), where),
+        export=export,
+        parity=_parse_parity(t.get("parity", {}), where, FP16_PARITY if export.fp16 else ParityOptions()),
         base_dir=base_dir,
         factory=factory,
         seed=_get(t, "seed", int, where, 0),
@@ -385,13 +394,15 @@ def _parse_export(t: Any, fmt: str, where: str) -> ExportOptions:
     where = f"{where}: export"
     if not isinstance(t, dict):
         raise RecipeError(f"{where}: must be a table")
-    allowed = {"onnx": {"opset", "dynamo"}, "torchscript": {"method", "freeze"}}.get(fmt, set())
+    allowed = {"onnx": {"opset", "dynamo", "simplify", "fp16"}, "torchscript": {"method", "freeze"}}.get(fmt, set())
     _check_keys(t, allowed, f"{where} (format {fmt})")
     options = ExportOptions(
         opset=_get(t, "opset", int, where, ExportOptions.opset),
         dynamo=_get(t, "dynamo", bool, where, ExportOptions.dynamo),
         method=_get(t, "method", str, where, ExportOptions.method),
         freeze=_get(t, "freeze", bool, where, ExportOptions.freeze),
+        simplify=_get(t, "simplify", bool, where, ExportOptions.simplify),
+        fp16=_get(t, "fp16", bool, where, ExportOptions.fp16),
     )
     if options.method not in ("trace", "script"):
         raise RecipeError(f"{where}: method is 'trace' or 'script'")
@@ -400,15 +411,15 @@ def _parse_export(t: Any, fmt: str, where: str) -> ExportOptions:
     return options
 
 
-def _parse_parity(t: Any, where: str) -> ParityOptions:
+def _parse_parity(t: Any, where: str, defaults: ParityOptions) -> ParityOptions:
     where = f"{where}: parity"
     if not isinstance(t, dict):
         raise RecipeError(f"{where}: must be a table")
     _check_keys(t, {"trials", "atol", "rtol"}, where)
     options = ParityOptions(
-        trials=_get(t, "trials", int, where, ParityOptions.trials),
-        atol=float(_get(t, "atol", (int, float), where, ParityOptions.atol)),
-        rtol=float(_get(t, "rtol", (int, float), where, ParityOptions.rtol)),
+        trials=_get(t, "trials", int, where, defaults.trials),
+        atol=float(_get(t, "atol", (int, float), where, defaults.atol)),
+        rtol=float(_get(t, "rtol", (int, float), where, defaults.rtol)),
     )
     if options.trials < 1 or options.atol < 0 or options.rtol < 0:
         raise RecipeError(f"{where}: trials >= 1, atol >= 0, rtol >= 0")

@@ -25,12 +25,12 @@ STAMP_VERSION = 1
 
 # Distributions whose version changes what the exported artifacts or configs contain.
 TOOL_DISTRIBUTIONS = (
-    "torch", "transformers", "onnx", "onnxscript", "onnxruntime", "numpy", "protobuf", "tritonclient",
+    "torch", "transformers", "onnx", "onnxscript", "onnxruntime", "numpy", "protobuf", "tritonclient", "onnxslim",
 )  # fmt: skip
 
 # This builder's modules: a change to any of them may change the artifacts.
 BUILDER_MODULES = (
-    "build", "config", "dtypes", "export", "export_onnx", "export_torchscript", "recipe",
+    "artifacts", "build", "config", "dtypes", "export", "export_onnx", "export_torchscript", "onnx_tools", "recipe",
     "sample_inputs", "signature", "stamp", "torch_model",
 )  # fmt: skip
 

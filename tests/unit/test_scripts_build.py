@@ -67,7 +67,7 @@ def test_failed_build_keeps_the_previous_model_and_leaves_no_staging(recipe, tmp
     build_repository(recipe, out)
     before = (out / "upper" / "config.pbtxt").read_text()
 
-    def explode(model_dir: Path, spec, say):
+    def explode(model_dir: Path, spec, say, *options):
         (model_dir / "half-written").write_text("x")
         raise RuntimeError("exporter crashed")
 

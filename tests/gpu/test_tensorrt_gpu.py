@@ -1,0 +1,106 @@
+"""Real TensorRT builds on a real GPU: plans match ONNX Runtime, sidecars match the host, configs validate.
+
+Skipped (tests/gpu/conftest.py) unless tensorrt, cuda-python and an NVIDIA GPU are present. Run them
+inside the serving image, where the TensorRT Python package matches the Triton runtime.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+from typer.testing import CliRunner
+
+from scripts.cli import app
+from scripts.trt_plan import AxisRange, check_compatibility, read_sidecar
+
+pytestmark = pytest.mark.gpu
+
+PROFILE = {"batch": AxisRange(1, 4, 8), "sequence": AxisRange(1, 16, 64)}
+
+
+def encoder_onnx(path: Path) -> Path:
+    """ids[batch, sequence] INT64 -> hidden[batch, sequence, 16] FP32: Gather, MatMul, Relu, MatMul."""
+    rng = np.random.default_rng(0)
+    table = rng.standard_normal((100, 16)).astype(np.float32)
+    w1 = (rng.standard_normal((16, 16)) / 4).astype(np.float32)
+    w2 = (rng.standard_normal((16, 16)) / 4).astype(np.float32)
+    graph = helper.make_graph(
+        [
+            helper.make_node("Gather", ["table", "ids"], ["emb"]),
+            helper.make_node("MatMul", ["emb", "w1"], ["h1"]),
+            helper.make_node("Relu", ["h1"], ["a1"]),
+            helper.make_node("MatMul", ["a1", "w2"], ["hidden"]),
+        ],
+        "encoder",
+        [helper.make_tensor_value_info("ids", TensorProto.INT64, ["batch", "sequence"])],
+        [helper.make_tensor_value_info("hidden", TensorProto.FLOAT, ["batch", "sequence", 16])],
+        [
+            helper.make_tensor("table", TensorProto.FLOAT, table.shape, table.flatten()),
+            helper.make_tensor("w1", TensorProto.FLOAT, w1.shape, w1.flatten()),
+            helper.make_tensor("w2", TensorProto.FLOAT, w2.shape, w2.flatten()),
+        ],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    path.parent.mkdir(parents=True, exist_ok=True)
+    onnx.save(model, str(path))
+    return path
+
+
+@pytest.mark.parametrize("precision", ["fp32", "fp16"])
+def test_plan_matches_onnx_runtime(tmp_path, precision):
+    from scripts import trt_build
+
+    source = encoder_onnx(tmp_path / "model.onnx")
+    plan = tmp_path / "model.plan"
+    cache = tmp_path / "timing.cache"
+    options = trt_build.BuildOptions(profiles=[PROFILE], precision=precision, timing_cache=cache,
+                                     workspace_bytes=1 << 30)  # fmt: skip
+    sidecar = trt_build.build_plan(source, plan, options)
+    assert cache.stat().st_size > 0
+    atol, rtol = trt_build.TOLERANCES[precision]
+    report = trt_build.verify_plan(plan, source, ranges={"ids": (0, 100)}, atol=atol, rtol=rtol)
+    assert report.passed, report.summary()
+    assert check_compatibility(sidecar, trt_build.runtime_info()) == []
+    signature = trt_build.engine_signature(plan)
+    assert [(t.name, t.dtype, t.shape) for t in signature.inputs] == [("ids", "INT64", ("batch", "sequence"))]
+
+
+def test_two_profiles_each_serve_their_range(tmp_path):
+    from scripts import trt_build
+
+    source = encoder_onnx(tmp_path / "model.onnx")
+    plan = tmp_path / "model.plan"
+    long = {"batch": AxisRange(1, 1, 2), "sequence": AxisRange(65, 128, 256)}
+    trt_build.build_plan(source, plan, trt_build.BuildOptions(profiles=[PROFILE, long]))
+    run = trt_build.plan_runner(plan)
+    import onnxruntime as ort
+
+    session = ort.InferenceSession(str(source), providers=["CPUExecutionProvider"])
+    for shape in ((4, 16), (2, 200), (8, 64)):
+        ids = np.random.default_rng(3).integers(0, 100, size=shape)
+        np.testing.assert_allclose(
+            run({"ids": ids})["hidden"], session.run(["hidden"], {"ids": ids})[0], atol=1e-3, rtol=1e-2
+        )
+
+
+def test_demo_text_encoder_through_the_cli(tmp_path):
+    """convert onnx (torch on CPU) -> convert tensorrt (recipe axes) -> verify -> config -> validate here."""
+    runner = CliRunner()
+    repo = tmp_path / "repo"
+    exported = runner.invoke(app, ["convert", "onnx", "-m", "text_encoder", "-o", str(repo), "--trials", "1"])
+    assert exported.exit_code == 0, exported.output
+    built = runner.invoke(
+        app,
+        ["convert", "tensorrt", str(repo / "text_encoder"), "-o", str(repo), "--model", "text_encoder",
+         "--precision", "fp16", "--timing-cache", str(tmp_path / "timing.cache")],
+    )  # fmt: skip
+    assert built.exit_code == 0, built.output
+    assert "parity ok" in built.output
+    sidecar = read_sidecar(repo / "text_encoder_trt" / "1" / "model.plan")
+    assert sidecar is not None and sidecar.profiles[0]["input_ids"]["max"] == [16, 32]
+    checked = runner.invoke(app, ["validate", str(repo), "--detect-runtime"])
+    assert checked.exit_code == 0, checked.output

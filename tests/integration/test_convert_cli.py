@@ -1,0 +1,148 @@
+"""`smtriton convert` / `config` / `validate` on a small model named on the command line (no recipe)."""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import onnx
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from scripts.artifacts import onnx_signature, torchscript_signature
+from scripts.cli import app
+from scripts.config import read_config
+from scripts.validate import validate_repository
+
+pytestmark = pytest.mark.integration
+
+
+class TinyScorer(torch.nn.Module):
+    """ids INT64 [batch, sequence], scale FP32 [batch, 1] -> scores FP32 [batch, 3]."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embedding = torch.nn.Embedding(50, 8)
+        self.linear = torch.nn.Linear(8, 3)
+
+    def forward(self, ids: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+        return self.linear(self.embedding(ids)).mean(dim=1) * scale
+
+
+class Noisy(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + torch.rand_like(x)
+
+
+def tiny() -> torch.nn.Module:
+    return TinyScorer()
+
+
+def noisy() -> torch.nn.Module:
+    return Noisy()
+
+
+FACTORY = f"{__name__}:tiny"
+
+
+def cli(*args: str) -> tuple[int, str]:
+    result = CliRunner().invoke(app, [str(a) for a in args])
+    return result.exit_code, result.output
+
+
+def test_factory_model_to_simplified_fp16_onnx(tmp_path):
+    repo = tmp_path / "repo"
+    code, output = cli(
+        "convert", "onnx", "--factory", FACTORY, "--name", "scorer", "-o", repo,
+        "--input", "ids:INT64:batch,sequence:0..50", "--input", "scale:FP32:batch,1", "--output-tensor", "scores",
+        "--max-batch-size", "4", "--axis", "sequence=3,9", "--simplify", "--fp16",
+    )  # fmt: skip
+    assert code == 0, output
+    assert "parity ok" in output and "atol 0.05" in output  # FP16 tolerances apply by default
+    path = repo / "scorer" / "1" / "model.onnx"
+    graph = onnx.load(str(path))
+    assert onnx.TensorProto.FLOAT16 in {i.data_type for i in graph.graph.initializer}
+    signature = onnx_signature(path)  # inputs and outputs stay as declared: FP32 at the boundary
+    assert [(t.name, t.dtype, t.shape) for t in signature.inputs] == [
+        ("ids", "INT64", ("batch", "sequence")),
+        ("scale", "FP32", ("batch", 1)),
+    ]
+    assert [(t.name, t.dtype) for t in signature.outputs] == [("scores", "FP32")]
+    config = read_config(repo / "scorer")
+    assert config.max_batch_size == 4 and [list(i.dims) for i in config.input] == [[-1], [1]]
+    assert validate_repository(repo) == []
+
+
+def test_torchscript_signature_drives_the_generated_config(tmp_path):
+    repo = tmp_path / "repo"
+    code, output = cli(
+        "convert", "torchscript", "--factory", FACTORY, "--name", "scorer_ts", "-o", repo, "--no-config",
+        "--input", "INPUT__0:INT64:batch,sequence:0..50", "--input", "INPUT__1:FP32:batch,1",
+        "--output-tensor", "OUTPUT__0", "--max-batch-size", "4", "--trials", "1",
+    )  # fmt: skip
+    assert code == 0, output
+    model = repo / "scorer_ts"
+    assert not (model / "config.pbtxt").exists()
+    signature = torchscript_signature(model / "1" / "model.pt")
+    assert signature is not None and signature.max_batch_size == 4
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        assert torch.jit.load(str(model / "1" / "model.pt")) is not None  # the extra file does not disturb loading
+
+    code, printed = cli("config", model, "--stdout", "--warmup", "--warmup-size", "sequence=5",
+                        "--parameter", "INFERENCE_MODE=true", "--instance-kind", "KIND_CPU")  # fmt: skip
+    assert code == 0, printed
+    assert 'platform: "pytorch_libtorch"' in printed and "max_batch_size: 4" in printed
+    assert 'key: "INFERENCE_MODE"' in printed and "random_data: true" in printed and "zero_data: true" in printed
+    code, output = cli("config", model, "--warmup", "--warmup-size", "sequence=5")
+    assert code == 0, output
+    assert validate_repository(repo) == []
+    code, output = cli("config", model)
+    assert code == 2 and "exists; --force overwrites it" in output
+
+
+def test_torchscript_names_must_follow_the_backend_convention(tmp_path):
+    code, output = cli(
+        "convert", "torchscript", "--factory", FACTORY, "-o", tmp_path,
+        "--input", "ids:INT64:batch,sequence:0..50", "--input", "scale:FP32:batch,1", "--output-tensor", "scores",
+    )  # fmt: skip
+    assert code == 2
+    assert "must be named like INPUT__0" in output
+
+
+def test_parity_failure_fails_the_conversion(tmp_path):
+    code, output = cli(
+        "convert", "onnx", "--factory", f"{__name__}:noisy", "-o", tmp_path,
+        "--input", "x:FP32:batch,4", "--output-tensor", "y", "--max-batch-size", "2", "--trials", "1",
+    )  # fmt: skip
+    assert code == 1
+    assert "differs from the torch model" in output and "parity FAILED" in output
+    assert not (tmp_path / "noisy").exists()  # nothing half-built is left for Triton
+
+
+def test_recipe_entry_with_overrides(tmp_path):
+    recipe = tmp_path / "recipe.toml"
+    recipe.write_text(
+        f"""
+[[model]]
+name = "scorer"
+format = "onnx"
+factory = "{FACTORY}"
+max_batch_size = 2
+input = [{{ name = "INPUT__0", dtype = "INT64", shape = ["batch", "sequence"], range = [0, 50] }},
+         {{ name = "INPUT__1", dtype = "FP32", shape = ["batch", 1] }}]
+output = [{{ name = "OUTPUT__0" }}]
+axes = {{ sequence = [4] }}
+export = {{ opset = 17 }}
+"""
+    )
+    code, output = cli("convert", "onnx", recipe, "-o", tmp_path / "repo", "--opset", "18", "--trials", "1")
+    assert code == 0, output
+    graph = onnx.load(str(tmp_path / "repo" / "scorer" / "1" / "model.onnx"))
+    assert next(o.version for o in graph.opset_import if o.domain in ("", "ai.onnx")) == 18
+    # The same entry as TorchScript: ONNX export options are dropped, the entry's names already conform.
+    code, output = cli("convert", "torchscript", recipe, "-o", tmp_path / "repo", "--name", "scorer_ts")
+    assert code == 0, output
+    assert read_config(Path(tmp_path / "repo" / "scorer_ts")).platform == "pytorch_libtorch"
+    assert validate_repository(tmp_path / "repo") == []
