@@ -13,12 +13,13 @@ import orjson
 from fastapi import FastAPI, Request, Response
 from fastapi.responses import StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from serve import codec, streaming
 from serve.codec import JSON
 from serve.engine import CUSTOM_ATTRIBUTES, Engine, to_sagemaker
 from serve.errors import BadRequest, PayloadTooLarge, ServeError, error_body
-from serve.multimodel import ModelRegistry, NotLoaded, to_mme_response
+from serve.multimodel import ModelRegistry, NotLoaded, oom_kills, to_mme_response
 from serve.triton.client import UpstreamResponse
 
 log = logging.getLogger("serve.access")
@@ -61,6 +62,21 @@ async def read_body(request: Request, limit: int) -> bytes:
     return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
+class HeaderLimit:
+    """Refuse requests whose headers pass the limit (431), before any route or body is touched."""
+
+    def __init__(self, app: ASGIApp, limit: int) -> None:
+        self.app = app
+        self.limit = limit
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and sum(len(k) + len(v) for k, v in scope["headers"]) > self.limit:
+            response = _error(431, f"request headers are larger than the limit of {self.limit} bytes")
+            await response(scope, receive, send)
+            return
+        await self.app(scope, receive, send)
+
+
 def create_app(engine: Engine, registry: ModelRegistry | None = None) -> FastAPI:
     """The ASGI app serving one engine; Triton starts with the app and stops with it."""
 
@@ -80,6 +96,7 @@ def create_app(engine: Engine, registry: ModelRegistry | None = None) -> FastAPI
         openapi_url=None,
     )
     limit = engine.settings.max_payload_bytes
+    app.add_middleware(HeaderLimit, limit=engine.settings.max_header_bytes)
 
     @app.exception_handler(ServeError)
     async def _serve_error(request: Request, exc: ServeError) -> Response:
@@ -289,11 +306,12 @@ def create_app(engine: Engine, registry: ModelRegistry | None = None) -> FastAPI
                 response = stream_decoupled(request, record.triton_name, body, content_type, attributes, done)
                 status[0] = response.status_code
                 return response
+            kills = oom_kills()
             try:
                 upstream = await engine.forward(record.triton_name, body, content_type, attributes)
             finally:
                 registry.end_invoke(record)
-            response = respond(request, upstream, *to_mme_response(record, upstream))
+            response = respond(request, upstream, *to_mme_response(record, upstream, kills))
             status[0] = response.status_code
             return response
 

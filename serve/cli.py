@@ -135,6 +135,7 @@ def serve(
             memory_factor=settings.model_memory_factor,
             max_concurrent_loads=settings.max_concurrent_loads,
             load_timeout_s=settings.startup_timeout_s,
+            gpu_memory_reserve_bytes=settings.gpu_memory_reserve_bytes,
         )
         engine.on_triton_ready = registry.restore
     else:

@@ -31,7 +31,7 @@ from serve.triton.client import TritonClient, UpstreamResponse, error_text
 
 log = logging.getLogger("serve.mme")
 
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,254}$")
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,254}")
 _ENSEMBLE = re.compile(rb'platform\s*:\s*"ensemble"')
 # CONTRACT.md §4.6: native's OOM patterns (case-sensitive substrings), extended with the allocation
 # failures of the ONNX Runtime and PyTorch backends.
@@ -106,7 +106,7 @@ class ArchiveLayout:
 
 
 def validate_name(name: object, what: str) -> str:
-    if not isinstance(name, str) or not _NAME.match(name) or name in (".", ".."):
+    if not isinstance(name, str) or not _NAME.fullmatch(name) or name in (".", ".."):
         raise BadRequest(f"invalid {what}: must be 1-255 characters of letters, digits, '.', '_' or '-'")
     return name
 
@@ -159,7 +159,7 @@ def triton_name_for(model_name: str, target_model: str | None) -> tuple[str, str
     """(Triton name, name responses show): native serves a model under its TargetModel header."""
     if target_model is None:
         return model_name, model_name
-    if _NAME.match(target_model) and target_model not in (".", ".."):
+    if _NAME.fullmatch(target_model) and target_model not in (".", ".."):
         return target_model, target_model
     digest = hashlib.sha256(target_model.encode()).hexdigest()[:12]
     safe = re.sub(r"[^A-Za-z0-9._-]", "_", target_model).lstrip("._-")[:200] or "model"
@@ -255,6 +255,44 @@ def tree_size(root: Path) -> int:
     return total
 
 
+def oom_kills() -> int:
+    """Processes the kernel's OOM killer ended in this cgroup (cgroup v2 ``memory.events``)."""
+    try:
+        for line in Path("/sys/fs/cgroup/memory.events").read_text().splitlines():
+            key, _, value = line.partition(" ")
+            if key == "oom_kill":
+                return int(value)
+    except (OSError, ValueError):
+        pass
+    return 0
+
+
+def is_oom_failure(message: str, kills_before: int) -> bool:
+    """An OOM by its message, or a Python stub that died while the OOM killer struck (B15)."""
+    return is_oom(message) or oom_kills() > kills_before
+
+
+def gpu_free_memory() -> list[int]:
+    """Free bytes of each GPU, through NVML; empty where there is no GPU or no NVML."""
+    try:
+        import pynvml
+    except ImportError:
+        return []
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError:
+        return []
+    try:
+        return [
+            int(pynvml.nvmlDeviceGetMemoryInfo(pynvml.nvmlDeviceGetHandleByIndex(i)).free)
+            for i in range(pynvml.nvmlDeviceGetCount())
+        ]
+    except pynvml.NVMLError:
+        return []
+    finally:
+        pynvml.nvmlShutdown()
+
+
 def available_memory() -> int:
     """Host memory a load may use: the tighter of the cgroup's limit and the kernel's MemAvailable."""
     available = None
@@ -289,7 +327,9 @@ class ModelRegistry:
         unload_drain_s: float = 60.0,
         unload_timeout_s: float = 240.0,
         load_timeout_s: float = 1800.0,
+        gpu_memory_reserve_bytes: int = 1 << 30,
     ) -> None:
+        self._gpu_reserve = gpu_memory_reserve_bytes
         self.model_root = model_root
         self.managed = managed
         self._client = client
@@ -344,6 +384,12 @@ class ModelRegistry:
                 f"not enough memory to load model '{name}': it needs about {needed >> 20} MiB plus a reserve of "
                 f"{self._reserve >> 20} MiB, and {free >> 20} MiB are available"
             )
+        gpus = await asyncio.to_thread(gpu_free_memory)
+        if gpus and max(gpus) < self._gpu_reserve:
+            raise InsufficientStorage(
+                f"not enough GPU memory to load model '{name}': the most free on any GPU is {max(gpus) >> 20} MiB, "
+                f"below the reserve of {self._gpu_reserve >> 20} MiB"
+            )
         renames = {d.name: f"{triton_name}.{d.name}" for d in layout.others} if layout.ensemble else {}
         staged: list[str] = []
         try:
@@ -363,12 +409,13 @@ class ModelRegistry:
     async def _load_in_triton(self, record: ModelRecord) -> None:
         """Members first (BLS targets must exist), the entry last; failures mapped 507/400."""
         client = self._client()
+        kills = oom_kills()
         for triton_name in record.triton_names:
             try:
                 await client.load_model(triton_name, self._load_timeout_s)
             except ServeError as exc:
                 if exc.status == 400:
-                    raise ServeError(507 if is_oom(exc.message) else 400, exc.message) from None
+                    raise ServeError(507 if is_oom_failure(exc.message, kills) else 400, exc.message) from None
                 raise
 
     # ----- unload -------------------------------------------------------------------------------
@@ -446,7 +493,7 @@ class ModelRegistry:
                 log.info("restored model %s", record.model_name)
 
 
-def to_mme_response(record: ModelRecord, upstream: UpstreamResponse) -> tuple[int, str, bytes]:
+def to_mme_response(record: ModelRecord, upstream: UpstreamResponse, kills_before: int = 0) -> tuple[int, str, bytes]:
     """MME mapping of a Triton answer (CONTRACT.md §2.6): 200 as SME; errors 507 on OOM, 404 if gone, else 400."""
     if upstream.status == 200:
         body, header_length = upstream.body, upstream.header_length
@@ -456,5 +503,5 @@ def to_mme_response(record: ModelRecord, upstream: UpstreamResponse) -> tuple[in
     message = error_text(upstream.body) or "inference failed"
     if upstream.status == 503:
         return 503, JSON, error_body(message)
-    status = 507 if is_oom(message) else 404 if upstream.status == 404 else 400
+    status = 507 if is_oom_failure(message, kills_before) else 404 if upstream.status == 404 else 400
     return status, JSON, error_body(message)

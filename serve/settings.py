@@ -105,6 +105,7 @@ class Settings:
     model_repository: Path = SME_MODEL_DIR
     model_root: Path = MME_MODEL_ROOT
     memory_reserve_bytes: int = 512 * MIB
+    gpu_memory_reserve_bytes: int = 1024 * MIB
     model_memory_factor: float = 1.0
     max_concurrent_loads: int = 2
     default_model: str | None = None
@@ -116,6 +117,7 @@ class Settings:
     max_concurrent_transforms: int | None = None
     max_payload_in_mb: int | None = None
     max_payload_bytes: int = 100 * MIB
+    max_header_bytes: int = 64 * 1024
     tritonserver: Path | None = None
     triton: TritonOptions = field(default_factory=TritonOptions)
     work_dir: Path | None = None
@@ -144,6 +146,9 @@ class Settings:
             memory_reserve_bytes=_int(
                 "SMTRITON_MEMORY_RESERVE_BYTES", env.get("SMTRITON_MEMORY_RESERVE_BYTES", str(512 * MIB))
             ),
+            gpu_memory_reserve_bytes=_int(
+                "SMTRITON_GPU_MEMORY_RESERVE_BYTES", env.get("SMTRITON_GPU_MEMORY_RESERVE_BYTES", str(1024 * MIB))
+            ),
             model_memory_factor=_float("SMTRITON_MODEL_MEMORY_FACTOR", env.get("SMTRITON_MODEL_MEMORY_FACTOR", "1.0")),
             max_concurrent_loads=_int(
                 "SMTRITON_MAX_CONCURRENT_LOADS", env.get("SMTRITON_MAX_CONCURRENT_LOADS", "2"), minimum=1
@@ -165,6 +170,9 @@ class Settings:
             if env.get("SAGEMAKER_MAX_PAYLOAD_IN_MB")
             else None,
             max_payload_bytes=_max_payload(env),
+            max_header_bytes=_int(
+                "SMTRITON_MAX_HEADER_BYTES", env.get("SMTRITON_MAX_HEADER_BYTES", "65536"), minimum=1024
+            ),
             tritonserver=Path(env["TRITONSERVER"]) if env.get("TRITONSERVER") else None,
             triton=_triton_options(env),
             work_dir=Path(env["SMTRITON_WORK_DIR"]) if env.get("SMTRITON_WORK_DIR") else None,

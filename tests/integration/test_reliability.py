@@ -211,3 +211,26 @@ def test_a_triton_that_dies_at_start_backs_off_and_ping_fails(tmp_path, test_rep
         assert server.proc.poll() is None
     finally:
         server.stop()
+
+
+@settings(max_examples=500, deadline=None, suppress_health_check=list(HealthCheck))
+@given(
+    name=st.text(min_size=1, max_size=40),
+    # The HTTP client itself refuses CR, LF and NUL in a header (an injection attempt never leaves it).
+    target=st.text(max_size=40).map(lambda t: "".join(c for c in t if c not in "\r\n\0").strip()),
+)
+def test_fuzzed_model_names_and_target_headers_never_get_a_5xx(addsub_server, name, target):
+    from urllib.parse import quote
+
+    headers = {"X-Amzn-SageMaker-Target-Model": target.encode()}
+    for method, path in (("POST", f"/models/{quote(name, safe='')}/invoke"), ("GET", f"/models/{quote(name)}")):
+        r = requests.request(method, f"{addsub_server.url}{path}", data=b"{}", headers=headers, timeout=10)
+        assert r.status_code < 500, (r.status_code, r.text[:200])
+        assert r.headers["content-type"] in ("application/json", "text/plain; charset=utf-8") or r.status_code == 200
+
+
+def test_oversized_headers_are_431(addsub_server):
+    r = requests.post(f"{addsub_server.url}/invocations", data=b"{}", headers={"X-Big": "x" * 70_000}, timeout=10)
+    assert r.status_code == 431
+    assert "headers are larger" in r.json()["error"]
+    assert requests.get(f"{addsub_server.url}/ping", timeout=5).status_code == 200

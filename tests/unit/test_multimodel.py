@@ -1,0 +1,98 @@
+"""Pure parts of the multi-model registry: names, urls, layouts, paging, renames, memory signals."""
+
+from __future__ import annotations
+
+import sys
+import types
+
+import pytest
+
+from serve import multimodel
+from serve.errors import BadRequest
+
+
+def test_oom_patterns_match_native_and_whole_word_oom():
+    assert multimodel.is_oom("CUDA out of memory. Tried to allocate 2.00 GiB")
+    assert multimodel.is_oom("MemoryError: Failed to allocate memory for weights")
+    assert multimodel.is_oom("worker hit OOM while loading")
+    assert not multimodel.is_oom("ZOOM level out of range")  # native's substring match would say yes (B15)
+
+
+def test_a_stub_killed_by_the_oom_killer_counts_as_oom(monkeypatch):
+    monkeypatch.setattr(multimodel, "oom_kills", lambda: 3)
+    assert multimodel.is_oom_failure("Stub process 'm_0' is not healthy.", kills_before=2)
+    assert not multimodel.is_oom_failure("Stub process 'm_0' is not healthy.", kills_before=3)
+
+
+def test_gpu_free_memory_reads_nvml_and_is_empty_without_it(monkeypatch):
+    class NVMLError(Exception):
+        pass
+
+    fake = types.SimpleNamespace(
+        NVMLError=NVMLError,
+        nvmlInit=lambda: None,
+        nvmlShutdown=lambda: None,
+        nvmlDeviceGetCount=lambda: 2,
+        nvmlDeviceGetHandleByIndex=lambda i: i,
+        nvmlDeviceGetMemoryInfo=lambda h: types.SimpleNamespace(free=(h + 1) * 1000),
+    )
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    assert multimodel.gpu_free_memory() == [1000, 2000]
+
+    def no_driver() -> None:
+        raise NVMLError("driver not loaded")
+
+    monkeypatch.setitem(sys.modules, "pynvml", types.SimpleNamespace(**{**fake.__dict__, "nvmlInit": no_driver}))
+    assert multimodel.gpu_free_memory() == []
+
+
+@pytest.mark.parametrize("name", ["hashA", "model.tar.gz", "a_b-c.1"])
+def test_valid_model_names(name):
+    assert multimodel.validate_name(name, "model_name") == name
+
+
+@pytest.mark.parametrize("name", ["", "..", ".", "a/b", "../x", "-x", "a b", "x\n", 5, None, "a" * 256])
+def test_invalid_model_names(name):
+    with pytest.raises(BadRequest):
+        multimodel.validate_name(name, "model_name")
+
+
+def test_target_models_with_paths_get_a_safe_triton_name_and_keep_their_shown_name():
+    assert multimodel.triton_name_for("h", None) == ("h", "h")
+    assert multimodel.triton_name_for("h", "m.tar.gz") == ("m.tar.gz", "m.tar.gz")
+    safe, shown = multimodel.triton_name_for("h", "team/resnet.tar.gz")
+    assert shown == "team/resnet.tar.gz"
+    assert "/" not in safe and safe.startswith("team_resnet.tar.gz-")
+
+
+def test_rename_in_response_recomputes_the_header_length():
+    header = b'{"model_name":"safe-1","model_version":"1","outputs":[]}'
+    body, length = multimodel.rename_in_response(header + b"BIN", len(header), "safe-1", "team/m.tar.gz")
+    assert body[:length] == b'{"model_name":"team/m.tar.gz","model_version":"1","outputs":[]}'
+    assert body[length:] == b"BIN"
+
+
+def test_pages_walk_the_list_with_opaque_tokens():
+    records = [multimodel.ModelRecord(f"m{i}", f"/u{i}", None, f"m{i}", [f"m{i}"], f"m{i}") for i in range(5)]
+    first = multimodel.page(records, None, "2")
+    assert [m["modelName"] for m in first["models"]] == ["m0", "m1"]
+    second = multimodel.page(records, first["nextPageToken"], "2")
+    third = multimodel.page(records, second["nextPageToken"], "2")
+    assert [m["modelName"] for m in third["models"]] == ["m4"] and "nextPageToken" not in third
+    with pytest.raises(BadRequest):
+        multimodel.page(records, "zz", None)
+
+
+def test_archive_layouts(tmp_path):
+    (tmp_path / "a" / "config.pbtxt").parent.mkdir(parents=True)
+    (tmp_path / "a" / "config.pbtxt").write_text('name: "a"')
+    assert multimodel.find_layout(tmp_path, None).entry.name == "a"
+    (tmp_path / "b").mkdir()
+    (tmp_path / "b" / "config.pbtxt").write_text('name: "b"')
+    with pytest.raises(BadRequest, match="ambiguous"):
+        multimodel.find_layout(tmp_path, None)
+    assert multimodel.find_layout(tmp_path, "x/b.tar.gz").entry.name == "b"
+    (tmp_path / "e").mkdir()
+    (tmp_path / "e" / "config.pbtxt").write_text('name: "e"\\nplatform:"ensemble"')
+    layout = multimodel.find_layout(tmp_path, None)
+    assert layout.ensemble and layout.entry.name == "e" and len(layout.others) == 2
