@@ -17,6 +17,7 @@ import uvicorn
 
 from serve.app import create_app
 from serve.engine import Engine
+from serve.fastpath import FastPath
 from serve.logs import configure_logging
 from serve.metrics import Metrics
 from serve.multimodel import ModelRegistry
@@ -141,7 +142,7 @@ def serve(
     else:
         log.info("serving model %s from %s on %s:%d", default, settings.model_repository, settings.host, settings.port)
     config = uvicorn.Config(
-        create_app(engine, registry),
+        FastPath(create_app(engine, registry), engine),
         host=settings.host,
         port=settings.port,
         log_config=None,

@@ -48,8 +48,10 @@ class ServeProcess:
         args: list[str] | None = None,
     ) -> None:
         self.repository = repository
-        work_dir = log_path.parent / "work"  # serve's scratch (backends, MME repository) goes here
-        self.marker = str(repository if repository is not None else work_dir)
+        # serve's scratch (backend directory, MME repository) goes here, and so it is in Triton's
+        # command line: the marker that finds this server's Triton and no other's.
+        work_dir = log_path.parent / "work"
+        self.marker = str(work_dir)
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = log_path

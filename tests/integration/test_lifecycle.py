@@ -34,10 +34,10 @@ def test_sigterm_stops_serve_with_status_0_and_no_triton_left(tmp_path):
     repo = _private_repo(tmp_path)
     server = start_serve(tmp_path, repo, "addsub")
     try:
-        assert triton_pids(str(repo)), "Triton should be running while serve is healthy"
+        assert triton_pids(server.marker), "Triton should be running while serve is healthy"
         server.proc.send_signal(signal.SIGTERM)
         assert server.proc.wait(60) == 0
-        assert triton_pids(str(repo)) == []
+        assert triton_pids(server.marker) == []
     finally:
         server.stop()
 
@@ -48,7 +48,7 @@ def test_triton_dies_with_serve_even_when_serve_is_killed(tmp_path):
     try:
         server.proc.send_signal(signal.SIGKILL)
         server.proc.wait(10)
-        assert _wait_for(lambda: not triton_pids(str(repo)), 30), "Triton outlived a killed serve"
+        assert _wait_for(lambda: not triton_pids(server.marker), 30), "Triton outlived a killed serve"
     finally:
         server.stop()
 

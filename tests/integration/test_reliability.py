@@ -57,14 +57,14 @@ def test_sigterm_under_load_finishes_every_accepted_request(tmp_path, test_repos
         assert code == 0
         assert elapsed < 30
         assert results.count("ok") >= 8
-        assert triton_pids(str(test_repository)) == []
+        assert triton_pids(server.marker) == []
     finally:
         stop.set()
         server.stop()
 
 
 def test_triton_listens_on_loopback_only(addsub_server):
-    (pid,) = triton_pids(str(addsub_server.repository))
+    (pid,) = triton_pids(addsub_server.marker)
     cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
     assert b"--http-address=127.0.0.1" in cmdline and b"--grpc-address=127.0.0.1" in cmdline
     assert b"--allow-metrics=false" in cmdline and b"--allow-sagemaker=false" in cmdline
@@ -170,7 +170,7 @@ def test_triton_killed_under_load_fails_fast_restarts_and_serves_again(tmp_path,
         for t in threads:
             t.start()
         time.sleep(1.0)
-        (pid,) = triton_pids(str(repo))
+        (pid,) = triton_pids(server.marker)
         killed_at = time.monotonic()
         os.kill(pid, signal.SIGKILL)
         while requests.get(f"{server.url}/ping", timeout=2).status_code == 200:
@@ -202,7 +202,9 @@ def test_a_triton_that_dies_at_start_backs_off_and_ping_fails(tmp_path, test_rep
     (tmp_path / "triton" / "backends").symlink_to(real.backends, target_is_directory=True)
     fake.write_text("#!/bin/sh\necho 'E0000 00:00:00 1 main.cc] failing on purpose' \nexit 3\n")
     fake.chmod(0o755)
-    server = ServeProcess(test_repository, "addsub", tmp_path / "serve.log", env={"TRITONSERVER": str(fake)})
+    repo = tmp_path / "models"  # a path of its own: stop() kills every Triton serving its repository
+    shutil.copytree(test_repository, repo)
+    server = ServeProcess(repo, "addsub", tmp_path / "serve.log", env={"TRITONSERVER": str(fake)})
     try:
         time.sleep(5)
         assert requests.get(f"{server.url}/ping", timeout=2).status_code == 503
