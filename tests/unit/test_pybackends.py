@@ -94,9 +94,12 @@ def test_unsupported_data_types_fail_the_load(data_type: str, why: str) -> None:
         common.check_data_types(spec, "onnxruntime")
 
 
-def test_default_threads_divide_cores_among_instances(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_default_threads_divide_all_cores_but_one_among_instances(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert _spec().instance_count == 2
     monkeypatch.setattr(common, "cpu_count", lambda: 8)
-    assert common.default_intra_op_threads(_spec()) == 4
+    assert common.default_intra_op_threads(_spec()) == 3
+    monkeypatch.setattr(common, "cpu_count", lambda: 2)
+    assert common.default_intra_op_threads(_spec()) == 1
     monkeypatch.setattr(common, "cpu_count", lambda: 1)
     assert common.default_intra_op_threads(_spec()) == 1
 

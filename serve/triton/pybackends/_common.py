@@ -190,7 +190,7 @@ def cpu_count() -> int:
 
 
 def default_intra_op_threads(spec: ModelSpec) -> int:
-    """Cores divided among the model's instances (at least 1).
+    """Cores but one, divided among the model's instances (at least 1).
 
     Each instance is its own stub process; ONNX Runtime's and torch's own default (all cores per
     session) oversubscribes the CPU as soon as Triton's default two CPU instances run at once.
@@ -201,7 +201,10 @@ def default_intra_op_threads(spec: ModelSpec) -> int:
     the cores. One thread per instance costs some c=1 latency on big models when the other instance
     is idle, but never collapses; set the native thread parameters to trade differently.
     """
-    return max(1, cpu_count() // spec.instance_count)
+    # One core is left to the front server and Triton's own threads, which serve every request:
+    # bench/NOTES.md measured ORT at 1 intra-op thread vs 2 on 2 cores (1 instance, text encoder,
+    # c=16): +50 % throughput behind serve, Triton's CPU per request 0.37 vs 0.84 ms.
+    return max(1, (cpu_count() - 1) // spec.instance_count)
 
 
 def compare_dims(spec: ModelSpec, tensor: TensorSpec, model_shape: Sequence[int | None]) -> str | None:

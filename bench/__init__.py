@@ -1,0 +1,1 @@
+"""The benchmark: NVIDIA's SageMaker front end vs serve vs a hand-written proxy (python -m bench)."""

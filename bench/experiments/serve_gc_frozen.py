@@ -1,0 +1,15 @@
+"""``serve`` unchanged, except that the garbage collector is frozen after start-up imports.
+
+``gc.freeze()`` moves every object alive at that point (FastAPI, pydantic, aiohttp, numpy modules...)
+to a permanent generation, so a full collection no longer walks them: a test for whether the p99 tail
+under load is collector pauses. Same flags as ``serve``.
+"""
+
+import gc
+
+import serve.cli
+
+if __name__ == "__main__":
+    gc.collect()
+    gc.freeze()
+    serve.cli.main()

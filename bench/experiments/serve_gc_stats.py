@@ -1,0 +1,38 @@
+"""``serve`` unchanged, with the garbage collector's pauses recorded (``gc.callbacks``).
+
+At exit it writes, per generation, how many collections ran and their total and longest pause, as JSON,
+to ``$BENCH_GC_STATS`` (default: ``gc-stats.json`` in the working directory). Same flags as ``serve``.
+"""
+
+import atexit
+import gc
+import json
+import os
+import time
+
+import serve.cli
+
+_stats = {g: {"collections": 0, "total_ms": 0.0, "max_ms": 0.0} for g in range(3)}
+_started = [0.0]
+
+
+def _on_gc(phase: str, info: dict) -> None:
+    if phase == "start":
+        _started[0] = time.perf_counter()
+        return
+    ms = (time.perf_counter() - _started[0]) * 1000
+    s = _stats[info["generation"]]
+    s["collections"] += 1
+    s["total_ms"] += ms
+    s["max_ms"] = max(s["max_ms"], ms)
+
+
+def _dump() -> None:
+    with open(os.environ.get("BENCH_GC_STATS", "gc-stats.json"), "w") as f:
+        json.dump({"objects_tracked_at_exit": len(gc.get_objects()), "generations": _stats}, f, indent=1)
+
+
+if __name__ == "__main__":
+    gc.callbacks.append(_on_gc)
+    atexit.register(_dump)
+    serve.cli.main()

@@ -1,0 +1,304 @@
+"""The benchmark's tables: rich on the terminal, Markdown for the README."""
+
+from __future__ import annotations
+
+import shutil
+import statistics
+from collections.abc import Iterable
+
+from rich.console import Console
+from rich.table import Table
+
+console = Console(highlight=False, width=max(shutil.get_terminal_size((200, 50)).columns, 160))
+
+# DESIGN.md §6: ours/anchor throughput at c=16, per scenario.
+THROUGHPUT_TARGETS = {
+    "tiny_json": 0.6,
+    "tiny_octet": 0.6,
+    "tiny_binary": 0.6,
+    "image_binary": 1.0,
+    "image_json": 1.2,
+    "text_binary": 1.0,
+}
+PROXY_TARGET = 3.0
+P50_BUDGET_MS = 0.3
+COLD_BUDGET_S = 1.0
+SERVER_ORDER = {"anchor": 0, "ours": 1, "proxy": 2}
+
+
+LEGEND = (
+    "CPU ms/req: CPU time per request of the Python front (serve / the proxy; - for the anchor, whose front is "
+    "inside Triton) and of tritonserver with its Python backend stubs. wrk CPU: the load generator's share of one "
+    "core. others' CPU: cores other processes on the machine kept busy during the row (* = still above the "
+    "threshold after the re-measurements)."
+)
+
+
+def progress(row: dict[str, object]) -> None:
+    console.print(
+        f"  {row['server']:>6} {row['scenario']:<13} c={row['connections']:<3} {row['throughput']:>9,.0f} req/s  "
+        f"p50 {row['p50_ms']:.2f} ms  p99 {row['p99_ms']:.2f} ms  errors {row['errors']}  "
+        f"wrk CPU {row['wrk_cpu']:.0%}  others' CPU {row['other_cpu']:.2f} cores  load {row['loadavg_before'][0]:.2f}"
+        f"  (attempt {row['attempts']})"
+    )
+
+
+def _index(rows: Iterable[dict]) -> dict[tuple[str, int, str], dict]:
+    return {(r["scenario"], r["connections"], r["server"]): r for r in rows}
+
+
+def _ratio(a: dict | None, b: dict | None) -> float | None:
+    if not a or not b or "throughput" not in a or "throughput" not in b or not b["throughput"]:
+        return None
+    return a["throughput"] / b["throughput"]
+
+
+def _fmt(value: float | None, spec: str, none: str = "—") -> str:
+    return none if value is None else format(value, spec)
+
+
+def table_rows(results: dict) -> list[list[str]]:
+    rows = results.get("rows", [])
+    index = _index(rows)
+    keys = sorted({(r["scenario"], r["connections"]) for r in rows}, key=lambda k: (_order(results, k[0]), k[1]))
+    out = []
+    for scenario, c in keys:
+        for server in sorted({r["server"] for r in rows}, key=lambda k: (SERVER_ORDER.get(k, 3), k)):
+            r = index.get((scenario, c, server))
+            if r is None:
+                continue
+            if "wrong_answer" in r:
+                out.append([scenario, str(c), server, "wrong answer", "", "", "", "", "", "", "", "", "", ""])
+                continue
+            ours = server not in ("anchor", "proxy")  # ours, and the prototypes (x-...)
+            anchor = index.get((scenario, c, "anchor"))
+            dp50 = r["p50_ms"] - anchor["p50_ms"] if ours and anchor and "p50_ms" in anchor else None
+            out.append(
+                [
+                    scenario,
+                    str(c),
+                    server,
+                    f"{r['throughput']:,.0f}",
+                    f"{r['p50_ms']:.2f}",
+                    f"{r['p90_ms']:.2f}",
+                    f"{r['p99_ms']:.2f}",
+                    str(r["errors"] + r.get("warmup_errors", 0)),
+                    _fmt(_ratio(r, anchor) if ours else None, ".2f"),
+                    _fmt(_ratio(r, index.get((scenario, c, "proxy"))) if ours else None, ".1f"),
+                    _fmt(dp50, "+.2f"),
+                    f"{_fmt(r['front_cpu_ms'], '.2f', '-')} / {r['triton_cpu_ms']:.2f}",
+                    f"{r['wrk_cpu']:.0%}",
+                    f"{r['other_cpu']:.2f}" + ("*" if r.get("noisy") else ""),
+                ]
+            )
+    return out
+
+
+HEADERS = [
+    "scenario",
+    "c",
+    "server",
+    "req/s",
+    "p50 ms",
+    "p90 ms",
+    "p99 ms",
+    "errors",
+    "xanchor",
+    "xproxy",
+    "p50 -anchor",
+    "CPU ms/req front/Triton",
+    "wrk CPU",
+    "others' CPU",
+]
+
+
+def _order(results: dict, scenario: str) -> int:
+    names = list(THROUGHPUT_TARGETS)
+    return names.index(scenario) if scenario in names else len(names)
+
+
+def targets(results: dict) -> list[list[str]]:
+    """DESIGN.md §6 targets against this run."""
+    rows = results.get("rows", [])
+    index = _index(rows)
+    top = max((r["connections"] for r in rows), default=16)
+    low = min((r["connections"] for r in rows), default=1)
+    out = []
+    for scenario, target in THROUGHPUT_TARGETS.items():
+        ratio = _ratio(index.get((scenario, top, "ours")), index.get((scenario, top, "anchor")))
+        if ratio is not None:
+            out.append([f"{scenario} ours/anchor c={top}", f"≥ {target:.1f}x", f"{ratio:.2f}x", _met(ratio >= target)])
+    proxy_ratios = [
+        (r["scenario"], r["connections"], _ratio(r, index.get((r["scenario"], r["connections"], "proxy"))))
+        for r in rows
+        if r["server"] == "ours"
+    ]
+    proxy_ratios = [p for p in proxy_ratios if p[2] is not None]
+    if proxy_ratios:
+        worst = min(proxy_ratios, key=lambda p: p[2])
+        out.append(
+            [
+                "ours/proxy, every row",
+                f"≥ {PROXY_TARGET:.0f}x",
+                f"min {worst[2]:.1f}x ({worst[0]} c={worst[1]})",
+                _met(worst[2] >= PROXY_TARGET),
+            ]
+        )
+    deltas = []
+    for scenario in THROUGHPUT_TARGETS:
+        ours, anchor = index.get((scenario, low, "ours")), index.get((scenario, low, "anchor"))
+        if ours and anchor and "p50_ms" in ours and "p50_ms" in anchor:
+            deltas.append((scenario, ours["p50_ms"] - anchor["p50_ms"]))
+    if deltas:
+        worst_d = max(deltas, key=lambda d: d[1])
+        out.append(
+            [
+                f"p50 ours - anchor, c={low}",
+                f"≤ +{P50_BUDGET_MS} ms",
+                f"max {worst_d[1]:+.2f} ms ({worst_d[0]})",
+                _met(worst_d[1] <= P50_BUDGET_MS),
+            ]
+        )
+    cold = cold_starts(results)
+    if "ours" in cold and "anchor" in cold:
+        delta = cold["ours"]["median_s"] - cold["anchor"]["median_s"]
+        out.append(
+            [
+                "cold start ours - anchor (median)",
+                f"≤ +{COLD_BUDGET_S:.0f} s",
+                f"{delta:+.2f} s",
+                _met(delta <= COLD_BUDGET_S),
+            ]
+        )
+    errors = sum(r.get("errors", 0) + r.get("warmup_errors", 0) for r in rows if r["server"] == "ours")
+    wrong = sum(1 for c in results.get("checks", []) if c["server"] == "ours" and c["problem"])
+    out.append(["ours: errors under load / wrong answers", "0", f"{errors} / {wrong}", _met(errors == 0 and not wrong)])
+    return out
+
+
+def _met(ok: bool) -> str:
+    return "yes" if ok else "NO"
+
+
+def cold_starts(results: dict) -> dict[str, dict[str, float]]:
+    out = {}
+    for server in ("anchor", "ours"):
+        times = [s["ready_s"] for s in results.get("starts", []) if s["server"] == server and "trial" in s]
+        if times:
+            out[server] = {
+                "median_s": statistics.median(times),
+                "min_s": min(times),
+                "max_s": max(times),
+                "n": len(times),
+            }
+    return out
+
+
+def show(results: dict) -> None:
+    table = Table(
+        title="SageMaker /invocations: anchor = Triton's C++ front end, ours = serve, proxy = FastAPI+tritonclient"
+    )
+    for h in HEADERS:
+        table.add_column(h, justify="left" if h in ("scenario", "server") else "right")
+    previous = None
+    for row in table_rows(results):
+        if previous is not None and (row[0], row[1]) != previous:
+            table.add_section()
+        previous = (row[0], row[1])
+        table.add_row(*row, style="bold" if row[2] == "ours" else None)
+    console.print(table)
+    console.print(LEGEND)
+    m = results.get("machine", {})
+    console.print(
+        f"machine: {m.get('cpu')}, {m.get('cores')} cores, Linux {m.get('kernel')}, Python {m.get('python')}, "
+        f"commit {m.get('commit')}; load average start {results.get('loadavg_start')}, end {results.get('loadavg_end')}"
+    )
+    cal = results.get("calibration")
+    if cal:
+        console.print(
+            f"client ceiling: {cal['what']}, c={cal['connections']}: {cal['throughput']:,.0f} req/s "
+            f"at wrk CPU {cal['wrk_cpu']:.0%}"
+        )
+    cold = cold_starts(results)
+    for server, c in cold.items():
+        console.print(
+            f"cold start {server}: median {c['median_s']:.2f} s (min {c['min_s']:.2f}, max {c['max_s']:.2f}, "
+            f"n={c['n']})"
+        )
+    t = Table(title="targets (DESIGN.md §6)")
+    for h in ("what", "target", "measured", "met"):
+        t.add_column(h)
+    for row in targets(results):
+        t.add_row(*row, style=None if row[-1] == "yes" else "red")
+    console.print(t)
+
+
+def show_profile(entry: dict) -> None:
+    console.print(
+        f"[bold]py-spy, {entry.get('server', 'ours')}, {entry['scenario']} c={entry['connections']}[/]: "
+        f"{entry['samples']} samples "
+        f"({entry['under_profiler']['throughput']:,.0f} req/s under the profiler)"
+    )
+    for title, key in (
+        ("self time by area", "self_by_area"),
+        ("inclusive by area", "inclusive_by_area"),
+        ("self time by function", "self_by_function"),
+    ):
+        console.print(f"  {title}: " + ", ".join(f"{name} {share:.0%}" for name, share in entry[key][:10]))
+
+
+def compact(results: dict) -> list[str]:
+    """One line per scenario and concurrency: the three servers side by side (the README's table)."""
+    rows = results.get("rows", [])
+    index = _index(rows)
+    keys = sorted({(r["scenario"], r["connections"]) for r in rows}, key=lambda k: (_order(results, k[0]), k[1]))
+    lines = [
+        "| scenario | c | anchor req/s | ours req/s | proxy req/s | ours/anchor | ours/proxy "
+        "| p50 ms anchor / ours / proxy | p99 ms anchor / ours / proxy | errors |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for scenario, c in keys:
+        got = {k: index.get((scenario, c, k)) for k in ("anchor", "ours", "proxy")}
+        ok = {k: v for k, v in got.items() if v and "throughput" in v}
+
+        def cell(kind: str, key: str, spec: str, ok: dict = ok) -> str:
+            return format(ok[kind][key], spec) if kind in ok else "-"
+
+        ratio_a, ratio_p = _ratio(got["ours"], got["anchor"]), _ratio(got["ours"], got["proxy"])
+        errors = sum(v["errors"] + v.get("warmup_errors", 0) for v in ok.values())
+        lines.append(
+            f"| {scenario} | {c} | {cell('anchor', 'throughput', ',.0f')} | {cell('ours', 'throughput', ',.0f')} "
+            f"| {cell('proxy', 'throughput', ',.0f')} | {_fmt(ratio_a, '.2f')} | {_fmt(ratio_p, '.1f')} "
+            f"| {' / '.join(cell(k, 'p50_ms', '.2f') for k in ('anchor', 'ours', 'proxy'))} "
+            f"| {' / '.join(cell(k, 'p99_ms', '.1f') for k in ('anchor', 'ours', 'proxy'))} | {errors} |"
+        )
+    return lines
+
+
+def markdown(results: dict) -> str:
+    lines = ["## Summary", "", *compact(results), "", "## Every row", ""]
+    lines += ["| " + " | ".join(HEADERS) + " |", "|" + "---|" * len(HEADERS)]
+    lines += ["| " + " | ".join(row) + " |" for row in table_rows(results)]
+    m, settings = results.get("machine", {}), results["settings"]
+    lines += [
+        "",
+        f"Machine: {m.get('cpu')}, {m.get('cores')} cores; load average at start {results.get('loadavg_start')}; "
+        f"commit {m.get('commit')}; {settings['warmup_s']:g} s warm-up + {settings['duration_s']:g} s "
+        f"per row, wrk 1 thread.",
+        "",
+        LEGEND,
+    ]
+    cal = results.get("calibration")
+    if cal:
+        lines.append(
+            f"Client ceiling: {cal['what']}, c={cal['connections']}: {cal['throughput']:,.0f} req/s "
+            f"(wrk CPU {cal['wrk_cpu']:.0%})."
+        )
+    for server, c in cold_starts(results).items():
+        lines.append(
+            f"Cold start {server} (launch → /ping 200, text_encoder): median {c['median_s']:.2f} s "
+            f"(n={c['n']}, {c['min_s']:.2f}-{c['max_s']:.2f})."
+        )
+    lines += ["", "| target | wanted | measured | met |", "|---|---|---|---|"]
+    lines += ["| " + " | ".join(row) + " |" for row in targets(results)]
+    return "\n".join(lines) + "\n"

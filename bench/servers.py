@@ -1,0 +1,285 @@
+"""The three servers under test, started one at a time on loopback ports, always stopped.
+
+- ``anchor``: tritonserver's own C++ SageMaker front end (``--allow-sagemaker=true``).
+- ``ours``: ``serve`` (FastAPI front + embedded loopback Triton).
+- ``proxy``: the hand-written FastAPI + tritonclient proxy (``bench/proxy_app.py``) in front of a
+  loopback Triton.
+
+All three run the same binary, backend directory and environment (``find_triton`` +
+``assemble_backends``, as ``serve`` does) and the same Triton argv (``build_command``): only the front
+differs. Every process gets ``PR_SET_PDEATHSIG`` so nothing outlives the benchmark, and ``stop`` kills
+the whole tree (Triton's Python backend stubs included).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import http.client
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from bench.experiments import EXPERIMENTS
+from serve.settings import Settings
+from serve.triton.backends import assemble_backends
+from serve.triton.installation import TritonInstallation, find_triton
+from serve.triton.process import Ports, build_command
+
+LOOPBACK = "127.0.0.1"
+START_TIMEOUT_S = 180.0
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+PROXY = ("uvicorn", "bench.proxy_app:app", 1)
+KINDS = ("anchor", "ours", "proxy")  # and x-<name>: a prototype front from bench/experiments
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind((LOOPBACK, 0))
+        return int(sock.getsockname()[1])
+
+
+def _die_with_parent(sig: int) -> None:  # pragma: no cover - runs between fork and exec
+    ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, sig)  # PR_SET_PDEATHSIG
+
+
+# ----- /proc accounting ------------------------------------------------------------------------
+def _stat_fields(pid: int) -> list[str] | None:
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return raw[raw.rindex(")") + 2 :].split()  # fields from 3 (state) on; comm may hold spaces
+
+
+def start_time(pid: int) -> int | None:
+    """When ``pid`` started (clock ticks since boot): tells a process from a later one with its pid."""
+    fields = _stat_fields(pid)
+    return int(fields[19]) if fields is not None else None
+
+
+def process_tree(root: int) -> list[int]:
+    """``root`` and all its descendants (by parent pid), alive now."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            fields = _stat_fields(int(entry.name))
+            if fields is not None:
+                children.setdefault(int(fields[1]), []).append(int(entry.name))
+    tree, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        tree.append(pid)
+        todo.extend(children.get(pid, []))
+    return tree
+
+
+def cpu_seconds(pids: list[int]) -> dict[int, float]:
+    """utime + stime of each pid (all its threads), in seconds; vanished pids are left out."""
+    out = {}
+    for pid in pids:
+        fields = _stat_fields(pid)
+        if fields is not None:
+            out[pid] = (int(fields[11]) + int(fields[12])) / CLK_TCK
+    return out
+
+
+def machine_busy_seconds() -> float:
+    """CPU seconds all cores spent busy since boot (everything but idle and iowait)."""
+    values = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    user, nice, system, _idle, _iowait, irq, softirq, steal = values[:8]
+    return (user + nice + system + irq + softirq + steal) / CLK_TCK
+
+
+def loadavg() -> tuple[float, float, float]:
+    one, five, fifteen = Path("/proc/loadavg").read_text().split()[:3]
+    return float(one), float(five), float(fifteen)
+
+
+def comm(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return "?"
+
+
+# ----- HTTP probes (stdlib: no client library in the measurement path) --------------------------
+def http_status(port: int, method: str, path: str, timeout: float = 2.0) -> int | None:
+    conn = http.client.HTTPConnection(LOOPBACK, port, timeout=timeout)
+    try:
+        conn.request(method, path)
+        resp = conn.getresponse()
+        resp.read()
+        return resp.status
+    except OSError:
+        return None
+    finally:
+        conn.close()
+
+
+def post(port: int, path: str, body: bytes, content_type: str, timeout: float = 60.0) -> tuple[int, str, bytes]:
+    conn = http.client.HTTPConnection(LOOPBACK, port, timeout=timeout)
+    try:
+        conn.request("POST", path, body=body, headers={"Content-Type": content_type})
+        resp = conn.getresponse()
+        return resp.status, resp.getheader("Content-Type", ""), resp.read()
+    finally:
+        conn.close()
+
+
+# ----- the Triton every server runs ------------------------------------------------------------
+@dataclass(frozen=True)
+class TritonSetup:
+    installation: TritonInstallation
+    backend_dir: Path
+
+    @classmethod
+    def create(cls, work_dir: Path) -> TritonSetup:
+        explicit = os.environ.get("TRITONSERVER")
+        installation = find_triton(Path(explicit) if explicit else None)
+        return cls(installation, assemble_backends(installation, work_dir / "backends"))
+
+    @property
+    def env(self) -> dict[str, str]:
+        return {**_clean_env(), **self.installation.env}
+
+    def command(self, repository: Path, model: str, http_port: int) -> list[str]:
+        """serve's own Triton argv (loopback HTTP, explicit control), with the model loaded at start."""
+        cmd = build_command(self.installation, Settings(), repository, self.backend_dir, Ports(http=http_port))
+        return [*cmd, f"--load-model={model}"]
+
+    def sagemaker_command(self, repository: Path, model: str, sagemaker_port: int) -> list[str]:
+        """The same argv with Triton's SageMaker front end instead of its HTTP one (native serve's flags)."""
+        cmd = []
+        for arg in self.command(repository, model, 0):
+            if arg.startswith(("--http-address=", "--http-port=")):
+                continue
+            cmd.append(
+                {"--allow-sagemaker=false": "--allow-sagemaker=true", "--allow-http=true": "--allow-http=false"}.get(
+                    arg, arg
+                )
+            )
+        return [*cmd, f"--sagemaker-port={sagemaker_port}"]
+
+
+def _clean_env() -> dict[str, str]:
+    """This environment without any SageMaker or serve setting that could change a server's behaviour."""
+    return {k: v for k, v in os.environ.items() if not k.startswith(("SAGEMAKER_", "SMTRITON_", "BENCH_"))}
+
+
+# ----- one server ------------------------------------------------------------------------------
+class Server:
+    """One server under test; ``start`` returns launch → ``/ping`` 200 in seconds."""
+
+    def __init__(self, kind: str, setup: TritonSetup, repository: Path, model: str, log_dir: Path) -> None:
+        if kind not in KINDS and kind.removeprefix("x-") not in EXPERIMENTS:
+            raise ValueError(f"unknown server {kind!r}: {', '.join(KINDS)} or x-<{'|'.join(EXPERIMENTS)}>")
+        self.kind = kind
+        self.setup = setup
+        self.repository = repository.resolve()
+        self.model = model
+        self.log_dir = log_dir
+        self.port = free_port()
+        self.procs: list[subprocess.Popen[bytes]] = []
+        self._logs: list[object] = []
+        self._work = log_dir / f"{kind}-work"
+
+    # -- processes --
+    def _spawn(self, name: str, cmd: list[str], env: dict[str, str], sig: int) -> subprocess.Popen[bytes]:
+        log = open(self.log_dir / f"{self.kind}-{self.model}-{name}.log", "ab")  # noqa: SIM115 - closed in stop()
+        self._logs.append(log)
+        proc = subprocess.Popen(
+            cmd,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
+            preexec_fn=lambda: _die_with_parent(sig),
+        )
+        self.procs.append(proc)
+        return proc
+
+    def _wait(self, port: int, path: str, deadline: float) -> None:
+        while time.monotonic() < deadline:
+            for proc in self.procs:
+                if proc.poll() is not None:
+                    raise RuntimeError(
+                        f"{self.kind}: {proc.args[0]} exited with {proc.returncode} (logs: {self.log_dir})"
+                    )
+            if http_status(port, "GET", path, timeout=1.0) == 200:
+                return
+            time.sleep(0.02)
+        raise TimeoutError(f"{self.kind}: {path} not 200 within {START_TIMEOUT_S:.0f} s (logs in {self.log_dir})")
+
+    def start(self) -> float:
+        started = time.monotonic()
+        deadline = started + START_TIMEOUT_S
+        try:
+            if self.kind == "anchor":
+                env = {**self.setup.env, "SAGEMAKER_TRITON_DEFAULT_MODEL_NAME": self.model}
+                self._spawn("triton", self.setup.sagemaker_command(self.repository, self.model, self.port), env, 9)
+                self._wait(self.port, "/ping", deadline)
+            elif self.kind == "ours" or EXPERIMENTS.get(self.kind.removeprefix("x-"), PROXY)[0] == "serve":
+                self._work.mkdir(parents=True, exist_ok=True)
+                env = {**self.setup.env, "SMTRITON_WORK_DIR": str(self._work)}
+                module = "serve" if self.kind == "ours" else EXPERIMENTS[self.kind.removeprefix("x-")][1]
+                if self.kind != "ours":
+                    env["BENCH_GC_STATS"] = str(self.log_dir / f"{self.kind}-{self.model}-gc.json")
+                cmd = [sys.executable, "-m", module, "--model-repository", str(self.repository)]
+                cmd += ["--default-model", self.model, "--host", LOOPBACK, "--port", str(self.port)]
+                self._spawn("serve", cmd, env, signal.SIGTERM)
+                self._wait(self.port, "/ping", deadline)
+            else:  # the proxy and the prototypes: a loopback Triton, then the front
+                triton_port = free_port()
+                cmd = self.setup.command(self.repository, self.model, triton_port)
+                self._spawn("triton", cmd, self.setup.env, 9)
+                self._wait(triton_port, f"/v2/models/{self.model}/ready", deadline)
+                env = {**_clean_env(), "BENCH_TRITON_URL": f"{LOOPBACK}:{triton_port}", "BENCH_MODEL": self.model}
+                how, target, workers = EXPERIMENTS.get(self.kind.removeprefix("x-"), PROXY)
+                if how == "uvicorn":
+                    cmd = [sys.executable, "-m", "uvicorn", target, "--workers", str(workers), "--no-access-log"]
+                    cmd += ["--log-level", "warning"]
+                else:
+                    cmd = [sys.executable, "-m", target, "--workers", str(workers)]
+                self._spawn("front", [*cmd, "--host", LOOPBACK, "--port", str(self.port)], env, 9)
+                self._wait(self.port, "/ping", deadline)
+        except BaseException:
+            self.stop()
+            raise
+        return time.monotonic() - started
+
+    def pids(self) -> dict[str, list[int]]:
+        """Live pids by role: ``front`` (the Python front end), ``triton`` (tritonserver and its stubs)."""
+        roles: dict[str, list[int]] = {"front": [], "triton": []}
+        for proc in self.procs:
+            for pid in process_tree(proc.pid):
+                roles["triton" if self.kind == "anchor" or "triton" in comm(pid) else "front"].append(pid)
+        return roles
+
+    def stop(self) -> None:
+        """Front first (serve drains and stops its Triton), then every process left in every tree."""
+        alive = {pid: start_time(pid) for p in self.procs for pid in process_tree(p.pid)}
+        for proc in reversed(self.procs):
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    proc.wait(30)
+        for pid, started in alive.items():
+            if started is not None and start_time(pid) == started:  # still that process, not a reused pid
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGKILL)
+        for proc in self.procs:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(10)
+        self.procs.clear()
+        for log in self._logs:
+            log.close()  # type: ignore[attr-defined]
+        self._logs.clear()
+        shutil.rmtree(self._work, ignore_errors=True)
