@@ -18,8 +18,8 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from serve import codec, streaming
 from serve.codec import JSON
 from serve.engine import CUSTOM_ATTRIBUTES, Engine, to_sagemaker
-from serve.errors import BadRequest, PayloadTooLarge, ServeError, error_body
-from serve.fastpath import log_failure
+from serve.errors import BadRequest, ServeError, error_body
+from serve.fastpath import log_failure, read_limited
 from serve.multimodel import ModelRegistry, NotLoaded, oom_kills, to_mme_response
 from serve.triton.client import UpstreamResponse
 
@@ -40,19 +40,7 @@ def _error(status: int, message: str) -> Response:
 async def read_body(request: Request, limit: int) -> bytes:
     """The request body, refused with 413 as soon as it is known to pass ``limit`` (before reading it all)."""
     declared = request.headers.get("content-length")
-    if declared is not None:
-        if not declared.isdigit():
-            raise BadRequest("invalid Content-Length")
-        if int(declared) > limit:
-            raise PayloadTooLarge(limit)
-    chunks: list[bytes] = []
-    size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise PayloadTooLarge(limit)
-        chunks.append(chunk)
-    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+    return await read_limited(request.receive, declared.encode("latin-1") if declared is not None else None, limit)
 
 
 class HeaderLimit:

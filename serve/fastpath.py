@@ -29,6 +29,32 @@ def log_failure(method: str, path: str, status: int, inference_id: str | None) -
     log.info("%s %s answered %d", method, path, status, extra={"status": status, "inference_id": inference_id})
 
 
+async def read_limited(receive: Receive, content_length: bytes | None, limit: int) -> bytes:
+    """The whole request body, refused with 413 as soon as it is known to pass ``limit``: from
+    Content-Length before reading anything, else while a chunked body streams in."""
+    if content_length is not None:
+        if not content_length.isdigit():
+            raise BadRequest("invalid Content-Length")
+        if int(content_length) > limit:
+            raise PayloadTooLarge(limit)
+    message = await receive()
+    body: bytes = message.get("body", b"")
+    if not message.get("more_body"):
+        if len(body) > limit:
+            raise PayloadTooLarge(limit)
+        return body
+    chunks = [body]
+    size = len(body)
+    while message.get("more_body"):
+        message = await receive()
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            raise PayloadTooLarge(limit)
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
 class FastPath:
     """ASGI wrapper: serves the hot routes itself, passes the rest to ``app``."""
 
@@ -77,7 +103,7 @@ class FastPath:
         try:
             if size > self.header_limit:
                 raise ServeError(431, f"request headers are larger than the limit of {self.header_limit} bytes")
-            body = await self._read_body(receive, content_length)
+            body = await read_limited(receive, content_length, self.limit)
             if encoding is not None:
                 body = codec.decompress(body, encoding, self.limit)
             upstream = await engine.forward(model, body, content_type, attributes)
@@ -96,28 +122,3 @@ class FastPath:
             log_failure("POST", "/invocations", status, inference_id)
         await send({"type": "http.response.start", "status": status, "headers": headers})
         await send({"type": "http.response.body", "body": payload})
-
-    async def _read_body(self, receive: Receive, content_length: bytes | None) -> bytes:
-        """The whole body, refused with 413 as soon as it is known to pass the limit."""
-        limit = self.limit
-        if content_length is not None:
-            if not content_length.isdigit():
-                raise BadRequest("invalid Content-Length")
-            if int(content_length) > limit:
-                raise PayloadTooLarge(limit)
-        message = await receive()
-        body: bytes = message.get("body", b"")
-        if not message.get("more_body"):
-            if len(body) > limit:
-                raise PayloadTooLarge(limit)
-            return body
-        chunks = [body]
-        size = len(body)
-        while message.get("more_body"):
-            message = await receive()
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            if size > limit:
-                raise PayloadTooLarge(limit)
-            chunks.append(chunk)
-        return b"".join(chunks)
