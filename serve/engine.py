@@ -236,7 +236,7 @@ class Engine:
             ready = await self.client.model_ready(self.default_model)
             if self.process is not None and self.process.returncode is not None:
                 return
-            if ready != (self.state is State.READY):
+            if ready is not None and ready != (self.state is State.READY):
                 self.state = State.READY if ready else State.MODEL_FAILED
                 log.warning("model %s is %s", self.default_model, "ready" if ready else "no longer ready")
 

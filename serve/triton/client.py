@@ -117,8 +117,15 @@ class TritonClient:
     async def server_live(self) -> bool:
         return await self._get_ok("/v2/health/live")
 
-    async def model_ready(self, model: str) -> bool:
-        return await self._get_ok(f"/v2/models/{quote(model, safe='')}/ready")
+    async def model_ready(self, model: str) -> bool | None:
+        """Triton's answer on the model's readiness; None when Triton did not answer in time (a busy
+        moment is not a verdict: the process watcher reports a dead Triton)."""
+        try:
+            async with self._session.get(self._model_url(model, "/ready"), timeout=self._probe_timeout) as resp:
+                await resp.read()
+                return resp.status == 200
+        except (aiohttp.ClientError, asyncio.TimeoutError):
+            return None
 
     async def model_config(self, model: str) -> dict[str, object]:
         """The model's configuration as Triton completed it (JSON)."""
