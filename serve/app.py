@@ -18,9 +18,9 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from serve import codec, streaming
 from serve.codec import JSON
 from serve.engine import CUSTOM_ATTRIBUTES, Engine, to_sagemaker
-from serve.errors import BadRequest, ServeError, error_body
+from serve.errors import BadRequest, HeadersTooLarge, ServeError, error_body
 from serve.fastpath import log_failure, read_limited
-from serve.multimodel import ModelRegistry, NotLoaded, oom_kills, to_mme_response
+from serve.multimodel import ModelRegistry, NotLoaded, to_mme_response
 from serve.triton.client import UpstreamResponse
 
 _PLAIN = {"content-type": "text/plain"}
@@ -52,7 +52,8 @@ class HeaderLimit:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and sum(len(k) + len(v) for k, v in scope["headers"]) > self.limit:
-            response = _error(431, f"request headers are larger than the limit of {self.limit} bytes")
+            error = HeadersTooLarge(self.limit)
+            response = _error(error.status, error.message)
             await response(scope, receive, send)
             return
         await self.app(scope, receive, send)
@@ -291,12 +292,11 @@ def create_app(engine: Engine, registry: ModelRegistry | None = None) -> FastAPI
                 response = stream_decoupled(request, record.triton_name, body, content_type, attributes, done)
                 status[0] = response.status_code
                 return response
-            kills = oom_kills()
             try:
                 upstream = await engine.forward(record.triton_name, body, content_type, attributes)
             finally:
                 registry.end_invoke(record)
-            response = respond(request, upstream, *to_mme_response(record, upstream, kills))
+            response = respond(request, upstream, *to_mme_response(record, upstream, registry.invoke_oom))
             status[0] = response.status_code
             return response
 

@@ -29,6 +29,11 @@ class PayloadTooLarge(ServeError):
         super().__init__(413, f"request body is larger than the limit of {limit} bytes")
 
 
+class HeadersTooLarge(ServeError):
+    def __init__(self, limit: int) -> None:
+        super().__init__(431, f"request headers are larger than the limit of {limit} bytes")
+
+
 class NotReady(ServeError):
     def __init__(self, message: str) -> None:
         super().__init__(503, message)

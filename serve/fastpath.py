@@ -15,7 +15,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from serve import codec
 from serve.engine import CUSTOM_ATTRIBUTES, Engine, to_sagemaker
-from serve.errors import BadRequest, PayloadTooLarge, ServeError, error_body
+from serve.errors import BadRequest, HeadersTooLarge, PayloadTooLarge, ServeError, error_body
 
 log = logging.getLogger("serve.access")
 
@@ -102,7 +102,7 @@ class FastPath:
         status = 500
         try:
             if size > self.header_limit:
-                raise ServeError(431, f"request headers are larger than the limit of {self.header_limit} bytes")
+                raise HeadersTooLarge(self.header_limit)
             body = await read_limited(receive, content_length, self.limit)
             if encoding is not None:
                 body = codec.decompress(body, encoding, self.limit)

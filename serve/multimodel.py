@@ -330,6 +330,7 @@ class ModelRegistry:
         gpu_memory_reserve_bytes: int = 1 << 30,
     ) -> None:
         self._gpu_reserve = gpu_memory_reserve_bytes
+        self._oom_kills_seen = oom_kills()
         self.model_root = model_root
         self.managed = managed
         self._client = client
@@ -463,6 +464,13 @@ class ModelRegistry:
             await asyncio.sleep(0.1)
 
     # ----- invoke -------------------------------------------------------------------------------
+    def invoke_oom(self, message: str) -> bool:
+        """Whether a failed invoke was out of memory: by its message, or because the OOM killer struck
+        since the last failure looked (read on failures only: no cgroup file read per request)."""
+        kills = oom_kills()
+        struck, self._oom_kills_seen = kills > self._oom_kills_seen, kills
+        return is_oom(message) or struck
+
     def begin_invoke(self, name: str, target_model: str | None) -> ModelRecord:
         record = self.records.get(name)
         if record is None or name in self._unloading:
@@ -493,7 +501,9 @@ class ModelRegistry:
                 log.info("restored model %s", record.model_name)
 
 
-def to_mme_response(record: ModelRecord, upstream: UpstreamResponse, kills_before: int = 0) -> tuple[int, str, bytes]:
+def to_mme_response(
+    record: ModelRecord, upstream: UpstreamResponse, oom: Callable[[str], bool] = is_oom
+) -> tuple[int, str, bytes]:
     """MME mapping of a Triton answer (CONTRACT.md §2.6): 200 as SME; errors 507 on OOM, 404 if gone, else 400."""
     if upstream.status == 200:
         body, header_length = upstream.body, upstream.header_length
@@ -503,5 +513,5 @@ def to_mme_response(record: ModelRecord, upstream: UpstreamResponse, kills_befor
     message = error_text(upstream.body) or "inference failed"
     if upstream.status == 503:
         return 503, JSON, error_body(message)
-    status = 507 if is_oom_failure(message, kills_before) else 404 if upstream.status == 404 else 400
+    status = 507 if oom(message) else 404 if upstream.status == 404 else 400
     return status, JSON, error_body(message)

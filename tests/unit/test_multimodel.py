@@ -96,3 +96,19 @@ def test_archive_layouts(tmp_path):
     (tmp_path / "e" / "config.pbtxt").write_text('name: "e"\\nplatform:"ensemble"')
     layout = multimodel.find_layout(tmp_path, None)
     assert layout.ensemble and layout.entry.name == "e" and len(layout.others) == 2
+
+
+def test_an_invoke_failure_is_oom_once_per_oom_kill(monkeypatch, tmp_path):
+    kills = iter([0, 0, 1, 1])
+    monkeypatch.setattr(multimodel, "oom_kills", lambda: next(kills))
+    registry = multimodel.ModelRegistry(tmp_path, tmp_path, lambda: None, 0, 1.0, 1)  # type: ignore[arg-type]
+    assert not registry.invoke_oom("Stub process 'm_0' is not healthy.")
+    assert registry.invoke_oom("Stub process 'm_0' is not healthy.")  # the OOM killer struck since
+    assert not registry.invoke_oom("Stub process 'm_0' is not healthy.")  # counted once
+    assert (
+        multimodel.to_mme_response(
+            multimodel.ModelRecord("m", "/u", None, "m", ["m"], "m"),
+            multimodel.UpstreamResponse(500, "application/json", None, b'{"error":"CUDA out of memory"}'),
+        )[0]
+        == 507
+    )
