@@ -70,7 +70,6 @@ class Engine:
         self.stream_client: StreamClient | None = None
         self.decoupled = False  # SME: the default model streams (decoupled transaction policy)
         self.process: TritonProcess | None = None
-        self.restarts = 0
         self.draining = False
         if settings.work_dir is not None:
             settings.work_dir.mkdir(parents=True, exist_ok=True)
@@ -217,7 +216,6 @@ class Engine:
             if self._stopping.is_set():
                 return
             self.state = State.TRITON_DOWN
-            self.restarts += 1
             self.metrics.triton_restarts.inc()
             if time.monotonic() - started > 60:
                 backoff = 1.0  # it ran fine for a while: this is a new failure, not a loop
