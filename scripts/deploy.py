@@ -336,15 +336,23 @@ def scaling_requests(endpoint_name: str, scaling: AutoScaling) -> tuple[dict[str
 class _Waiting:
     """boto3 waiters, one attempt at a time, so progress can be printed between attempts."""
 
-    def __init__(self, progress: Progress, poll_s: float, timeout_s: float, sleep: Callable[[float], None]) -> None:
-        self.progress, self.poll_s, self.timeout_s, self.sleep = progress, poll_s, timeout_s, sleep
+    def __init__(
+        self,
+        progress: Progress,
+        poll_s: float,
+        timeout_s: float,
+        sleep: Callable[[float], None],
+        clock: Callable[[], float],
+    ) -> None:
+        self.progress, self.poll_s, self.timeout_s = progress, poll_s, timeout_s
+        self.sleep, self.clock = sleep, clock
 
     def endpoint(self, sm: Any, name: str, waiter_name: str) -> dict[str, Any] | None:
         """Wait with ``endpoint_in_service`` or ``endpoint_deleted``; raise DeployError on a failure state."""
         from botocore.exceptions import WaiterError
 
         waiter = sm.get_waiter(waiter_name)
-        start = time.monotonic()
+        start = self.clock()
         while True:
             try:
                 waiter.wait(EndpointName=name, WaiterConfig={"Delay": 1, "MaxAttempts": 1})
@@ -354,7 +362,7 @@ class _Waiting:
                     reason = response.get("FailureReason") or response.get("Error", {}).get("Message") or str(exc)
                     status = response.get("EndpointStatus", "failing")
                     raise DeployError(f"endpoint {name} is {status}: {reason}") from None
-                elapsed = time.monotonic() - start
+                elapsed = self.clock() - start
                 self.progress(f"endpoint {name}: {response.get('EndpointStatus', '?')} ({elapsed:.0f} s)")
                 if elapsed > self.timeout_s:
                     raise WaitTimeout(
@@ -452,6 +460,7 @@ def deploy(
     timeout_s: float = 3600.0,
     keep_failed: bool = False,
     sleep: Callable[[float], None] = time.sleep,
+    clock: Callable[[], float] = time.monotonic,
 ) -> DeployResult:
     """Create the endpoint, or update it in place when it exists; wait until it is InService.
 
@@ -462,7 +471,7 @@ def deploy(
     for warning in validate(spec):
         progress(f"warning: {warning}")
     sm = aws.sagemaker
-    waiting = _Waiting(progress, poll_s, timeout_s, sleep)
+    waiting = _Waiting(progress, poll_s, timeout_s, sleep, clock)
     existing = describe_endpoint(sm, spec.name)
     if existing is not None:
         status = existing["EndpointStatus"]
@@ -530,7 +539,9 @@ def _create(
     except DeployError:
         if not keep_failed:
             progress(f"rolling back {spec.name}")
-            delete_endpoint(aws, spec.name, progress=progress, poll_s=waiting.poll_s, sleep=waiting.sleep)
+            delete_endpoint(
+                aws, spec.name, progress=progress, poll_s=waiting.poll_s, sleep=waiting.sleep, clock=waiting.clock
+            )
         raise
     if spec.autoscaling is not None:
         _apply_scaling(aws.autoscaling, spec.name, spec.autoscaling, progress)
@@ -606,6 +617,7 @@ def delete_endpoint(
     poll_s: float = 30.0,
     timeout_s: float = 1800.0,
     sleep: Callable[[float], None] = time.sleep,
+    clock: Callable[[], float] = time.monotonic,
 ) -> list[str]:
     """Delete the endpoint, its auto-scaling, configuration and models, and any leftovers of failed runs.
 
@@ -621,7 +633,7 @@ def delete_endpoint(
             removed.append(f"scalable-target/{_scaling_resource(name)}")
         sm.delete_endpoint(EndpointName=name)
         progress(f"deleting endpoint {name}")
-        _Waiting(progress, poll_s, timeout_s, sleep).endpoint(sm, name, "endpoint_deleted")
+        _Waiting(progress, poll_s, timeout_s, sleep, clock).endpoint(sm, name, "endpoint_deleted")
         removed.append(f"endpoint/{name}")
         removed += _delete_config_and_models(sm, existing["EndpointConfigName"], name, force, progress)
     configs, models = _leftovers(sm, name)

@@ -153,16 +153,26 @@ def aws(session, moto_url, calls) -> Aws:
 
 
 class Run:
+    """Records progress and sleeps; its clock moves only when the code sleeps, so elapsed times are exact."""
+
     def __init__(self, aws: Aws) -> None:
         self.aws, self.messages, self.sleeps = aws, [], []
 
+    def sleep(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+
+    def clock(self) -> float:
+        return sum(self.sleeps)
+
     def deploy(self, spec: EndpointSpec, **kw):
         return deploy_endpoint(
-            self.aws, spec, progress=self.messages.append, poll_s=0.5, sleep=self.sleeps.append, **kw
+            self.aws, spec, progress=self.messages.append, poll_s=0.5, sleep=self.sleep, clock=self.clock, **kw
         )
 
     def delete(self, name: str, **kw):
-        return delete(self.aws, name, progress=self.messages.append, poll_s=0.5, sleep=self.sleeps.append, **kw)
+        return delete(
+            self.aws, name, progress=self.messages.append, poll_s=0.5, sleep=self.sleep, clock=self.clock, **kw
+        )
 
 
 @pytest.fixture
