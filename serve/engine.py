@@ -17,7 +17,7 @@ import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-from serve import codec
+from serve import codec, transcode
 from serve.errors import BadRequest, NotReady, ServeError, error_body
 from serve.metrics import Metrics
 from serve.settings import Settings
@@ -59,6 +59,7 @@ class Engine:
         metrics: Metrics | None = None,
     ) -> None:
         self.settings = settings
+        self._transcode_min_bytes = settings.transcode_json_min_bytes
         self.metrics = metrics or Metrics(enabled=False)
         self.triton_metrics_url: str | None = None
         self.installation = installation
@@ -256,10 +257,16 @@ class Engine:
     async def forward(
         self, triton_name: str, body: bytes, content_type: str | None, custom_attributes: str | None = None
     ) -> UpstreamResponse:
-        """Send one SageMaker-encoded request to a Triton model; the body goes through untouched
-        unless custom attributes must be added to its parameters."""
+        """Send one SageMaker-encoded request to a Triton model. The body goes through untouched,
+        except that a large JSON request is re-encoded binary (:mod:`serve.transcode`) and custom
+        attributes are added to its parameters."""
         header_length = codec.request_header_length(content_type, len(body))
         client = self.ready_client(triton_name)
+        if header_length is None and 0 < self._transcode_min_bytes <= len(body):
+            binary = transcode.to_binary(body)
+            if binary is not None:
+                body, header_length = binary
+                self.metrics.transcoded.inc()
         if custom_attributes is not None:
             body, header_length = codec.add_request_parameter(body, header_length, CUSTOM_ATTRIBUTES, custom_attributes)
         return await client.infer(triton_name, body, header_length)

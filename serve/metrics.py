@@ -67,6 +67,9 @@ class Metrics:
         )
         self._unloads = Counter("smtriton_model_unloads", "MME unloads by result", ["result"], registry=self.registry)
         self.triton_restarts = Counter("smtriton_triton_restarts", "Unexpected Triton exits", registry=self.registry)
+        self.transcoded = Counter(
+            "smtriton_transcoded_requests", "Large JSON requests re-encoded binary for Triton", registry=self.registry
+        )
         self.registry.register(_TritonCollector(lambda: self.triton_url()))  # type: ignore[arg-type]
         self._children: dict[tuple[str, str, int], tuple[Counter, Histogram]] = {}
 

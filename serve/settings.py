@@ -118,6 +118,7 @@ class Settings:
     max_payload_in_mb: int | None = None
     max_payload_bytes: int = 100 * MIB
     max_header_bytes: int = 64 * 1024
+    transcode_json_min_bytes: int = 64 * 1024
     tritonserver: Path | None = None
     triton: TritonOptions = field(default_factory=TritonOptions)
     work_dir: Path | None = None
@@ -172,6 +173,9 @@ class Settings:
             max_payload_bytes=_max_payload(env),
             max_header_bytes=_int(
                 "SMTRITON_MAX_HEADER_BYTES", env.get("SMTRITON_MAX_HEADER_BYTES", "65536"), minimum=1024
+            ),
+            transcode_json_min_bytes=_int(
+                "SMTRITON_TRANSCODE_JSON_MIN_BYTES", env.get("SMTRITON_TRANSCODE_JSON_MIN_BYTES", "65536")
             ),
             tritonserver=Path(env["TRITONSERVER"]) if env.get("TRITONSERVER") else None,
             triton=_triton_options(env),

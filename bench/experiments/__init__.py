@@ -21,6 +21,8 @@ EXPERIMENTS: dict[str, tuple[str, str, int]] = {
     "proto-transcode-w2": ("module", "bench.experiments.proto_transcode", 2),
     # serve itself (its own Triton, its flags), with the garbage collector frozen after imports.
     "serve-gc-frozen": ("serve", "bench.experiments.serve_gc_frozen", 1),
+    # serve itself, never re-encoding large JSON requests binary (SMTRITON_TRANSCODE_JSON_MIN_BYTES=0).
+    "serve-no-transcode": ("serve", "bench.experiments.serve_no_transcode", 1),
     # serve itself, recording the collector's pauses to $BENCH_GC_STATS at exit.
     "serve-gc-stats": ("serve", "bench.experiments.serve_gc_stats", 1),
 }

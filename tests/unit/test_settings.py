@@ -90,8 +90,14 @@ def test_batch_payload_and_timeout_follow_batch_variables():
         {"SAGEMAKER_TRITON_INFERENCE_TYPE": "predict"},
         {"SMTRITON_REQUEST_TIMEOUT_S": "-1"},
         {"SMTRITON_LOG_LEVEL": "loud"},
+        {"SMTRITON_TRANSCODE_JSON_MIN_BYTES": "-5"},
     ],
 )
 def test_bad_values_are_refused_with_the_variable_named(env):
     with pytest.raises(SettingsError, match=next(iter(env)).replace("SMTRITON_LOG_LEVEL", "log level")):
         Settings.from_env(env)
+
+
+def test_json_transcoding_threshold_defaults_to_64_kib_and_zero_turns_it_off():
+    assert Settings.from_env({}).transcode_json_min_bytes == 64 * 1024
+    assert Settings.from_env({"SMTRITON_TRANSCODE_JSON_MIN_BYTES": "0"}).transcode_json_min_bytes == 0
