@@ -22,6 +22,14 @@ from serve.errors import BadRequest, UpstreamUnavailable
 
 FINAL = "triton_final_response"
 
+# HTTP/2 flow control is the only back-pressure from a slow HTTP client to Triton: uvicorn stops taking
+# chunks once its write buffer is full, this generator stops reading the call, and gRPC stops granting
+# Triton window. gRPC's bandwidth-delay probing would grow that window per stream (toward 1 GiB) and
+# let each stalled stream park tens of MiB in serve, so it is off and the window fixed; on loopback
+# this costs no throughput (a message bigger than the window is still let through whole).
+STREAM_WINDOW_BYTES = 64 * 1024
+_CHANNEL_OPTIONS = [("grpc.http2.bdp_probe", 0), ("grpc.http2.lookahead_bytes", STREAM_WINDOW_BYTES)]
+
 
 def _json_tensor(tensor: dict[str, Any], datatype: str, shape: list[int]) -> bytes:
     data = tensor.get("data")
@@ -106,10 +114,10 @@ def response_json(response: service_pb2.ModelInferResponse) -> dict[str, Any]:
 
 
 class StreamClient:
-    """One gRPC channel to Triton, for streamed inference only."""
+    """One gRPC channel to Triton, for streamed inference only; reads only as fast as clients take."""
 
     def __init__(self, address: str) -> None:
-        self._channel = grpc.aio.insecure_channel(address)
+        self._channel = grpc.aio.insecure_channel(address, options=_CHANNEL_OPTIONS)
         self._stub = service_pb2_grpc.GRPCInferenceServiceStub(self._channel)
 
     async def close(self) -> None:

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import shutil
+import socket
 import time
+from pathlib import Path
 
 import pytest
 import requests
@@ -165,3 +167,100 @@ def test_bad_streaming_requests_are_400_before_any_stream(infer_stream_server):
     bad = {"inputs": [{"name": "N", "shape": [1], "datatype": "INT32", "data": ["x"]}]}
     r = requests.post(f"{infer_stream_server.url}/invocations", json=bad, timeout=30)
     assert r.status_code == 400
+
+
+def _rss(pid: int) -> int:
+    """Resident bytes of a process, from /proc (what the kernel charges it, Python or C alike)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError(f"no VmRSS for {pid}")
+
+
+def _dechunk(raw: bytes) -> tuple[bytes, bytes]:
+    """Head and body of an HTTP/1.1 response with chunked transfer encoding."""
+    head, _, rest = raw.partition(b"\r\n\r\n")
+    body, at = bytearray(), 0
+    while True:
+        end = rest.index(b"\r\n", at)
+        size = int(rest[at:end].split(b";")[0], 16)
+        if size == 0:
+            return head, bytes(body)
+        body += rest[end + 2 : end + 2 + size]
+        at = end + 2 + size + 2
+
+
+def _firehose(n: int, size: int, gap_ms: int) -> dict:
+    """A tokens request for N responses of `size` padding bytes each, `gap_ms` apart."""
+    request = _tokens_request(n)
+    request["inputs"] += [
+        {"name": "SIZE", "shape": [1], "datatype": "INT32", "data": [size]},
+        {"name": "GAP_MS", "shape": [1], "datatype": "INT32", "data": [gap_ms]},
+    ]
+    return request
+
+
+def _raw_post(port: int, request: dict) -> socket.socket:
+    """POST /invocations on a socket with a tiny receive buffer, so serve's writes block early."""
+    body = json.dumps(request).encode()
+    head = (
+        "POST /invocations HTTP/1.1\r\nHost: serve\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+    ).encode()
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # before connect: a small TCP window
+    sock.settimeout(20)
+    sock.connect(("127.0.0.1", port))
+    sock.sendall(head + body)
+    return sock
+
+
+def test_a_stalled_client_holds_the_stream_back_and_serve_does_not_buffer_it(infer_stream_server, tokens_repository):
+    """2000 responses of 64 KiB each, made as fast as the model can, to a client that reads nothing until the
+    model has sent them all: serve must pass flow control on to Triton, not soak the stream up."""
+    count, size = 2000, 64 * 1024
+    marker = tokens_repository / "tokens" / "1" / f"sent-{count}"
+    pid = infer_stream_server.proc.pid
+    warm = requests.post(f"{infer_stream_server.url}/invocations", json=_firehose(50, size, 0), timeout=30)
+    assert [json.loads(line)["outputs"][0]["data"] for line in warm.content.splitlines()] == [[i] for i in range(50)]
+    baseline = peak = _rss(pid)
+    received = bytearray()
+    with _raw_post(infer_stream_server.port, _firehose(count, size, 0)) as sock:
+        deadline = time.monotonic() + 20
+        while not marker.exists():  # the whole stream is out of the model and piles up upstream of us
+            assert time.monotonic() < deadline, "the model never finished sending"
+            peak = max(peak, _rss(pid))
+            time.sleep(0.05)
+        time.sleep(0.5)  # time for whatever serve would buffer to arrive
+        stalled = peak = max(peak, _rss(pid))
+        while chunk := sock.recv(1 << 16):
+            received += chunk
+            if len(received) % (1 << 20) < len(chunk):  # about every MiB
+                peak = max(peak, _rss(pid))
+    head, text = _dechunk(bytes(received))
+    assert head.startswith(b"HTTP/1.1 200"), head[:200]
+    responses = [json.loads(line) for line in text.splitlines()]
+    assert [r["outputs"][0]["data"] for r in responses] == [[i] for i in range(count)]  # complete, in order
+    assert all(
+        r["outputs"][1] == {"name": "PADDING", "datatype": "BYTES", "shape": [1], "data": ["x" * size]}
+        for r in responses
+    )
+    assert len(text) > 120 * 2**20
+    # ~125 MiB went through; serve held at most a few windows of it, stalled or draining.
+    assert stalled - baseline < 16 * 2**20, f"serve grew {(stalled - baseline) >> 20} MiB while the client stalled"
+    assert peak - baseline < 16 * 2**20, f"serve grew {(peak - baseline) >> 20} MiB while the client drained"
+
+
+def test_a_stalled_client_that_goes_away_cancels_the_triton_request(infer_stream_server, tokens_repository):
+    """Serve is parked on a full socket when the client closes it: the Triton request must end too."""
+    count = 400  # 10 ms apart: 4 s if it ran on
+    version = tokens_repository / "tokens" / "1"
+    with _raw_post(infer_stream_server.port, _firehose(count, 64 * 1024, 10)) as sock:
+        assert sock.recv(64).startswith(b"HTTP/1.1 200")
+        time.sleep(0.5)  # reads nothing more: serve's writes block on the full socket
+    deadline = time.monotonic() + 3
+    while not (version / f"cancelled-{count}").exists():
+        assert time.monotonic() < deadline, "the model never saw the cancellation"
+        time.sleep(0.05)
+    assert not (version / f"sent-{count}").exists()
+    assert requests.get(f"{infer_stream_server.url}/ping", timeout=5).status_code == 200
