@@ -1,39 +1,62 @@
-"""TensorRT plans without TensorRT: optimization profiles, the sidecar JSON, compatibility checks.
+"""TensorRT plans without TensorRT: optimization profiles, plus the sidecar and compatibility rule.
 
-A plan runs only on the TensorRT version and GPU architecture it was built with. The builder
-(:mod:`scripts.trt_build`) therefore writes ``model.plan.json`` beside ``model.plan``: TensorRT
-version, GPU name and compute capability, precision, profiles, I/O signature and the plan's
-sha256. Everything here is standard library only, so validation, config generation and the serving
-side can read and check a sidecar on any host; :func:`check_compatibility` is the rule a runtime
-applies before loading the plan.
+The sidecar (``model.plan.json``: TensorRT version, GPU, precision, profiles, I/O signature, sha256)
+and :func:`check_compatibility` live in :mod:`serve.tensorrt_plan`, because `serve` refuses plans
+built for another runtime and the serving image ships only ``serve``; they are re-exported here for
+the build-time tools. Everything here is standard library only, so validation and config generation
+can read and check a sidecar on any host.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
-import os
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-SIDECAR_FORMAT = "smtriton.tensorrt-plan/1"
-SIDECAR_SUFFIX = ".json"  # model.plan -> model.plan.json
+from serve.tensorrt_plan import (
+    HARDWARE_LEVELS,
+    PRECISIONS,
+    SIDECAR_FORMAT,
+    SIDECAR_SUFFIX,
+    RuntimeInfo,
+    Sidecar,
+    SidecarError,
+    check_compatibility,
+    read_sidecar,
+    sidecar_path,
+    write_sidecar,
+)
 
-PRECISIONS = ("fp32", "fp16", "bf16", "int8", "strongly-typed")
-HARDWARE_LEVELS = ("none", "ampere-plus", "same-compute-capability")
+__all__ = [
+    "HARDWARE_LEVELS",
+    "PRECISIONS",
+    "SIDECAR_FORMAT",
+    "SIDECAR_SUFFIX",
+    "AxisRange",
+    "Profile",
+    "ProfileError",
+    "RuntimeInfo",
+    "Shape",
+    "Sidecar",
+    "SidecarError",
+    "check_compatibility",
+    "input_shapes",
+    "parse_profile",
+    "profile_batch_limits",
+    "profile_from_axes",
+    "read_sidecar",
+    "sha256_file",
+    "sidecar_path",
+    "write_sidecar",
+]
 
 Shape = tuple[int, ...]
 
 
 class ProfileError(ValueError):
     """Profile ranges that are malformed or do not cover an input's dynamic dimensions."""
-
-
-class SidecarError(ValueError):
-    """A sidecar that cannot be read."""
 
 
 @dataclass(frozen=True)
@@ -107,132 +130,12 @@ def input_shapes(name: str, shape: Sequence[int | str | None], profile: Profile)
     return tuple(mins), tuple(opts), tuple(maxs)
 
 
-@dataclass(frozen=True)
-class RuntimeInfo:
-    """Where a plan is about to run (or was built)."""
-
-    tensorrt_version: str
-    gpu_name: str
-    compute_capability: str  # "8.6"
-
-
-@dataclass
-class Sidecar:
-    tensorrt_version: str
-    gpu_name: str
-    compute_capability: str
-    precision: str  # one of PRECISIONS
-    strongly_typed: bool
-    profiles: list[dict[str, dict[str, list[int]]]]  # per profile: input -> {"min", "opt", "max"}
-    inputs: list[dict[str, Any]]  # TensorSig.to_dict(): name, dtype, shape (-1 or axis name when dynamic)
-    outputs: list[dict[str, Any]]
-    plan_sha256: str
-    onnx_sha256: str | None = None
-    workspace_bytes: int | None = None
-    version_compatible: bool = False
-    hardware_compatibility: str = "none"
-    builder: str = "smtriton"
-    format: str = SIDECAR_FORMAT
-    extra: dict[str, Any] = field(default_factory=dict)
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Sidecar:
-        if data.get("format") != SIDECAR_FORMAT:
-            raise SidecarError(f"unknown sidecar format {data.get('format')!r} (expected {SIDECAR_FORMAT})")
-        known = set(cls.__dataclass_fields__)
-        try:
-            return cls(**{k: v for k, v in data.items() if k in known})
-        except TypeError as exc:
-            raise SidecarError(f"incomplete sidecar: {exc}") from None
-
-
-def sidecar_path(plan: Path) -> Path:
-    return plan.with_name(plan.name + SIDECAR_SUFFIX)
-
-
-def read_sidecar(plan: Path) -> Sidecar | None:
-    """The sidecar of ``plan``; None when there is none."""
-    path = sidecar_path(plan)
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        return None
-    except (OSError, ValueError) as exc:
-        raise SidecarError(f"{path.name}: not readable JSON: {exc}") from None
-    if not isinstance(data, dict):
-        raise SidecarError(f"{path.name}: not a JSON object")
-    return Sidecar.from_dict(data)
-
-
-def write_sidecar(plan: Path, sidecar: Sidecar) -> Path:
-    path = sidecar_path(plan)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(sidecar.to_dict(), indent=2, sort_keys=True) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
-    return path
-
-
 def sha256_file(path: Path) -> str:
     digest = hashlib.sha256()
     with path.open("rb") as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):
             digest.update(chunk)
     return digest.hexdigest()
-
-
-def _version_tuple(version: str) -> tuple[int, ...]:
-    return tuple(int(p) for p in re.findall(r"\d+", version)[:3])
-
-
-def _capability(text: str) -> tuple[int, int]:
-    major, _, minor = text.partition(".")
-    return int(major), int(minor or 0)
-
-
-def check_compatibility(sidecar: Sidecar, runtime: RuntimeInfo) -> list[str]:
-    """Why this plan cannot run on ``runtime`` (empty when it can).
-
-    TensorRT loads a plan only with the exact TensorRT version that built it (major.minor.patch),
-    unless it was built version-compatible (then any later runtime of the same major), and only on
-    the GPU architecture it was built on, unless built hardware-compatible (Ampere or newer; or any
-    GPU of the same compute capability).
-    """
-    problems: list[str] = []
-    built, here = _version_tuple(sidecar.tensorrt_version), _version_tuple(runtime.tensorrt_version)
-    if sidecar.version_compatible:
-        if not (built[:1] == here[:1] and here >= built):
-            problems.append(
-                f"plan built version-compatible with TensorRT {sidecar.tensorrt_version}; TensorRT "
-                f"{runtime.tensorrt_version} here is not a later release of the same major version"
-            )
-    elif built != here:
-        problems.append(
-            f"plan built with TensorRT {sidecar.tensorrt_version}, this runtime has TensorRT "
-            f"{runtime.tensorrt_version}; rebuild it inside the serving image"
-        )
-    built_cc, here_cc = _capability(sidecar.compute_capability), _capability(runtime.compute_capability)
-    level = sidecar.hardware_compatibility
-    if level == "ampere-plus":
-        if here_cc < (8, 0):
-            problems.append(
-                f"plan built for Ampere or newer GPUs; {runtime.gpu_name} has compute capability "
-                f"{runtime.compute_capability}"
-            )
-    elif built_cc != here_cc:
-        problems.append(
-            f"plan built on {sidecar.gpu_name} (compute capability {sidecar.compute_capability}), this GPU is "
-            f"{runtime.gpu_name} (compute capability {runtime.compute_capability}); rebuild it on the "
-            "instance type that serves it"
-        )
-    elif level != "same-compute-capability" and sidecar.gpu_name != runtime.gpu_name:
-        problems.append(
-            f"plan built on {sidecar.gpu_name}, this GPU is {runtime.gpu_name} (same compute capability, but "
-            "TensorRT tunes a plan for one GPU model); rebuild it on the instance type that serves it"
-        )
-    return problems
 
 
 def profile_batch_limits(sidecar: Sidecar) -> dict[str, int]:

@@ -21,7 +21,7 @@ from serve.fastpath import FastPath
 from serve.logs import configure_logging
 from serve.metrics import Metrics
 from serve.multimodel import ModelRegistry
-from serve.repository import RepositoryError, resolve_default_model
+from serve.repository import RepositoryError, refuse_unrunnable_plans, resolve_default_model
 from serve.settings import Settings, SettingsError
 from serve.triton.installation import TritonNotFound, find_triton
 
@@ -116,6 +116,7 @@ def serve(
         default = None
         if not settings.multi_model:
             default = resolve_default_model(settings.model_repository, settings.default_model)
+            refuse_unrunnable_plans(settings.model_repository, default)
         installation = find_triton(settings.tritonserver)
     except (SettingsError, RepositoryError, TritonNotFound) as exc:
         print(str(exc), file=sys.stderr)
@@ -134,6 +135,7 @@ def serve(
             client=engine.live_client,
             memory_reserve_bytes=settings.memory_reserve_bytes,
             memory_factor=settings.model_memory_factor,
+            memory_budget_bytes=settings.model_memory_budget_bytes,
             max_concurrent_loads=settings.max_concurrent_loads,
             load_timeout_s=settings.startup_timeout_s,
             gpu_memory_reserve_bytes=settings.gpu_memory_reserve_bytes,

@@ -27,6 +27,8 @@ from tritonclient.grpc import model_config_pb2
 
 from serve.codec import JSON, response_content_type
 from serve.errors import BadRequest, ServeError, error_body
+from serve.gpu import gpu_free_memory
+from serve.plan_check import check_models
 from serve.triton.client import TritonClient, UpstreamResponse, error_text
 
 log = logging.getLogger("serve.mme")
@@ -88,6 +90,7 @@ class ModelRecord:
     triton_names: list[str]  # every Triton model staged for this archive, entry last
     response_name: str  # "model_name" clients see in inference responses
     decoupled: bool = False  # the entry model streams its responses
+    estimate: int = 0  # bytes the load was estimated to need (archive size x factor)
     loaded_at: float = field(default_factory=time.time)
     inflight: int = 0
     idle: asyncio.Event = field(default_factory=asyncio.Event)
@@ -272,27 +275,6 @@ def is_oom_failure(message: str, kills_before: int) -> bool:
     return is_oom(message) or oom_kills() > kills_before
 
 
-def gpu_free_memory() -> list[int]:
-    """Free bytes of each GPU, through NVML; empty where there is no GPU or no NVML."""
-    try:
-        import pynvml
-    except ImportError:
-        return []
-    try:
-        pynvml.nvmlInit()
-    except pynvml.NVMLError:
-        return []
-    try:
-        return [
-            int(pynvml.nvmlDeviceGetMemoryInfo(pynvml.nvmlDeviceGetHandleByIndex(i)).free)
-            for i in range(pynvml.nvmlDeviceGetCount())
-        ]
-    except pynvml.NVMLError:
-        return []
-    finally:
-        pynvml.nvmlShutdown()
-
-
 def available_memory() -> int:
     """Host memory a load may use: the tighter of the cgroup's limit and the kernel's MemAvailable."""
     available = None
@@ -328,7 +310,10 @@ class ModelRegistry:
         unload_timeout_s: float = 240.0,
         load_timeout_s: float = 1800.0,
         gpu_memory_reserve_bytes: int = 1 << 30,
+        memory_budget_bytes: int | None = None,
     ) -> None:
+        self._budget = memory_budget_bytes
+        self._pending: dict[str, int] = {}  # estimates of loads past the memory check, not yet recorded
         self._gpu_reserve = gpu_memory_reserve_bytes
         self._oom_kills_seen = oom_kills()
         self.model_root = model_root
@@ -370,6 +355,7 @@ class ModelRegistry:
             self.records[name] = record
         finally:
             self._loading.discard(name)
+            self._pending.pop(name, None)
         log.info("loaded model %s (Triton %s) from %s", name, record.triton_name, url)
 
     async def _load(self, name: str, url: str, target_model: str | None) -> ModelRecord:
@@ -378,13 +364,12 @@ class ModelRegistry:
         triton_name, shown = triton_name_for(name, target_model)
         if any(r.triton_name == triton_name for r in self.records.values()):
             raise Conflict(f"failed to register '{triton_name}', there is a conflicting mapping for '{triton_name}'")
+        problems = await asyncio.to_thread(check_models, [layout.entry, *layout.others])
+        if problems:  # a plan built for another TensorRT or GPU: say so rather than let Triton fail it
+            raise BadRequest(f"model '{name}' cannot be loaded on this host: " + "; ".join(problems))
         needed = int(await asyncio.to_thread(tree_size, real) * self._factor)
-        free = available_memory()
-        if needed + self._reserve > free:
-            raise InsufficientStorage(
-                f"not enough memory to load model '{name}': it needs about {needed >> 20} MiB plus a reserve of "
-                f"{self._reserve >> 20} MiB, and {free >> 20} MiB are available"
-            )
+        self._check_memory(name, needed)
+        self._pending[name] = needed  # counted against the budget until the load ends
         gpus = await asyncio.to_thread(gpu_free_memory)
         if gpus and max(gpus) < self._gpu_reserve:
             raise InsufficientStorage(
@@ -397,7 +382,7 @@ class ModelRegistry:
             for other in layout.others:
                 staged.append(stage_model(other, renames.get(other.name, other.name), {}, self.managed).name)
             staged.append(stage_model(layout.entry, triton_name, renames, self.managed).name)
-            record = ModelRecord(name, url, target_model, triton_name, staged, shown)
+            record = ModelRecord(name, url, target_model, triton_name, staged, shown, estimate=needed)
             await self._load_in_triton(record)
             record.decoupled = await self._client().is_decoupled(triton_name)
         except BaseException:
@@ -406,6 +391,24 @@ class ModelRegistry:
             raise
         record.idle.set()
         return record
+
+    def _check_memory(self, name: str, needed: int) -> None:
+        """507 when the load would leave less free host memory than the reserve, or (with a budget) when
+        the estimates of the models loaded and loading would pass it. Free memory alone cannot see the
+        loads still under way, nor a model that allocates lazily on its first request."""
+        free = available_memory()
+        if needed + self._reserve > free:
+            raise InsufficientStorage(
+                f"not enough memory to load model '{name}': it needs about {needed >> 20} MiB plus a reserve of "
+                f"{self._reserve >> 20} MiB, and {free >> 20} MiB are available"
+            )
+        if self._budget is not None:
+            held = sum(r.estimate for r in self.records.values()) + sum(self._pending.values())
+            if held + needed > self._budget:
+                raise InsufficientStorage(
+                    f"not enough memory to load model '{name}': it needs about {needed >> 20} MiB, and the models "
+                    f"loaded or loading hold {held >> 20} MiB of the {self._budget >> 20} MiB model memory budget"
+                )
 
     async def _load_in_triton(self, record: ModelRecord) -> None:
         """Members first (BLS targets must exist), the entry last; failures mapped 507/400."""

@@ -5,6 +5,8 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
+from serve.plan_check import check_models, loaded_with
+
 log = logging.getLogger("serve")
 
 
@@ -42,3 +44,11 @@ def resolve_default_model(repository: Path, default_model: str | None) -> str:
         )
     log.warning("No SAGEMAKER_TRITON_DEFAULT_MODEL_NAME provided; serving the only model, %s", models[0])
     return models[0]
+
+
+def refuse_unrunnable_plans(repository: Path, model: str) -> None:
+    """Exit before Triton loads a TensorRT plan built for another TensorRT version or GPU: the sidecar
+    says why at once, where Triton would fail the load deep in its log and /ping would stay 503."""
+    problems = check_models(loaded_with(repository, model))
+    if problems:
+        raise RepositoryError(f"ERROR: model {model} cannot be served on this host: " + "; ".join(problems))

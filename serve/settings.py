@@ -107,6 +107,7 @@ class Settings:
     memory_reserve_bytes: int = 512 * MIB
     gpu_memory_reserve_bytes: int = 1024 * MIB
     model_memory_factor: float = 1.0
+    model_memory_budget_bytes: int | None = None
     max_concurrent_loads: int = 2
     default_model: str | None = None
     ping_mode: Literal["ready", "live"] = "ready"
@@ -151,6 +152,11 @@ class Settings:
                 "SMTRITON_GPU_MEMORY_RESERVE_BYTES", env.get("SMTRITON_GPU_MEMORY_RESERVE_BYTES", str(1024 * MIB))
             ),
             model_memory_factor=_float("SMTRITON_MODEL_MEMORY_FACTOR", env.get("SMTRITON_MODEL_MEMORY_FACTOR", "1.0")),
+            model_memory_budget_bytes=_int(
+                "SMTRITON_MODEL_MEMORY_BUDGET_BYTES", env["SMTRITON_MODEL_MEMORY_BUDGET_BYTES"], minimum=1
+            )
+            if env.get("SMTRITON_MODEL_MEMORY_BUDGET_BYTES")
+            else None,
             max_concurrent_loads=_int(
                 "SMTRITON_MAX_CONCURRENT_LOADS", env.get("SMTRITON_MAX_CONCURRENT_LOADS", "2"), minimum=1
             ),

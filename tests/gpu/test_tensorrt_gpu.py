@@ -104,3 +104,16 @@ def test_demo_text_encoder_through_the_cli(tmp_path):
     assert sidecar is not None and sidecar.profiles[0]["input_ids"]["max"] == [16, 32]
     checked = runner.invoke(app, ["validate", str(repo), "--detect-runtime"])
     assert checked.exit_code == 0, checked.output
+
+
+def test_serve_detects_the_runtime_the_builder_records():
+    """serve (libnvinfer + NVML) and the builder (tensorrt module + nvidia-smi) must agree on this host,
+    or serve would refuse the plans built here."""
+    from scripts import trt_build
+    from serve import plan_check
+
+    built = trt_build.runtime_info()
+    here = plan_check.detect_runtime()
+    assert isinstance(here, plan_check.RuntimeInfo)
+    assert (here.gpu_name, here.compute_capability) == (built.gpu_name, built.compute_capability)
+    assert here.tensorrt_version.split(".")[:3] == built.tensorrt_version.split(".")[:3]

@@ -6,9 +6,16 @@ from pathlib import Path
 
 import pytest
 
+from serve.tensorrt_plan import Sidecar, write_sidecar
 from tests.integration.harness import ServeProcess
 
 TEST_MODELS = Path(__file__).parent / "models"
+PLAN_CONFIG = """name: "{name}"
+platform: "tensorrt_plan"
+max_batch_size: 8
+input [{{ name: "INPUT0", data_type: TYPE_FP32, dims: [16] }}]
+output [{{ name: "OUTPUT0", data_type: TYPE_FP32, dims: [16] }}]
+"""
 
 
 def start_serve(tmp: Path, repository: Path | None, model: str | None, **kwargs) -> ServeProcess:
@@ -19,6 +26,17 @@ def start_serve(tmp: Path, repository: Path | None, model: str | None, **kwargs)
         server.stop()
         raise
     return server
+
+
+def fake_plan_model(model_dir: Path, tensorrt_version: str) -> Path:
+    """A tensorrt_plan model whose (fake) plan has a sidecar saying it was built with ``tensorrt_version``
+    on an A10G: enough for serve's compatibility check, which refuses it before Triton sees the bytes."""
+    (model_dir / "1").mkdir(parents=True)
+    (model_dir / "config.pbtxt").write_text(PLAN_CONFIG.format(name=model_dir.name))
+    plan = model_dir / "1" / "model.plan"
+    plan.write_bytes(b"not a real plan")
+    write_sidecar(plan, Sidecar(tensorrt_version, "NVIDIA A10G", "8.6", "fp16", False, [], [], [], "0" * 64))
+    return model_dir
 
 
 @pytest.fixture(scope="module")

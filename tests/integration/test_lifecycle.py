@@ -9,7 +9,7 @@ import time
 import pytest
 import requests
 
-from tests.integration.conftest import TEST_MODELS, start_serve
+from tests.integration.conftest import TEST_MODELS, fake_plan_model, start_serve
 from tests.integration.harness import ServeProcess, triton_pids
 
 pytestmark = pytest.mark.integration
@@ -102,5 +102,20 @@ def test_startup_errors_exit_1_with_the_native_message(tmp_path):
     try:
         assert server.proc.wait(30) == 1
         assert "More than 1 model directory found in model repository" in server.log_text()
+    finally:
+        server.stop()
+
+
+def test_a_plan_built_for_another_runtime_exits_1_before_triton_starts(tmp_path):
+    repo = tmp_path / "models"
+    fake_plan_model(repo / "encoder", tensorrt_version="10.0.0")
+    server = ServeProcess(repo, "encoder", tmp_path / "serve.log")
+    try:
+        assert server.proc.wait(30) == 1
+        log = server.log_text()
+        assert "ERROR: model encoder cannot be served on this host: encoder/1/model.plan was built for " in log
+        assert "NVIDIA A10G (compute capability 8.6) with TensorRT 10.0.0" in log
+        assert "no TensorRT runtime" in log
+        assert triton_pids(server.marker) == []
     finally:
         server.stop()

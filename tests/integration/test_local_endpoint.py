@@ -44,7 +44,7 @@ def _tar(source: Path, archive: Path) -> None:
 
 
 class Emulator:
-    def __init__(self, tmp: Path, args: list[str]) -> None:
+    def __init__(self, tmp: Path, args: list[str], env: dict[str, str] | None = None) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.work = tmp / "work"
@@ -52,7 +52,7 @@ class Emulator:
         self._log = open(tmp / "emulator.log", "wb")  # noqa: SIM115
         self.log_path = tmp / "emulator.log"
         cmd = [SMTRITON, "local-endpoint", "--port", str(self.port), "--work-dir", str(self.work), *args]
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("SAGEMAKER_", "SMTRITON_"))}
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("SAGEMAKER_", "SMTRITON_"))} | (env or {})
         self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True, env=env)
         deadline = time.monotonic() + 180
         while True:
@@ -153,6 +153,45 @@ def test_missing_archive_and_unknown_endpoint_are_validation_errors(mme_endpoint
         client.invoke_endpoint(
             EndpointName="other", Body=b"{}", ContentType="application/json", TargetModel="model0.tar.gz"
         )
+
+
+WEIGHTS = 1 << 20  # each model below carries this much, so serve's estimate of it is a little more
+
+
+def _weighted_archive(tmp: Path, archive: Path, offset: int) -> None:
+    """An offset addsub with WEIGHTS bytes of files beside it: serve estimates its load at ~1 MiB."""
+    source = tmp / f"weighted{offset}"
+    _offset_model(source / "addsub", offset)
+    (source / "addsub" / "1" / "weights.bin").write_bytes(bytes(WEIGHTS))
+    _tar(source, archive)
+
+
+def test_a_507_from_serve_unloads_the_least_recently_used_model_and_retries(tmp_path):
+    """Serve refuses a load for memory (507: its model memory budget holds two of these models); the
+    emulator, far below its own capacity, must unload the least recently used model, retry, and answer
+    boto3 as if nothing happened, as SageMaker's MME does."""
+    archives = tmp_path / "archives"
+    archives.mkdir()
+    for i in range(3):
+        _weighted_archive(tmp_path, archives / f"model{i}.tar.gz", i)
+    env = {"SMTRITON_MODEL_MEMORY_BUDGET_BYTES": str(5 * WEIGHTS // 2)}
+    emulator = Emulator(tmp_path, ["--models", str(archives), "--capacity", "10"], env)
+    try:
+        client = emulator.client
+        for target, offset in [("model0.tar.gz", 0), ("model1.tar.gz", 1), ("model0.tar.gz", 0), ("model2.tar.gz", 2)]:
+            out = _json_invoke(client, target)
+            assert (out["model_name"], out["outputs"][0]["data"]) == (target, (A + B + offset).flatten().tolist())
+        status = requests.get(f"{emulator.url}/_local/models", timeout=5).json()
+        assert status == {"loaded": ["model0.tar.gz", "model2.tar.gz"], "loads": 3, "evictions": 1}
+        serve_log = next(emulator.work.glob("*/serve.log")).read_text()
+        assert serve_log.count("POST /models answered 507") == 1
+        assert "unloaded model1.tar.gz (least recently used) to make room" in emulator.log_path.read_text()
+        # The evicted model comes back on demand, pushing out the one now least recently used.
+        assert _json_invoke(client, "model1.tar.gz")["outputs"][0]["data"] == (A + B + 1).flatten().tolist()
+        status = requests.get(f"{emulator.url}/_local/models", timeout=5).json()
+        assert status == {"loaded": ["model2.tar.gz", "model1.tar.gz"], "loads": 4, "evictions": 2}
+    finally:
+        emulator.stop()
 
 
 def test_single_model_endpoint_from_a_model_tar_gz(tmp_path):

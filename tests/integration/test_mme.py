@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import requests
 
-from tests.integration.conftest import TEST_MODELS, start_serve
+from tests.integration.conftest import TEST_MODELS, fake_plan_model, start_serve
 from tests.integration.contract_client import binary_request, json_request, parse
 from tests.integration.harness import triton_pids
 
@@ -191,6 +191,22 @@ def test_load_failures_are_507_for_oom_and_400_otherwise(mme):
     assert r.status_code == 400
     assert "broken weights file" in r.json()["error"]
     assert requests.get(f"{mme.url}/ping", timeout=5).status_code == 200
+
+
+def test_a_plan_built_for_another_runtime_is_refused_with_400_and_nothing_loaded(mme):
+    url = fake_plan_model(mme.root / "hashT" / "model", tensorrt_version="10.0.0")
+    for _ in range(2):  # a refused load leaves nothing behind: the retry gets the same answer
+        r = _load(mme, "hashT", str(url))
+        assert r.status_code == 400
+        message = r.json()["error"]
+        assert message.startswith("model 'hashT' cannot be loaded on this host: model/1/model.plan was built for ")
+        assert "NVIDIA A10G (compute capability 8.6) with TensorRT 10.0.0" in message
+        assert "no TensorRT runtime" in message  # this host has no TensorRT (nor a GPU)
+    assert requests.get(f"{mme.url}/models/hashT", timeout=5).status_code == 404
+    assert requests.get(f"{mme.url}/ping", timeout=5).status_code == 200
+    assert _load(mme, "hashU", _archive(mme.root, "hashU", "root")).status_code == 200
+    assert _invoke(mme, "hashU").status_code == 200
+    assert _unload(mme, "hashU").status_code == 200
 
 
 def test_unknown_names_and_wrong_methods(mme):

@@ -112,3 +112,27 @@ def test_an_invoke_failure_is_oom_once_per_oom_kill(monkeypatch, tmp_path):
         )[0]
         == 507
     )
+
+
+def test_the_memory_budget_counts_models_loaded_and_loading(monkeypatch, tmp_path):
+    monkeypatch.setattr(multimodel, "available_memory", lambda: 1 << 40)  # free memory is never the limit
+    registry = multimodel.ModelRegistry(
+        tmp_path,
+        tmp_path,
+        lambda: None,
+        0,
+        1.0,
+        1,
+        memory_budget_bytes=100 << 20,  # type: ignore[arg-type]
+    )
+    registry.records["a"] = multimodel.ModelRecord("a", "/u", None, "a", ["a"], "a", estimate=40 << 20)
+    registry._pending["b"] = 40 << 20  # a load under way holds its share too
+    registry._check_memory("c", 20 << 20)  # 40 + 40 + 20 = 100: fits exactly
+    with pytest.raises(multimodel.InsufficientStorage, match="hold 80 MiB of the 100 MiB model memory budget"):
+        registry._check_memory("c", 21 << 20)
+    del registry.records["a"]  # an unload gives its share back
+    registry._check_memory("c", 60 << 20)
+    unbudgeted = multimodel.ModelRegistry(tmp_path, tmp_path, lambda: None, 0, 1.0, 1)  # type: ignore[arg-type]
+    unbudgeted._check_memory("c", 1 << 39)
+    with pytest.raises(multimodel.InsufficientStorage, match="available"):
+        unbudgeted._check_memory("c", 1 << 41)
