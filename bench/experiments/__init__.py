@@ -23,6 +23,8 @@ EXPERIMENTS: dict[str, tuple[str, str, int]] = {
     "serve-gc-frozen": ("serve", "bench.experiments.serve_gc_frozen", 1),
     # serve itself, never re-encoding large JSON requests binary (SMTRITON_TRANSCODE_JSON_MIN_BYTES=0).
     "serve-no-transcode": ("serve", "bench.experiments.serve_no_transcode", 1),
+    # serve itself, uvicorn pausing body reads only past 4 MiB buffered (not 64 KiB).
+    "serve-big-reads": ("serve", "bench.experiments.serve_big_reads", 1),
     # serve itself, recording the collector's pauses to $BENCH_GC_STATS at exit.
     "serve-gc-stats": ("serve", "bench.experiments.serve_gc_stats", 1),
 }

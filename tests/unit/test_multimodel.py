@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import sys
-import types
-
 import pytest
 
 from serve import multimodel
@@ -22,28 +19,6 @@ def test_a_stub_killed_by_the_oom_killer_counts_as_oom(monkeypatch):
     monkeypatch.setattr(multimodel, "oom_kills", lambda: 3)
     assert multimodel.is_oom_failure("Stub process 'm_0' is not healthy.", kills_before=2)
     assert not multimodel.is_oom_failure("Stub process 'm_0' is not healthy.", kills_before=3)
-
-
-def test_gpu_free_memory_reads_nvml_and_is_empty_without_it(monkeypatch):
-    class NVMLError(Exception):
-        pass
-
-    fake = types.SimpleNamespace(
-        NVMLError=NVMLError,
-        nvmlInit=lambda: None,
-        nvmlShutdown=lambda: None,
-        nvmlDeviceGetCount=lambda: 2,
-        nvmlDeviceGetHandleByIndex=lambda i: i,
-        nvmlDeviceGetMemoryInfo=lambda h: types.SimpleNamespace(free=(h + 1) * 1000),
-    )
-    monkeypatch.setitem(sys.modules, "pynvml", fake)
-    assert multimodel.gpu_free_memory() == [1000, 2000]
-
-    def no_driver() -> None:
-        raise NVMLError("driver not loaded")
-
-    monkeypatch.setitem(sys.modules, "pynvml", types.SimpleNamespace(**{**fake.__dict__, "nvmlInit": no_driver}))
-    assert multimodel.gpu_free_memory() == []
 
 
 @pytest.mark.parametrize("name", ["hashA", "model.tar.gz", "a_b-c.1"])

@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import sys
-import types
 from pathlib import Path
 
 import pytest
 
-from serve import gpu, multimodel, plan_check
+from serve import multimodel, plan_check
 from serve.errors import BadRequest
 from serve.plan_check import NoRuntime, check_model, decode_lib_version
 from serve.repository import RepositoryError, refuse_unrunnable_plans
@@ -164,23 +162,6 @@ def test_runtime_detection_names_what_is_missing(monkeypatch):
             assert detect() == expected
     finally:
         detect.cache_clear()  # no fake answer outlives the test
-
-
-def test_gpu_models_come_from_nvml(monkeypatch):
-    class NVMLError(Exception):
-        pass
-
-    fake = types.SimpleNamespace(
-        NVMLError=NVMLError,
-        nvmlInit=lambda: None,
-        nvmlShutdown=lambda: None,
-        nvmlDeviceGetCount=lambda: 2,
-        nvmlDeviceGetHandleByIndex=lambda i: i,
-        nvmlDeviceGetName=lambda h: b"NVIDIA A10G" if h == 0 else "NVIDIA L4",
-        nvmlDeviceGetCudaComputeCapability=lambda h: (8, 6) if h == 0 else (8, 9),
-    )
-    monkeypatch.setitem(sys.modules, "pynvml", fake)
-    assert gpu.gpu_models() == [("NVIDIA A10G", "8.6"), ("NVIDIA L4", "8.9")]
 
 
 def test_sme_start_up_refuses_a_default_model_whose_ensemble_steps_cannot_run(tmp_path, monkeypatch):
