@@ -13,7 +13,14 @@ from typing import Literal
 
 import orjson
 
-_STANDARD = set(logging.LogRecord("", 0, "", 0, "", None, None).__dict__) | {"message", "asctime", "taskName"}
+# Record attributes that are not the caller's extra fields; uvicorn's ``color_message`` is its own message
+# again with ANSI colour codes, noise in a JSON line.
+_STANDARD = set(logging.LogRecord("", 0, "", 0, "", None, None).__dict__) | {
+    "message",
+    "asctime",
+    "taskName",
+    "color_message",
+}
 
 
 class JsonFormatter(logging.Formatter):
