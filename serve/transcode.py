@@ -49,8 +49,8 @@ def to_binary(body: bytes) -> tuple[bytes, int] | None:
             return _encode(document)
         finally:
             del document
-    except (ValueError, TypeError, KeyError, _Unsure):
-        return None
+    except Exception:  # _Unsure, invalid JSON, wrong types, 64-bit overflow...: an optimisation only,
+        return None  # so whatever it cannot do, Triton does with its own error message
 
 
 def _encode(document: Any) -> tuple[bytes, int]:

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import json
+import math
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from serve.transcode import to_binary
 
@@ -99,3 +102,71 @@ def test_the_parser_is_free_again_after_a_refusal():
     for _ in range(3):
         assert to_binary(bad) is None
         assert to_binary(good) is not None
+
+
+_JSON_LEAF = (
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**70), 2**70)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=4)
+)
+_JSON = st.recursive(
+    _JSON_LEAF, lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=4), inner, max_size=4)
+)
+_DATATYPES = st.sampled_from(
+    ["FP32", "FP64", "INT8", "INT32", "INT64", "UINT8", "UINT64", "BOOL", "BYTES", "FP16", "X"]
+)
+
+
+def _sometimes(draw, odd, usual):
+    """``odd`` one time in eight, else ``usual``: mostly well-formed requests, with every kind of flaw."""
+    return draw(odd) if draw(st.integers(0, 7)) == 0 else usual
+
+
+@st.composite
+def _requests(draw) -> bytes:
+    """Inference requests, mostly well-formed (so they are re-encoded and checked), often flawed."""
+    elements = (
+        st.integers(-130, 260)
+        | st.integers(-(2**64), 2**64)
+        | st.floats(-1e39, 1e39, allow_nan=False, allow_infinity=False)
+    )
+    inputs = []
+    for i in range(draw(st.integers(1, 3))):
+        shape = draw(st.lists(st.integers(0, 3), max_size=3))
+        data = draw(st.lists(elements, min_size=math.prod(shape), max_size=math.prod(shape)))
+        if draw(st.booleans()):  # nested the way the shape says, as numpy's tolist() gives it
+            data = np.array(data, dtype=object).reshape(shape).tolist() if shape else data
+        spec = {
+            "name": f"in{i}",
+            "shape": _sometimes(draw, st.lists(st.integers(-1, 4), max_size=3), shape),
+            "datatype": draw(_DATATYPES),
+            "data": _sometimes(draw, _JSON, data),
+        }
+        spec.update(_sometimes(draw, st.dictionaries(st.sampled_from(["parameters", "data", "shape"]), _JSON), {}))
+        inputs.append(spec)
+    request = {"inputs": inputs, **draw(st.dictionaries(st.sampled_from(["id", "parameters", "outputs"]), _JSON))}
+    text = json.dumps(request, allow_nan=False).encode()
+    return _sometimes(draw, st.integers(0, len(text)).map(lambda cut: text[:cut]), text)  # truncated too
+
+
+@settings(max_examples=1500, deadline=None)
+@given(_requests())
+def test_any_request_is_either_left_alone_or_re_encoded_exactly(body):
+    binary = to_binary(body)
+    if binary is None:
+        return
+    header, tensors = decode(*binary)
+    original = json.loads(body)
+    assert {k: v for k, v in header.items() if k != "inputs"} == {k: v for k, v in original.items() if k != "inputs"}
+    for spec, sent in zip(original["inputs"], header["inputs"], strict=True):
+        expected = np.array(spec["data"], dtype=np.float64 if spec["datatype"].startswith("FP") else object)
+        got = tensors[spec["name"]]
+        assert got.shape == tuple(spec["shape"])
+        assert np.array_equal(
+            got.ravel().astype(expected.dtype), expected.ravel().astype(got.dtype).astype(expected.dtype)
+        )
+        assert {k: v for k, v in sent.items() if k != "parameters"} == {
+            k: v for k, v in spec.items() if k not in ("data", "parameters")
+        }
