@@ -18,7 +18,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from serve import codec, streaming
 from serve.codec import JSON
 from serve.engine import CUSTOM_ATTRIBUTES, Engine, to_sagemaker
-from serve.errors import BadRequest, HeadersTooLarge, ServeError, error_body
+from serve.errors import INTERNAL_ERROR, BadRequest, HeadersTooLarge, ServeError, error_body
 from serve.fastpath import log_failure, read_limited
 from serve.multimodel import ModelRegistry, NotLoaded, to_mme_response
 from serve.triton.client import UpstreamResponse
@@ -88,6 +88,12 @@ def create_app(engine: Engine, registry: ModelRegistry | None = None) -> FastAPI
     async def _serve_error(request: Request, exc: ServeError) -> Response:
         _log_failure(request, exc.status)
         return _error(exc.status, exc.message)
+
+    @app.exception_handler(Exception)
+    async def _internal_error(request: Request, exc: Exception) -> Response:
+        """A bug, not the client's fault: JSON like every other error (Starlette logs the traceback)."""
+        _log_failure(request, 500)
+        return _error(500, INTERNAL_ERROR)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(request: Request, exc: StarletteHTTPException) -> Response:

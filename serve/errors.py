@@ -44,6 +44,9 @@ class UpstreamUnavailable(ServeError):
         super().__init__(503, message)
 
 
+INTERNAL_ERROR = "internal error in the front server (logged); the request may be retried"
+
+
 def error_body(message: str) -> bytes:
     """Compact ``{"error": ...}`` exactly as Triton writes it."""
     return orjson.dumps({"error": strip_repository_paths(message)})

@@ -15,7 +15,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from serve import codec
 from serve.engine import CUSTOM_ATTRIBUTES, Engine, to_sagemaker
-from serve.errors import BadRequest, HeadersTooLarge, PayloadTooLarge, ServeError, error_body
+from serve.errors import INTERNAL_ERROR, BadRequest, HeadersTooLarge, PayloadTooLarge, ServeError, error_body
 
 log = logging.getLogger("serve.access")
 
@@ -100,6 +100,7 @@ class FastPath:
         metrics = engine.metrics
         started = metrics.begin("invocations")
         status = 500
+        attribute = None
         try:
             if size > self.header_limit:
                 raise HeadersTooLarge(self.header_limit)
@@ -108,16 +109,18 @@ class FastPath:
                 body = codec.decompress(body, encoding, self.limit)
             upstream = await engine.forward(model, body, content_type, attributes)
             status, response_type, payload = to_sagemaker(upstream)
-            headers = [(b"content-type", response_type.encode()), (b"content-length", b"%d" % len(payload))]
             if status == 200:
-                value = codec.response_parameter(upstream.body, upstream.header_length, CUSTOM_ATTRIBUTES)
-                if value is not None:
-                    headers.append((_ATTRIBUTES, value.encode("latin-1", errors="replace")))
+                attribute = codec.response_parameter(upstream.body, upstream.header_length, CUSTOM_ATTRIBUTES)
         except ServeError as exc:
-            status, payload = exc.status, error_body(exc.message)
-            headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(payload))]
+            status, response_type, payload = exc.status, "application/json", error_body(exc.message)
+        except Exception:  # a bug, not the client's fault: logged with its traceback, answered in JSON
+            log.exception("POST /invocations failed inside serve")
+            status, response_type, payload = 500, "application/json", error_body(INTERNAL_ERROR)
         finally:
             metrics.end("invocations", model, status, started)
+        headers = [(b"content-type", response_type.encode()), (b"content-length", b"%d" % len(payload))]
+        if attribute is not None:
+            headers.append((_ATTRIBUTES, attribute.encode("latin-1", errors="replace")))
         if status != 200:
             log_failure("POST", "/invocations", status, inference_id)
         await send({"type": "http.response.start", "status": status, "headers": headers})
