@@ -25,7 +25,7 @@ from pathlib import Path
 
 import orjson
 
-from bench import report
+from bench import mme, report
 from bench.experiments import EXPERIMENTS
 from bench.load import WrkMissing, run_wrk, wrk_binary
 from bench.scenarios import REPO_ROOT, Scenario, build_scenarios, check, compare, decode, self_check
@@ -56,6 +56,7 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--retries", type=int, default=1, help="at most this many re-measurements per row [1]")
     p.add_argument("--cold-trials", type=int, default=3, help="cold starts per server (0: skip) [3]")
+    p.add_argument("--mme-trials", type=int, default=3, help="multi-model load/unload trials per server (0: skip) [3]")
     p.add_argument("--profile", action="store_true", help="then py-spy `serve` under load at the top concurrency")
     p.add_argument("--profile-server", default="ours", help="the front --profile samples: ours or x-<name> [ours]")
     p.add_argument("--output", type=Path, default=RESULTS, help=f"results directory [{RESULTS}]")
@@ -222,6 +223,9 @@ def main(argv: list[str] | None = None) -> int:
                         continue
                     with running(Server(kind, setup, repository, model, work)) as ready_s:
                         starts.append({"server": kind, "model": model, "ready_s": ready_s, "trial": trial})
+        if args.mme_trials:
+            results["mme_loads"] = mme_loads = _mme_loads(setup, args, work, references)
+            failed = failed or any(row["problem"] for row in mme_loads)
         if args.profile:
             results["profile"] = _profile(setup, args, work)
     except KeyboardInterrupt:
@@ -247,6 +251,25 @@ def main(argv: list[str] | None = None) -> int:
         else:
             shutil.rmtree(work, ignore_errors=True)
     return 1 if failed or any(c["problem"] for c in checks) else 0
+
+
+def _mme_loads(
+    setup: TritonSetup, args: argparse.Namespace, work: Path, references: dict[str, tuple[str, dict]]
+) -> list[dict[str, object]]:
+    """Load latency of each multi-model endpoint, the cold-start model loaded by url (bench/mme.py)."""
+    model, repository = COLD_MODEL
+    scenario = next(s for s in build_scenarios() if s.name == "text_binary")
+    root = mme.model_root(work, repository, model, args.mme_trials)
+    rows: list[dict[str, object]] = []
+    for kind in ("anchor", "ours"):
+        if kind in args.servers:
+            server = Server(kind, setup, root, model, work, mme=True)
+            with running(server):
+                rows += mme.measure(server, root, args.mme_trials, scenario, references.get(scenario.name))
+    for row in rows:
+        if row["problem"]:
+            report.console.print(f"[red]{row['server']} MME invoke after load: {row['problem']}[/]")
+    return rows
 
 
 def _check(server: Server, s: Scenario, references: dict[str, tuple[str, dict]], when: str) -> str | None:

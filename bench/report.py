@@ -194,6 +194,27 @@ def cold_starts(results: dict) -> dict[str, dict[str, float]]:
     return out
 
 
+def mme_loads(results: dict) -> dict[str, dict[str, float]]:
+    """Median load and unload latency of each multi-model endpoint (bench/mme.py)."""
+    out = {}
+    for server in ("anchor", "ours"):
+        rows = [r for r in results.get("mme_loads", []) if r["server"] == server]
+        if rows:
+            out[server] = {
+                "load_s": statistics.median(r["load_s"] for r in rows),
+                "unload_s": statistics.median(r["unload_s"] for r in rows),
+                "n": len(rows),
+            }
+    return out
+
+
+def _mme_line(server: str, m: dict[str, float]) -> str:
+    return (
+        f"MME {server} (text_encoder by url): load (POST /models → 200) median {m['load_s']:.2f} s, "
+        f"unload {m['unload_s']:.2f} s (n={m['n']:.0f})"
+    )
+
+
 def show(results: dict) -> None:
     table = Table(
         title="SageMaker /invocations: anchor = Triton's C++ front end, ours = serve, proxy = FastAPI+tritonclient"
@@ -225,6 +246,8 @@ def show(results: dict) -> None:
             f"cold start {server}: median {c['median_s']:.2f} s (min {c['min_s']:.2f}, max {c['max_s']:.2f}, "
             f"n={c['n']})"
         )
+    for server, m in mme_loads(results).items():
+        console.print(_mme_line(server, m))
     t = Table(title="targets (DESIGN.md §6)")
     for h in ("what", "target", "measured", "met"):
         t.add_column(h)
@@ -299,6 +322,7 @@ def markdown(results: dict) -> str:
             f"Cold start {server} (launch → /ping 200, text_encoder): median {c['median_s']:.2f} s "
             f"(n={c['n']}, {c['min_s']:.2f}-{c['max_s']:.2f})."
         )
+    lines += [_mme_line(server, m) + "." for server, m in mme_loads(results).items()]
     lines += ["", "| target | wanted | measured | met |", "|---|---|---|---|"]
     lines += ["| " + " | ".join(row) + " |" for row in targets(results)]
     return "\n".join(lines) + "\n"

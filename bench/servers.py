@@ -149,13 +149,14 @@ class TritonSetup:
     def env(self) -> dict[str, str]:
         return {**_clean_env(), **self.installation.env}
 
-    def command(self, repository: Path, model: str, http_port: int) -> list[str]:
+    def command(self, repository: Path, model: str | None, http_port: int) -> list[str]:
         """serve's own Triton argv (loopback HTTP, explicit control), with the model loaded at start."""
         cmd = build_command(self.installation, Settings(), repository, self.backend_dir, Ports(http=http_port))
-        return [*cmd, f"--load-model={model}"]
+        return [*cmd, f"--load-model={model}"] if model else cmd
 
-    def sagemaker_command(self, repository: Path, model: str, sagemaker_port: int) -> list[str]:
-        """The same argv with Triton's SageMaker front end instead of its HTTP one (native serve's flags)."""
+    def sagemaker_command(self, repository: Path, model: str | None, sagemaker_port: int) -> list[str]:
+        """The same argv with Triton's SageMaker front end instead of its HTTP one (native serve's flags);
+        ``model`` None: a multi-model endpoint (nothing loaded at start, models namespaced per url)."""
         cmd = []
         for arg in self.command(repository, model, 0):
             if arg.startswith(("--http-address=", "--http-port=")):
@@ -165,7 +166,8 @@ class TritonSetup:
                     arg, arg
                 )
             )
-        return [*cmd, f"--sagemaker-port={sagemaker_port}"]
+        namespacing = [] if model is not None else ["--model-namespacing=true"]
+        return [*cmd, *namespacing, f"--sagemaker-port={sagemaker_port}"]
 
 
 def _clean_env() -> dict[str, str]:
@@ -177,9 +179,16 @@ def _clean_env() -> dict[str, str]:
 class Server:
     """One server under test; ``start`` returns launch → ``/ping`` 200 in seconds."""
 
-    def __init__(self, kind: str, setup: TritonSetup, repository: Path, model: str, log_dir: Path) -> None:
+    def __init__(
+        self, kind: str, setup: TritonSetup, repository: Path, model: str, log_dir: Path, mme: bool = False
+    ) -> None:
+        """``mme``: a multi-model endpoint (anchor or ours only) whose models are loaded from under
+        ``repository`` (the model root) with ``POST /models``; ``model`` is then only a label."""
         if kind not in KINDS and kind.removeprefix("x-") not in EXPERIMENTS:
             raise ValueError(f"unknown server {kind!r}: {', '.join(KINDS)} or x-<{'|'.join(EXPERIMENTS)}>")
+        if mme and kind not in ("anchor", "ours"):
+            raise ValueError(f"{kind}: only anchor and ours serve multi-model endpoints")
+        self.mme = mme
         self.kind = kind
         self.setup = setup
         self.repository = repository.resolve()
@@ -222,7 +231,12 @@ class Server:
         started = time.monotonic()
         deadline = started + START_TIMEOUT_S
         try:
-            if self.kind == "anchor":
+            if self.kind == "anchor" and self.mme:  # native serve: an empty repository, models come by url
+                self._work.mkdir(parents=True, exist_ok=True)
+                env = {**self.setup.env, "SAGEMAKER_MULTI_MODEL": "true"}
+                self._spawn("triton", self.setup.sagemaker_command(self._work, None, self.port), env, 9)
+                self._wait(self.port, "/ping", deadline)
+            elif self.kind == "anchor":
                 env = {**self.setup.env, "SAGEMAKER_TRITON_DEFAULT_MODEL_NAME": self.model}
                 self._spawn("triton", self.setup.sagemaker_command(self.repository, self.model, self.port), env, 9)
                 self._wait(self.port, "/ping", deadline)
@@ -232,8 +246,11 @@ class Server:
                 module = "serve" if self.kind == "ours" else EXPERIMENTS[self.kind.removeprefix("x-")][1]
                 if self.kind != "ours":
                     env["BENCH_GC_STATS"] = str(self.log_dir / f"{self.kind}-{self.model}-gc.json")
-                cmd = [sys.executable, "-m", module, "--model-repository", str(self.repository)]
-                cmd += ["--default-model", self.model, "--host", LOOPBACK, "--port", str(self.port)]
+                cmd = [sys.executable, "-m", module, "--host", LOOPBACK, "--port", str(self.port)]
+                if self.mme:
+                    cmd += ["--multi-model", "--model-root", str(self.repository)]
+                else:
+                    cmd += ["--model-repository", str(self.repository), "--default-model", self.model]
                 self._spawn("serve", cmd, env, signal.SIGTERM)
                 self._wait(self.port, "/ping", deadline)
             else:  # the proxy and the prototypes: a loopback Triton, then the front
