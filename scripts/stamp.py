@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from scripts.recipe import ModelSpec, factory_file, source_file
+from scripts.trt_plan import sha256_file
 
 STAMP_FILE = ".build-stamp.json"
 STAMP_VERSION = 1
@@ -57,23 +58,15 @@ def tool_versions() -> dict[str, str]:
     return versions
 
 
-def file_digest(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def stamp_inputs(spec: ModelSpec) -> StampInputs:
     here = Path(__file__).resolve().parent
-    files = {f"builder:{m}": file_digest(here / f"{m}.py") for m in BUILDER_MODULES}
+    files = {f"builder:{m}": sha256_file(here / f"{m}.py") for m in BUILDER_MODULES}
     if spec.factory is not None:
-        files["factory"] = file_digest(factory_file(spec))
+        files["factory"] = sha256_file(factory_file(spec))
     if spec.source is not None:
-        files["source"] = file_digest(source_file(spec))
+        files["source"] = sha256_file(source_file(spec))
     if spec.checkpoint is not None:
-        files["checkpoint"] = file_digest(spec.checkpoint)
+        files["checkpoint"] = sha256_file(spec.checkpoint)
     return StampInputs(spec=spec.raw, files=files, versions=tool_versions())
 
 
