@@ -59,7 +59,6 @@ class Engine:
         metrics: Metrics | None = None,
     ) -> None:
         self.settings = settings
-        self._transcode_min_bytes = settings.transcode_json_min_bytes
         self.metrics = metrics or Metrics(enabled=False)
         self.triton_metrics_url: str | None = None
         self.installation = installation
@@ -262,7 +261,7 @@ class Engine:
         attributes are added to its parameters."""
         header_length = codec.request_header_length(content_type, len(body))
         client = self.ready_client(triton_name)
-        if header_length is None and 0 < self._transcode_min_bytes <= len(body):
+        if header_length is None and 0 < self.settings.transcode_json_min_bytes <= len(body):
             binary = transcode.to_binary(body)
             if binary is not None:
                 body, header_length = binary

@@ -11,8 +11,20 @@ import time
 from pathlib import Path
 
 import requests
+from prometheus_client.parser import text_string_to_metric_families
 
 START_TIMEOUT_S = 180
+
+
+def metric_samples(url: str | None) -> dict[tuple[str, tuple], float]:
+    """Every sample of a /metrics page, parsed as Prometheus does: (name, sorted labels) -> value."""
+    assert url is not None, "this server was started without SMTRITON_METRICS_PORT"
+    text = requests.get(url, timeout=5).text
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
 
 
 def free_port() -> int:
@@ -64,6 +76,8 @@ class ServeProcess:
         full_env = {k: v for k, v in os.environ.items() if not k.startswith(("SAGEMAKER_", "SMTRITON_"))}
         full_env["SMTRITON_WORK_DIR"] = str(work_dir)
         full_env.update(env or {})
+        metrics_port = full_env.get("SMTRITON_METRICS_PORT")
+        self.metrics_url = f"http://127.0.0.1:{metrics_port}/metrics" if metrics_port else None
         self._log = open(log_path, "wb")  # noqa: SIM115 - closed in stop()
         self.proc = subprocess.Popen(
             cmd, stdout=self._log, stderr=subprocess.STDOUT, env=full_env, start_new_session=True

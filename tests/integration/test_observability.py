@@ -7,10 +7,9 @@ import time
 
 import pytest
 import requests
-from prometheus_client.parser import text_string_to_metric_families
 
 from tests.integration.conftest import start_serve
-from tests.integration.harness import free_port
+from tests.integration.harness import free_port, metric_samples
 
 pytestmark = pytest.mark.integration
 
@@ -33,18 +32,8 @@ def observed_server(tmp_path_factory, test_repository):
         "addsub",
         env={"SMTRITON_METRICS_PORT": str(port), "SMTRITON_ACCESS_LOG": "true"},
     )
-    server.metrics_url = f"http://127.0.0.1:{port}/metrics"
     yield server
     server.stop()
-
-
-def _samples(url: str) -> dict[tuple[str, tuple], float]:
-    text = requests.get(url, timeout=5).text
-    return {
-        (s.name, tuple(sorted(s.labels.items()))): s.value
-        for family in text_string_to_metric_families(text)
-        for s in family.samples
-    }
 
 
 def test_metrics_count_what_was_sent(observed_server):
@@ -52,7 +41,7 @@ def test_metrics_count_what_was_sent(observed_server):
         assert requests.post(f"{observed_server.url}/invocations", json=GOOD, timeout=10).status_code == 200
     for _ in range(2):
         assert requests.post(f"{observed_server.url}/invocations", data=b"{bad", timeout=10).status_code == 400
-    samples = _samples(observed_server.metrics_url)
+    samples = metric_samples(observed_server.metrics_url)
     ok = ("smtriton_requests_total", (("model", "addsub"), ("route", "invocations"), ("status", "200")))
     bad = ("smtriton_requests_total", (("model", "addsub"), ("route", "invocations"), ("status", "400")))
     assert samples[ok] == 5

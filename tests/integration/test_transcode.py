@@ -11,10 +11,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 import requests
-from prometheus_client.parser import text_string_to_metric_families
 
 from tests.integration.conftest import start_serve
-from tests.integration.harness import ServeProcess, free_port
+from tests.integration.harness import ServeProcess, free_port, metric_samples
 
 
 @pytest.fixture(scope="module")
@@ -28,7 +27,6 @@ def servers(tmp_path_factory: pytest.TempPathFactory, test_repository: Path) -> 
             "ident",
             env={"SMTRITON_TRANSCODE_JSON_MIN_BYTES": "1024", "SMTRITON_METRICS_PORT": str(metrics_port)},
         )
-        started["transcoding"].metrics_port = metrics_port  # type: ignore[attr-defined]
         started["plain"] = start_serve(
             tmp_path_factory.mktemp("plain"), test_repository, "ident", env={"SMTRITON_TRANSCODE_JSON_MIN_BYTES": "0"}
         )
@@ -39,11 +37,7 @@ def servers(tmp_path_factory: pytest.TempPathFactory, test_repository: Path) -> 
 
 
 def transcoded(server: ServeProcess) -> float:
-    text = requests.get(f"http://127.0.0.1:{server.metrics_port}/metrics", timeout=5).text  # type: ignore[attr-defined]
-    for family in text_string_to_metric_families(text):
-        if family.name == "smtriton_transcoded_requests":
-            return sum(s.value for s in family.samples if s.name.endswith("_total"))
-    raise AssertionError("no smtriton_transcoded_requests metric")
+    return metric_samples(server.metrics_url)[("smtriton_transcoded_requests_total", ())]
 
 
 def both(servers: dict[str, ServeProcess], body: bytes, content_type: str = "application/json") -> requests.Response:
