@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import shutil
 import time
-import urllib.request
 from pathlib import Path
 
 import orjson
 
 from bench.scenarios import Scenario, check
-from bench.servers import Server, post
+from bench.servers import Server, http_status, post
 
 
 def model_root(work: Path, repository: Path, model: str, trials: int) -> Path:
@@ -26,33 +25,22 @@ def model_root(work: Path, repository: Path, model: str, trials: int) -> Path:
     return root
 
 
-def _request(port: int, method: str, path: str, body: bytes | None = None) -> int:
-    request = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=body, method=method)
-    request.add_header("Content-Type", "application/json")
-    try:
-        with urllib.request.urlopen(request, timeout=300) as response:
-            response.read()
-            return response.status
-    except urllib.error.HTTPError as error:
-        error.read()
-        return error.code
-
-
 def measure(server: Server, root: Path, trials: int, scenario: Scenario, reference: object) -> list[dict[str, object]]:
     """Load → invoke → unload, ``trials`` times; the load and unload latencies of each."""
     rows: list[dict[str, object]] = []
     for trial in range(trials):
         name = f"bench{trial}"
         url = str(root / f"t{trial}" / "model")
+        load = orjson.dumps({"model_name": name, "url": url})
         started = time.perf_counter()
-        status = _request(server.port, "POST", "/models", orjson.dumps({"model_name": name, "url": url}))
+        status = post(server.port, "/models", load, "application/json", timeout=300)[0]
         load_s = time.perf_counter() - started
         if status != 200:
             raise RuntimeError(f"{server.kind}: loading {url} answered {status}")
         answer = post(server.port, f"/models/{name}/invoke", scenario.body, scenario.content_type)
         problem = check(answer, reference)
         started = time.perf_counter()
-        status = _request(server.port, "DELETE", f"/models/{name}")
+        status = http_status(server.port, "DELETE", f"/models/{name}", timeout=300)
         unload_s = time.perf_counter() - started
         if status != 200:
             raise RuntimeError(f"{server.kind}: unloading {name} answered {status}")
