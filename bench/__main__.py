@@ -104,7 +104,7 @@ def _machine() -> dict[str, object]:
         ["git", "-C", str(REPO_ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
     ).stdout.strip()
     dirty = subprocess.run(
-        ["git", "-C", str(REPO_ROOT), "status", "--porcelain", "serve"], capture_output=True, text=True
+        ["git", "-C", str(REPO_ROOT), "status", "--porcelain", "smtriton/serve"], capture_output=True, text=True
     ).stdout.strip()
     return {
         "cpu": cpu,

@@ -27,10 +27,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench.experiments import EXPERIMENTS
-from serve.settings import Settings
-from serve.triton.backends import assemble_backends
-from serve.triton.installation import TritonInstallation, find_triton
-from serve.triton.process import Ports, build_command
+from smtriton.serve.settings import Settings
+from smtriton.serve.triton.backends import assemble_backends
+from smtriton.serve.triton.installation import TritonInstallation, find_triton
+from smtriton.serve.triton.process import Ports, build_command
 
 LOOPBACK = "127.0.0.1"
 START_TIMEOUT_S = 180.0
@@ -243,7 +243,7 @@ class Server:
             elif self.kind == "ours" or EXPERIMENTS.get(self.kind.removeprefix("x-"), PROXY)[0] == "serve":
                 self._work.mkdir(parents=True, exist_ok=True)
                 env = {**self.setup.env, "SMTRITON_WORK_DIR": str(self._work)}
-                module = "serve" if self.kind == "ours" else EXPERIMENTS[self.kind.removeprefix("x-")][1]
+                module = "smtriton.serve" if self.kind == "ours" else EXPERIMENTS[self.kind.removeprefix("x-")][1]
                 if self.kind != "ours":
                     env["BENCH_GC_STATS"] = str(self.log_dir / f"{self.kind}-{self.model}-gc.json")
                 cmd = [sys.executable, "-m", module, "--host", LOOPBACK, "--port", str(self.port)]

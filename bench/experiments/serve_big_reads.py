@@ -5,9 +5,9 @@ instead of 64 KiB: a test of whether its pause/resume round trips cost large bod
 import uvicorn.protocols.http.h11_impl
 import uvicorn.protocols.http.httptools_impl
 
-import serve.cli
+import smtriton.serve.cli
 
 if __name__ == "__main__":
     for module in (uvicorn.protocols.http.httptools_impl, uvicorn.protocols.http.h11_impl):
         module.HIGH_WATER_LIMIT = 4 * 1024 * 1024  # type: ignore[attr-defined]
-    serve.cli.main()
+    smtriton.serve.cli.main()

@@ -7,9 +7,9 @@ under load is collector pauses. Same flags as ``serve``.
 
 import gc
 
-import serve.cli
+import smtriton.serve.cli
 
 if __name__ == "__main__":
     gc.collect()
     gc.freeze()
-    serve.cli.main()
+    smtriton.serve.cli.main()

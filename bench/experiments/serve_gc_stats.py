@@ -10,7 +10,7 @@ import json
 import os
 import time
 
-import serve.cli
+import smtriton.serve.cli
 
 _stats = {g: {"collections": 0, "total_ms": 0.0, "max_ms": 0.0} for g in range(3)}
 _started = [0.0]
@@ -35,4 +35,4 @@ def _dump() -> None:
 if __name__ == "__main__":
     gc.callbacks.append(_on_gc)
     atexit.register(_dump)
-    serve.cli.main()
+    smtriton.serve.cli.main()

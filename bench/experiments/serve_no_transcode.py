@@ -3,8 +3,8 @@ serve/transcode.py in one run). Same flags as ``serve``."""
 
 import os
 
-import serve.cli
+import smtriton.serve.cli
 
 if __name__ == "__main__":
     os.environ["SMTRITON_TRANSCODE_JSON_MIN_BYTES"] = "0"
-    serve.cli.main()
+    smtriton.serve.cli.main()

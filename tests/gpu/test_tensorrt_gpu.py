@@ -14,8 +14,8 @@ import pytest
 from onnx import TensorProto, helper
 from typer.testing import CliRunner
 
-from scripts.cli import app
-from scripts.trt_plan import AxisRange, check_compatibility, read_sidecar
+from smtriton.cli import app
+from smtriton.convert.trt_plan import AxisRange, check_compatibility, read_sidecar
 
 pytestmark = pytest.mark.gpu
 
@@ -52,7 +52,7 @@ def encoder_onnx(path: Path) -> Path:
 
 @pytest.mark.parametrize("precision", ["fp32", "fp16"])
 def test_plan_matches_onnx_runtime(tmp_path, precision):
-    from scripts import trt_build
+    from smtriton.convert import trt_build
 
     source = encoder_onnx(tmp_path / "model.onnx")
     plan = tmp_path / "model.plan"
@@ -70,7 +70,7 @@ def test_plan_matches_onnx_runtime(tmp_path, precision):
 
 
 def test_two_profiles_each_serve_their_range(tmp_path):
-    from scripts import trt_build
+    from smtriton.convert import trt_build
 
     source = encoder_onnx(tmp_path / "model.onnx")
     plan = tmp_path / "model.plan"
@@ -109,8 +109,8 @@ def test_demo_text_encoder_through_the_cli(tmp_path):
 def test_serve_detects_the_runtime_the_builder_records():
     """serve (libnvinfer + NVML) and the builder (tensorrt module + nvidia-smi) must agree on this host,
     or serve would refuse the plans built here."""
-    from scripts import trt_build
-    from serve import plan_check
+    from smtriton.convert import trt_build
+    from smtriton.serve import plan_check
 
     built = trt_build.runtime_info()
     here = plan_check.detect_runtime()

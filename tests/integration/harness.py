@@ -67,7 +67,7 @@ class ServeProcess:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = log_path
-        cmd = [sys.executable, "-m", "serve", "--host", "127.0.0.1", "--port", str(self.port)]
+        cmd = [sys.executable, "-m", "smtriton.serve", "--host", "127.0.0.1", "--port", str(self.port)]
         if repository is not None:
             cmd += ["--model-repository", str(repository)]
         if default_model:

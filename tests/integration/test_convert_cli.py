@@ -10,10 +10,10 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from scripts.artifacts import onnx_signature, torchscript_signature
-from scripts.cli import app
-from scripts.config import read_config
-from scripts.validate import validate_repository
+from smtriton.cli import app
+from smtriton.convert.artifacts import onnx_signature, torchscript_signature
+from smtriton.convert.config import read_config
+from smtriton.repo.validate import validate_repository
 
 pytestmark = pytest.mark.integration
 

@@ -9,10 +9,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from scripts.build import BuildReport, build_repository
-from scripts.config import read_config
-from scripts.recipe import DEFAULT_RECIPE, load_recipe
-from scripts.reference import load_reference
+from smtriton.convert.build import BuildReport, build_repository
+from smtriton.convert.config import read_config
+from smtriton.convert.recipe import DEFAULT_RECIPE, load_recipe
+from smtriton.convert.reference import load_reference
 
 pytestmark = pytest.mark.integration
 
@@ -72,7 +72,7 @@ def test_second_build_is_skipped_as_up_to_date(built):
 
 
 def test_cli_says_the_repository_is_up_to_date(built):
-    command = [sys.executable, "-c", "from scripts.cli import main; main()", "build-repository"]
+    command = [sys.executable, "-c", "from smtriton.cli import main; main()", "build-repository"]
     result = subprocess.run([*command, "--output", str(built.output)], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
     assert "All 4 models up to date" in result.stderr
@@ -117,7 +117,7 @@ def test_python_model_reference_upper_cases_bytes():
 
 
 def test_interrupted_build_leaves_no_half_model(tmp_path: Path, monkeypatch):
-    from scripts import export_onnx
+    from smtriton.convert import export_onnx
 
     def killed(*args, **kwargs):
         raise KeyboardInterrupt

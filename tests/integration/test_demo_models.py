@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 import requests
 
-from scripts.build import build_repository
-from scripts.recipe import DEFAULT_RECIPE
-from scripts.reference import Reference, load_reference
+from smtriton.convert.build import build_repository
+from smtriton.convert.recipe import DEFAULT_RECIPE
+from smtriton.convert.reference import Reference, load_reference
 from tests.integration.conftest import start_serve
 from tests.integration.contract_client import binary_request, json_request, parse
 from tests.integration.harness import ServeProcess

@@ -24,7 +24,7 @@ from botocore.config import Config
 from botocore.exceptions import ClientError
 from moto.server import ThreadedMotoServer
 
-from scripts.deploy import (
+from smtriton.aws.deploy import (
     MANAGED_TAG,
     AsyncInference,
     AutoScaling,
@@ -34,10 +34,10 @@ from scripts.deploy import (
     Serverless,
     WaitTimeout,
 )
-from scripts.deploy import delete_endpoint as delete
-from scripts.deploy import deploy as deploy_endpoint
-from scripts.docker_image import BuildSpec, RecordingRunner, build_argv, sagemaker_triton_image
-from scripts.ecr import push_image
+from smtriton.aws.deploy import delete_endpoint as delete
+from smtriton.aws.deploy import deploy as deploy_endpoint
+from smtriton.aws.docker_image import BuildSpec, RecordingRunner, build_argv, sagemaker_triton_image
+from smtriton.aws.ecr import push_image
 
 pytestmark = pytest.mark.integration
 
@@ -447,7 +447,7 @@ def test_serverless_and_async_configs_reach_sagemaker(run, aws, calls):
 def test_the_deploy_and_delete_commands_over_boto3s_endpoint_setting(moto_url, session):
     from typer.testing import CliRunner
 
-    from scripts.cli import app
+    from smtriton.cli import app
 
     env = {
         "AWS_ENDPOINT_URL": moto_url,

@@ -8,7 +8,7 @@ import json
 import numpy as np
 import pytest
 
-from scripts.invoke import BINARY_JSON, JSON, decode_response, encode_request, header_length, invoke
+from smtriton.aws.invoke import BINARY_JSON, JSON, decode_response, encode_request, header_length, invoke
 from tests.integration.test_local_endpoint import Emulator, _offset_model, _tar
 
 pytestmark = pytest.mark.integration
@@ -91,7 +91,7 @@ def test_binary_request_body_carries_raw_tensor_bytes_and_its_header_size():
 def test_invoke_command_prints_and_saves_outputs(mme, tmp_path):
     from typer.testing import CliRunner
 
-    from scripts.cli import app
+    from smtriton.cli import app
 
     np.save(tmp_path / "a.npy", A)
     env = {

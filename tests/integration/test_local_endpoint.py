@@ -209,7 +209,7 @@ def test_single_model_endpoint_from_a_model_tar_gz(tmp_path):
 
 
 def test_archives_with_links_out_or_traversal_are_refused(tmp_path):
-    from scripts.local_endpoint import ArchiveError, safe_extract
+    from smtriton.local.endpoint import ArchiveError, safe_extract
 
     evil = tmp_path / "evil.tar.gz"
     with tarfile.open(evil, "w:gz") as tar:

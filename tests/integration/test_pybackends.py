@@ -33,7 +33,7 @@ requests = pytest.importorskip("requests")
 httpclient = pytest.importorskip("tritonclient.http")
 pytest.importorskip("onnxruntime")
 
-import serve.triton.pybackends as pybackends  # noqa: E402
+import smtriton.serve.triton.pybackends as pybackends  # noqa: E402
 
 PYTRITON = Path(sys.prefix) / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}"
 PYTRITON = PYTRITON / "site-packages" / "pytriton" / "tritonserver"

@@ -194,7 +194,7 @@ def test_triton_killed_under_load_fails_fast_restarts_and_serves_again(tmp_path,
 
 
 def test_a_triton_that_dies_at_start_backs_off_and_ping_fails(tmp_path, test_repository):
-    from serve.triton.installation import find_triton
+    from smtriton.serve.triton.installation import find_triton
 
     real = find_triton()
     fake = tmp_path / "triton" / "bin" / "tritonserver"

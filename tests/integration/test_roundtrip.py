@@ -16,10 +16,10 @@ import pytest
 import requests
 from typer.testing import CliRunner
 
-from scripts.cli import app
-from scripts.config import read_config
-from scripts.local_endpoint import safe_extract
-from scripts.reference import load_reference
+from smtriton.cli import app
+from smtriton.convert.config import read_config
+from smtriton.convert.reference import load_reference
+from smtriton.local.endpoint import safe_extract
 from tests.integration.conftest import start_serve
 from tests.integration.contract_client import binary_request, json_request, parse
 

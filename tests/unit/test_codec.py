@@ -2,8 +2,8 @@
 
 import pytest
 
-from serve import codec
-from serve.errors import BadRequest
+from smtriton.serve import codec
+from smtriton.serve.errors import BadRequest
 
 BJ = "application/vnd.sagemaker-triton.binary+json"
 
@@ -93,7 +93,7 @@ def test_decompression_is_bounded():
     import gzip
     import zlib
 
-    from serve.errors import PayloadTooLarge
+    from smtriton.serve.errors import PayloadTooLarge
 
     assert codec.decompress(gzip.compress(b"abc"), "gzip", 10) == b"abc"
     assert codec.decompress(zlib.compress(b"abc"), "deflate", 10) == b"abc"

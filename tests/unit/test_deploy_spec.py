@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from scripts.deploy import (
+from smtriton.aws.deploy import (
     MANAGED_TAG,
     NAME_RE,
     AsyncInference,
@@ -22,7 +22,7 @@ from scripts.deploy import (
     scaling_requests,
     validate,
 )
-from scripts.docker_image import sagemaker_triton_image
+from smtriton.aws.docker_image import sagemaker_triton_image
 
 IMAGE = "123456789012.dkr.ecr.us-east-1.amazonaws.com/smtriton:1"
 ROLE = "arn:aws:iam::123456789012:role/sagemaker"

@@ -19,7 +19,7 @@ from packaging.markers import default_environment
 from packaging.requirements import Requirement
 from packaging.version import Version
 
-from scripts.docker_image import (
+from smtriton.aws.docker_image import (
     DEFAULT_TRITON_RELEASE,
     BuildSpec,
     RecordingRunner,
@@ -118,7 +118,7 @@ def test_entry_is_serve_in_exec_form_so_it_is_pid_1_and_takes_the_serve_argument
     assert entry == ["/opt/smtriton/bin/serve"]  # `docker run IMAGE serve` appends `serve`, which serve accepts
     assert not [args for keyword, args in stage if keyword == "CMD"]
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())
-    assert project["project"]["scripts"]["serve"] == "serve.cli:main"
+    assert project["project"]["scripts"]["serve"] == "smtriton.serve.cli:main"
     assert any("uv venv" in args and "/opt/smtriton" in args for keyword, args in stage if keyword == "RUN")
 
 
@@ -168,7 +168,7 @@ def test_dockerignore_sends_only_what_the_image_installs():
     ]
     assert lines[0] == "*"
     allowed = {line[1:].rstrip("/") for line in lines if line.startswith("!")}
-    assert allowed == {"pyproject.toml", "README.md", "requirements.lock", "serve"}
+    assert allowed == {"pyproject.toml", "README.md", "requirements.lock", "smtriton"}
     for name in allowed:
         assert (ROOT / name).exists(), name
     assert "**/__pycache__" in lines
@@ -270,7 +270,7 @@ def test_sagemaker_triton_image_per_region():
 def test_build_image_command_dry_run_prints_the_docker_command():
     from typer.testing import CliRunner
 
-    from scripts.cli import app
+    from smtriton.cli import app
 
     result = CliRunner().invoke(app, ["build-image", "--target", "cpu", "--tag", "x:1", "--dry-run"])
     assert result.exit_code == 0, result.output

@@ -1,6 +1,6 @@
 import orjson
 
-from serve.errors import error_body, strip_repository_paths
+from smtriton.serve.errors import error_body, strip_repository_paths
 
 
 def test_error_body_is_compact_single_key_json():

@@ -1,11 +1,11 @@
-"""serve.gpu: what NVML says about each GPU, and nothing (never an error) where NVML cannot answer."""
+"""smtriton.serve.gpu: what NVML says about each GPU, and nothing (never an error) where NVML cannot answer."""
 
 from __future__ import annotations
 
 import sys
 import types
 
-from serve import gpu
+from smtriton.serve import gpu
 
 
 class NVMLError(Exception):

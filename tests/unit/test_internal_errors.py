@@ -8,12 +8,12 @@ import contextlib
 import json
 import types
 
-from serve.app import create_app
-from serve.errors import INTERNAL_ERROR
-from serve.fastpath import FastPath
-from serve.metrics import Metrics
-from serve.settings import Settings
-from serve.triton.client import UpstreamResponse
+from smtriton.serve.app import create_app
+from smtriton.serve.errors import INTERNAL_ERROR
+from smtriton.serve.fastpath import FastPath
+from smtriton.serve.metrics import Metrics
+from smtriton.serve.settings import Settings
+from smtriton.serve.triton.client import UpstreamResponse
 
 
 class BuggyEngine:

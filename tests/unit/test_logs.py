@@ -1,11 +1,11 @@
-"""serve.logs: a JSON line per record, the caller's extra fields kept, uvicorn's colour copy left out."""
+"""smtriton.serve.logs: a JSON line per record, the caller's extra fields kept, uvicorn's colour copy left out."""
 
 from __future__ import annotations
 
 import json
 import logging
 
-from serve.logs import JsonFormatter
+from smtriton.serve.logs import JsonFormatter
 
 
 def test_extra_fields_become_keys_and_uvicorns_coloured_copy_does_not():

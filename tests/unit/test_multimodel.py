@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from serve import multimodel
-from serve.errors import BadRequest
+from smtriton.serve import multimodel
+from smtriton.serve.errors import BadRequest
 
 
 def test_oom_patterns_match_native_and_whole_word_oom():

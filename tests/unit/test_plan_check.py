@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from serve import multimodel, plan_check
-from serve.errors import BadRequest
-from serve.plan_check import NoRuntime, check_model, decode_lib_version
-from serve.repository import RepositoryError, refuse_unrunnable_plans
-from serve.tensorrt_plan import RuntimeInfo, Sidecar, sidecar_path, write_sidecar
+from smtriton.serve import multimodel, plan_check
+from smtriton.serve.errors import BadRequest
+from smtriton.serve.plan_check import NoRuntime, check_model, decode_lib_version
+from smtriton.serve.repository import RepositoryError, refuse_unrunnable_plans
+from smtriton.serve.tensorrt_plan import RuntimeInfo, Sidecar, sidecar_path, write_sidecar
 
 A10G = RuntimeInfo("10.3.0", "NVIDIA A10G", "8.6")
 CONFIG = 'name: "{name}"\nplatform: "tensorrt_plan"\nmax_batch_size: 8\n'

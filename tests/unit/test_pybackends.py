@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from serve.triton.pybackends import _common as common
+from smtriton.serve.triton.pybackends import _common as common
 
 # torch 2.13 deprecates torch.jit.script/load; the native pytorch backend still consumes TorchScript.
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from serve.settings import MIB, Settings, SettingsError
+from smtriton.serve.settings import MIB, Settings, SettingsError
 
 
 def test_defaults_match_the_sagemaker_container_contract():

@@ -2,11 +2,11 @@
 
 from pathlib import Path
 
-from serve.settings import Settings
-from serve.triton.backends import PYTHON_BASED, assemble_backends
-from serve.triton.installation import TritonInstallation
-from serve.triton.ports import pick_port
-from serve.triton.process import Ports, build_command
+from smtriton.serve.settings import Settings
+from smtriton.serve.triton.backends import PYTHON_BASED, assemble_backends
+from smtriton.serve.triton.installation import TritonInstallation
+from smtriton.serve.triton.ports import pick_port
+from smtriton.serve.triton.process import Ports, build_command
 
 
 def _installation(tmp_path: Path, native: tuple[str, ...], stub: bool) -> TritonInstallation:

@@ -1,5 +1,0 @@
-"""`python -m serve` is the `serve` command."""
-
-from serve.cli import main
-
-main()

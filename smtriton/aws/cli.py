@@ -1,0 +1,326 @@
+"""`smtriton build-image | push-image | deploy | delete-endpoint | invoke`: from the Dockerfile to a live endpoint.
+
+AWS credentials, region and account come from the standard boto3 chain (environment, profile, role);
+``AWS_ENDPOINT_URL`` (boto3's own setting) points every client at another endpoint, e.g. a local stack.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from smtriton.aws.docker_image import LABEL_BASE, TARGETS, BuildSpec, DockerError, SubprocessRunner
+
+console = Console(stderr=True)
+
+TargetOpt = Annotated[str, typer.Option(help=f"Dockerfile target: {' or '.join(TARGETS)} (CPU-only, no NGC image)")]
+BaseOpt = Annotated[
+    Optional[str],  # noqa: UP045 - typer needs Optional at runtime on 3.10
+    typer.Option(
+        help="Base image: BASE_IMAGE of the triton target (NVIDIA's nvcr.io/nvidia/tritonserver:<YY.MM>-py3 by "
+        "default; <account>.dkr.ecr.<region>.amazonaws.com/sagemaker-tritonserver:<YY.MM>-py3 for GPU "
+        "multi-model endpoints), or CPU_BASE_IMAGE of the cpu target"
+    ),
+]
+PlatformOpt = Annotated[str, typer.Option(help="Target platform ('' for the builder's own)")]
+BuildArgOpt = Annotated[
+    Optional[list[str]],  # noqa: UP045
+    typer.Option("--build-arg", help="KEY=VALUE passed to docker build (repeatable), e.g. TORCH_VERSION=2.13.0"),
+]
+RegionOpt = Annotated[
+    Optional[str],  # noqa: UP045
+    typer.Option(help="AWS region [default: the boto3 session's]"),
+]
+ProfileOpt = Annotated[
+    Optional[str],  # noqa: UP045
+    typer.Option(help="AWS profile [default: the boto3 session's]"),
+]
+
+
+def _say(message: str) -> None:
+    console.print(escape(message), highlight=False, soft_wrap=True)
+
+
+def _fail(message: str, code: int = 1) -> typer.Exit:
+    console.print(f"[red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
+    return typer.Exit(code)
+
+
+def _pairs(values: list[str] | None, what: str) -> dict[str, str]:
+    pairs: dict[str, str] = {}
+    for value in values or []:
+        key, sep, rest = value.partition("=")
+        if not sep or not key:
+            raise typer.BadParameter(f"{what} {value!r} is not KEY=VALUE")
+        pairs[key] = rest
+    return pairs
+
+
+def _session(region: str | None, profile: str | None):
+    import boto3
+
+    session = boto3.Session(region_name=region, profile_name=profile)
+    if not session.region_name:
+        raise _fail("no AWS region: pass --region or configure one (AWS_REGION, ~/.aws/config)")
+    return session
+
+
+def _build_spec(tag: str, target: str, base_image: str | None, platform: str, build_arg: list[str] | None) -> BuildSpec:
+    if target not in TARGETS:
+        raise typer.BadParameter(f"--target must be one of {', '.join(TARGETS)}")
+    return BuildSpec(
+        tag=tag,
+        target=target,  # type: ignore[arg-type]
+        base_image=base_image,
+        platform=platform or None,
+        build_args=_pairs(build_arg, "--build-arg"),
+    )
+
+
+def build_image_command(
+    tag: Annotated[str, typer.Option(help="Local image name:tag")] = "smtriton:latest",
+    target: TargetOpt = "triton",
+    base_image: BaseOpt = None,
+    platform: PlatformOpt = "linux/amd64",
+    build_arg: BuildArgOpt = None,
+    dry_run: Annotated[bool, typer.Option(help="Print the docker command instead of running it")] = False,
+) -> None:
+    """Build the serving image with docker buildx (the Dockerfile at the project root)."""
+    from smtriton.aws.docker_image import build_argv, build_image
+
+    spec = _build_spec(tag, target, base_image, platform, build_arg)
+    if dry_run:
+        print(" ".join(build_argv(spec)))
+        return
+    try:
+        build_image(spec, SubprocessRunner())
+    except DockerError as exc:
+        raise _fail(str(exc)) from None
+    print(tag)
+
+
+def push_image_command(
+    repository: Annotated[str, typer.Option(help="ECR repository (created when missing)")] = "smtriton",
+    tag: Annotated[str, typer.Option(help="Image tag in the repository")] = "latest",
+    target: TargetOpt = "triton",
+    base_image: BaseOpt = None,
+    platform: PlatformOpt = "linux/amd64",
+    build_arg: BuildArgOpt = None,
+    no_build: Annotated[
+        bool, typer.Option("--no-build", help="Push an image built before (--local-image) instead of building")
+    ] = False,
+    local_image: Annotated[
+        Optional[str],  # noqa: UP045
+        typer.Option(help="Local image to push with --no-build [default: smtriton:<tag>]"),
+    ] = None,
+    region: RegionOpt = None,
+    profile: ProfileOpt = None,
+) -> None:
+    """Build the image, create the ECR repository if missing, log docker in, tag, push; print the image URI."""
+    from smtriton.aws.ecr import push_image
+
+    session = _session(region, profile)
+    build = None if no_build else _build_spec(f"smtriton:{tag}", target, base_image, platform, build_arg)
+    try:
+        result = push_image(
+            session,
+            repository,
+            tag,
+            SubprocessRunner(),
+            build=build,
+            local_image=local_image or f"smtriton:{tag}",
+            progress=_say,
+        )
+    except DockerError as exc:
+        raise _fail(str(exc)) from None
+    print(result.image_uri)
+
+
+def deploy_command(
+    endpoint_name: Annotated[str, typer.Argument(help="Endpoint name (created, or updated in place)")],
+    image: Annotated[str, typer.Option(help="Image URI in ECR (smtriton push-image prints it)")],
+    role: Annotated[str, typer.Option(help="SageMaker execution role ARN (reads the model data and the image)")],
+    model_data: Annotated[
+        Optional[str],  # noqa: UP045
+        typer.Option(
+            help="SME: s3://.../model.tar.gz or an S3 prefix/ with the uncompressed repository; "
+            "MME: the S3 prefix/ holding the archives"
+        ),
+    ] = None,
+    multi_model: Annotated[bool, typer.Option("--multi-model", help="Multi-model endpoint (Mode: MultiModel)")] = False,
+    instance_type: Annotated[str, typer.Option(help="Instance type (ignored for --serverless)")] = "ml.g5.xlarge",
+    instance_count: Annotated[int, typer.Option(help="Initial instance count")] = 1,
+    env: Annotated[
+        Optional[list[str]],  # noqa: UP045
+        typer.Option("--env", help="Container variable KEY=VALUE (repeatable), e.g. SAGEMAKER_TRITON_LOG_INFO=false"),
+    ] = None,
+    default_model: Annotated[
+        Optional[str],  # noqa: UP045
+        typer.Option(help="SME: SAGEMAKER_TRITON_DEFAULT_MODEL_NAME (when the repository has several models)"),
+    ] = None,
+    startup_timeout: Annotated[
+        Optional[int],  # noqa: UP045
+        typer.Option(help="ContainerStartupHealthCheckTimeoutInSeconds, 60-3600 (large models load slowly)"),
+    ] = None,
+    autoscale_max: Annotated[
+        Optional[int],  # noqa: UP045
+        typer.Option(help="Attach auto-scaling up to this many instances (target tracking)"),
+    ] = None,
+    autoscale_min: Annotated[int, typer.Option(help="Auto-scaling minimum instances")] = 1,
+    autoscale_target: Annotated[
+        float, typer.Option(help="Auto-scaling target: SageMakerVariantInvocationsPerInstance (per minute)")
+    ] = 100.0,
+    serverless: Annotated[bool, typer.Option("--serverless", help="Serverless endpoint (CPU, `cpu` image)")] = False,
+    serverless_memory: Annotated[int, typer.Option(help="Serverless memory in MB (1024-6144, steps of 1024)")] = 4096,
+    serverless_concurrency: Annotated[int, typer.Option(help="Serverless max concurrency (1-200)")] = 10,
+    async_output: Annotated[
+        Optional[str],  # noqa: UP045
+        typer.Option(help="Asynchronous inference: S3 output path (enables async inference)"),
+    ] = None,
+    async_failure: Annotated[Optional[str], typer.Option(help="Asynchronous inference: S3 failure path")] = None,  # noqa: UP045
+    async_concurrency: Annotated[
+        Optional[int],  # noqa: UP045
+        typer.Option(help="Asynchronous inference: max concurrent invocations per instance"),
+    ] = None,
+    tag: Annotated[
+        Optional[list[str]],  # noqa: UP045
+        typer.Option("--tag", help="Extra resource tag KEY=VALUE (repeatable)"),
+    ] = None,
+    keep_failed: Annotated[bool, typer.Option(help="Keep a failed new endpoint for inspection")] = False,
+    poll: Annotated[float, typer.Option(help="Seconds between status checks")] = 30.0,
+    timeout: Annotated[float, typer.Option(help="Give up waiting after this many seconds")] = 3600.0,
+    region: RegionOpt = None,
+    profile: ProfileOpt = None,
+) -> None:
+    """Deploy the image as a single-model or multi-model endpoint, or update the endpoint in place.
+
+    Waits until the endpoint is InService, printing its status. Everything created is tagged
+    smtriton:endpoint=<name> so `smtriton delete-endpoint` removes it all.
+    """
+    from smtriton.aws.deploy import AsyncInference, AutoScaling, Aws, DeployError, EndpointSpec, Serverless, deploy
+    from smtriton.aws.docker_image import image_labels
+
+    labels = image_labels(SubprocessRunner(), image) or {}
+    spec = EndpointSpec(
+        name=endpoint_name,
+        image=image,
+        role_arn=role,
+        model_data=model_data,
+        multi_model=multi_model,
+        instance_type=None if serverless else instance_type,
+        instance_count=instance_count,
+        environment=_pairs(env, "--env"),
+        default_model=default_model,
+        serverless=Serverless(serverless_memory, serverless_concurrency) if serverless else None,
+        async_inference=AsyncInference(async_output, async_failure, max_concurrent_invocations=async_concurrency)
+        if async_output
+        else None,
+        autoscaling=AutoScaling(autoscale_min, autoscale_max, autoscale_target) if autoscale_max else None,
+        startup_timeout_s=startup_timeout,
+        tags=_pairs(tag, "--tag"),
+        base_image=labels.get(LABEL_BASE),
+    )
+    session = _session(region, profile)
+    try:
+        result = deploy(
+            Aws.from_session(session), spec, progress=_say, poll_s=poll, timeout_s=timeout, keep_failed=keep_failed
+        )
+    except DeployError as exc:
+        raise _fail(str(exc)) from None
+    verb = "updated" if result.updated else "created"
+    console.print(f"[green]✓[/] endpoint [bold]{escape(result.endpoint_name)}[/] {verb}: {escape(result.endpoint_arn)}")
+    print(result.endpoint_name)
+
+
+def delete_endpoint_command(
+    endpoint_name: Annotated[str, typer.Argument(help="Endpoint to delete")],
+    force: Annotated[
+        bool, typer.Option("--force", help="Also delete resources smtriton did not create (no smtriton tag)")
+    ] = False,
+    poll: Annotated[float, typer.Option(help="Seconds between status checks")] = 15.0,
+    region: RegionOpt = None,
+    profile: ProfileOpt = None,
+) -> None:
+    """Delete an endpoint and everything smtriton created for it: auto-scaling, configurations, models."""
+    from smtriton.aws.deploy import Aws, DeployError, delete_endpoint
+
+    session = _session(region, profile)
+    try:
+        removed = delete_endpoint(Aws.from_session(session), endpoint_name, force=force, progress=_say, poll_s=poll)
+    except DeployError as exc:
+        raise _fail(str(exc)) from None
+    if not removed:
+        console.print(f"nothing to delete for {escape(endpoint_name)}")
+    for item in removed:
+        print(item)
+
+
+def invoke_command(
+    endpoint_name: Annotated[str, typer.Argument(help="Endpoint name")],
+    input: Annotated[
+        Optional[list[str]],  # noqa: UP045
+        typer.Option("--input", "-i", help="NAME=FILE.npy, or NAME=JSON (a list; dtype from --dtype) (repeatable)"),
+    ] = None,
+    dtype: Annotated[str, typer.Option(help="numpy dtype for inputs given as JSON lists")] = "float32",
+    request: Annotated[
+        Optional[Path],  # noqa: UP045
+        typer.Option(help="A complete KServe v2 JSON request file, sent as is (instead of --input)"),
+    ] = None,
+    output: Annotated[
+        Optional[list[str]],  # noqa: UP045
+        typer.Option("--output", "-o", help="Output to return (repeatable) [default: all]"),
+    ] = None,
+    binary: Annotated[bool, typer.Option("--binary/--json", help="binary+json (default) or JSON tensors")] = True,
+    target_model: Annotated[
+        Optional[str],  # noqa: UP045
+        typer.Option(help="Multi-model endpoints: the archive to run, relative to the model data prefix"),
+    ] = None,
+    save: Annotated[
+        Optional[Path],  # noqa: UP045
+        typer.Option(help="Write every output to DIR/<name>.npy"),
+    ] = None,
+    region: RegionOpt = None,
+    profile: ProfileOpt = None,
+) -> None:
+    """Invoke an endpoint through boto3's sagemaker-runtime; print (and optionally save) the outputs."""
+    import numpy as np
+
+    from smtriton.aws.invoke import JSON, encode_request, invoke_raw
+
+    if (request is None) == (not input):
+        raise typer.BadParameter("give --input tensors or one --request file")
+    if request is not None:
+        body, content_type = request.read_bytes(), JSON
+    else:
+        arrays = {}
+        for name, value in _pairs(input, "--input").items():
+            if value.endswith(".npy"):
+                arrays[name] = np.load(value, allow_pickle=False)
+            else:
+                arrays[name] = np.asarray(json.loads(value), dtype=dtype)
+        body, content_type = encode_request(arrays, binary=binary, outputs=output)
+    session = _session(region, profile)
+    client = session.client("sagemaker-runtime")
+    try:
+        result = invoke_raw(client, endpoint_name, body, content_type, target_model=target_model)
+    except client.exceptions.ModelError as exc:
+        response = exc.response
+        raise _fail(
+            f"the container answered {response.get('OriginalStatusCode')}: {response.get('OriginalMessage')}"
+        ) from None
+    table = Table(title=f"{result.model_name} (version {result.model_version})", title_justify="left")
+    for column in ("output", "dtype", "shape", "values"):
+        table.add_column(column)
+    for name, array in result.outputs.items():
+        preview = np.array2string(array.reshape(-1)[:8], threshold=8, precision=4)
+        table.add_row(name, str(array.dtype), str(list(array.shape)), escape(preview))
+        if save is not None:
+            save.mkdir(parents=True, exist_ok=True)
+            np.save(save / f"{name}.npy", array, allow_pickle=array.dtype == object)
+    Console().print(table)

@@ -1,0 +1,206 @@
+"""``config.pbtxt`` generation: a dict parsed into Triton's ModelConfig protobuf, written as text format.
+
+Never templated: ``ParseDict`` rejects a misspelt field or a wrong enum the moment it is built, and
+``text_format`` writes exactly what Triton parses. Two sources: a recipe entry with its probed outputs
+(``build-repository``, ``convert``), or an artifact's own signature plus :class:`ConfigOptions`
+(``smtriton config``), so the I/O in the config is what the ONNX graph, TensorRT engine or TorchScript
+signature declares.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from google.protobuf import json_format, text_format
+from tritonclient.grpc import model_config_pb2
+
+from smtriton import dtypes
+from smtriton.convert.artifacts import Signature, TensorSig
+from smtriton.convert.recipe import BATCH_AXIS, DynamicBatching, InstanceGroup, ModelSpec, TensorSpec
+
+ModelConfig = model_config_pb2.ModelConfig
+
+# Recipe format -> (ModelConfig field, value). Triton maps each platform to its backend.
+PLATFORMS: dict[str, tuple[str, str]] = {
+    "onnx": ("platform", "onnxruntime_onnx"),
+    "torchscript": ("platform", "pytorch_libtorch"),
+    "python": ("backend", "python"),
+}
+
+CONFIG_FILE = "config.pbtxt"
+
+
+def config_dims(tensor: TensorSpec, max_batch_size: int) -> list[int]:
+    """Config dims: the batch axis is implicit when Triton batches; other named axes are -1."""
+    shape = tensor.shape[1:] if max_batch_size > 0 and tensor.shape[:1] == (BATCH_AXIS,) else tensor.shape
+    return [d if isinstance(d, int) else -1 for d in shape]
+
+
+def config_dict(spec: ModelSpec, outputs: Sequence[TensorSpec]) -> dict[str, Any]:
+    """The ModelConfig as a JSON-shaped dict (protobuf field names), from the spec and probed outputs."""
+    key, value = PLATFORMS[spec.format]
+    config: dict[str, Any] = {
+        "name": spec.name,
+        key: value,
+        "max_batch_size": spec.max_batch_size,
+        "input": [_io(t, spec.max_batch_size) for t in spec.inputs],
+        "output": [_io(t, spec.max_batch_size) for t in outputs],
+    }
+    options = ConfigOptions(
+        max_batch_size=spec.max_batch_size,
+        dynamic_batching=spec.dynamic_batching,
+        instance_groups=spec.instance_groups,
+        parameters=spec.parameters,
+    )
+    return {**config, **options_dict(options, [])}
+
+
+@dataclass(frozen=True)
+class ConfigOptions:
+    """Everything in a config that the artifact does not determine (see ``smtriton config --help``)."""
+
+    max_batch_size: int = 0
+    dynamic_batching: DynamicBatching | None = None
+    instance_groups: tuple[InstanceGroup, ...] = ()
+    parameters: Mapping[str, str] = field(default_factory=dict)  # backend parameters (string values)
+    warmup: bool = False  # one warm-up request per instance at load (random floats, zero integers)
+    warmup_sizes: Mapping[str, int] = field(default_factory=dict)  # axis -> size for dynamic dims (default 1)
+    graph_optimization_level: int | None = None  # ONNX Runtime: -1 off, 1 extended; unset = all
+    accelerator: str | None = None  # ONNX Runtime execution accelerator: "tensorrt" (GPU) or "openvino" (CPU)
+    accelerator_parameters: Mapping[str, str] = field(default_factory=dict)  # e.g. precision_mode=FP16
+    default_model_filename: str | None = None
+
+
+# ONNX Runtime execution accelerators Triton's onnxruntime backend knows, and where each goes.
+ACCELERATORS = {"tensorrt": "gpu_execution_accelerator", "openvino": "cpu_execution_accelerator"}
+
+
+class ConfigError(ValueError):
+    """The options and the artifact's signature do not make a valid Triton config."""
+
+
+def options_dict(options: ConfigOptions, inputs: Sequence[tuple[str, str, list[int]]]) -> dict[str, Any]:
+    """The option-driven part of a ModelConfig dict; ``inputs`` = (name, Triton dtype, config dims) for warmup."""
+    config: dict[str, Any] = {}
+    if options.dynamic_batching is not None:
+        batching: dict[str, Any] = {}
+        if options.dynamic_batching.preferred_batch_size:
+            batching["preferred_batch_size"] = list(options.dynamic_batching.preferred_batch_size)
+        if options.dynamic_batching.max_queue_delay_microseconds:
+            batching["max_queue_delay_microseconds"] = options.dynamic_batching.max_queue_delay_microseconds
+        config["dynamic_batching"] = batching
+    if options.instance_groups:
+        config["instance_group"] = [{"count": g.count, "kind": g.kind} for g in options.instance_groups]
+    if options.parameters:
+        config["parameters"] = {k: {"string_value": v} for k, v in options.parameters.items()}
+    if options.default_model_filename:
+        config["default_model_filename"] = options.default_model_filename
+    optimization: dict[str, Any] = {}
+    if options.graph_optimization_level is not None:
+        optimization["graph"] = {"level": options.graph_optimization_level}
+    if options.accelerator:
+        side = ACCELERATORS.get(options.accelerator)
+        if side is None:
+            raise ConfigError(f"accelerator must be 'tensorrt' or 'openvino', not {options.accelerator!r}")
+        entry: dict[str, Any] = {"name": options.accelerator}
+        if options.accelerator_parameters:
+            entry["parameters"] = dict(options.accelerator_parameters)
+        optimization["execution_accelerators"] = {side: [entry]}
+    elif options.accelerator_parameters:
+        raise ConfigError("accelerator parameters need an accelerator")
+    if optimization:
+        config["optimization"] = optimization
+    if options.warmup and inputs:
+        samples = {}
+        for name, dtype, dims in inputs:
+            # Random integers could index past a vocabulary; zeros are valid for every integer input.
+            data = {"random_data": True} if dtype in dtypes.FLOAT else {"zero_data": True}
+            samples[name] = {"data_type": dtypes.config_type(dtype), "dims": dims, **data}
+        config["model_warmup"] = [{"name": "smtriton_warmup", "batch_size": 1, "inputs": samples}]
+    return config
+
+
+def signature_config(
+    name: str, platform: tuple[str, str], signature: Signature, options: ConfigOptions
+) -> model_config_pb2.ModelConfig:
+    """A config whose I/O is exactly the artifact's signature; ``platform`` = (field, value)."""
+    mbs = options.max_batch_size
+    if mbs < 0:
+        raise ConfigError("max_batch_size must be >= 0")
+    if options.dynamic_batching is not None and mbs == 0:
+        raise ConfigError("dynamic batching needs max_batch_size > 0")
+    if options.dynamic_batching is not None:
+        too_big = [s for s in options.dynamic_batching.preferred_batch_size if not 0 < s <= mbs]
+        if too_big:
+            raise ConfigError(f"preferred batch sizes {too_big} are not in 1..max_batch_size {mbs}")
+
+    def io(t: TensorSig) -> dict[str, Any]:
+        return {"name": t.name, "data_type": dtypes.config_type(t.dtype), "dims": signature_dims(t, mbs)}
+
+    inputs = [io(t) for t in signature.inputs]
+    outputs = [io(t) for t in signature.outputs]
+    warm = [
+        (t.name, t.dtype, [d if d != -1 else _warm_size(t, i, mbs, options) for i, d in enumerate(cfg["dims"])])
+        for t, cfg in zip(signature.inputs, inputs, strict=True)
+    ]
+    key, value = platform
+    data = {"name": name, key: value, "max_batch_size": mbs, "input": inputs, "output": outputs}
+    return build_config({**data, **options_dict(options, warm)})
+
+
+def signature_dims(tensor: TensorSig, max_batch_size: int) -> list[int]:
+    """Config dims of an artifact tensor: without its batch dimension when Triton batches; dynamic -> -1."""
+    shape = list(tensor.shape)
+    if max_batch_size > 0:
+        if not shape:
+            raise ConfigError(f"{tensor.name!r} is a scalar; a batching model needs a batch dimension")
+        if not tensor.is_dynamic(0):
+            raise ConfigError(
+                f"{tensor.name!r} has a fixed first dimension {shape[0]}, so Triton cannot batch it: use "
+                "--max-batch-size 0, or export with a dynamic batch axis"
+            )
+        shape = shape[1:]
+    return [d if isinstance(d, int) and d >= 0 else -1 for d in shape]
+
+
+def _warm_size(tensor: TensorSig, index: int, mbs: int, options: ConfigOptions) -> int:
+    axis = tensor.shape[index + (1 if mbs > 0 else 0)]
+    return options.warmup_sizes.get(axis, 1) if isinstance(axis, str) else 1
+
+
+def _io(tensor: TensorSpec, max_batch_size: int) -> dict[str, Any]:
+    return {
+        "name": tensor.name,
+        "data_type": dtypes.config_type(tensor.dtype),
+        "dims": config_dims(tensor, max_batch_size),
+    }
+
+
+def build_config(data: dict[str, Any]) -> model_config_pb2.ModelConfig:
+    """Parse the dict into the protobuf; unknown fields or enum values raise ParseError."""
+    return json_format.ParseDict(data, ModelConfig())
+
+
+def model_config(spec: ModelSpec, outputs: Sequence[TensorSpec]) -> model_config_pb2.ModelConfig:
+    return build_config(config_dict(spec, outputs))
+
+
+def write_config(config: model_config_pb2.ModelConfig, model_dir: str | Path) -> Path:
+    """Write ``<model_dir>/config.pbtxt`` atomically (temp file, then rename)."""
+    path = Path(model_dir) / CONFIG_FILE
+    tmp = path.with_name(f".{CONFIG_FILE}.tmp")
+    tmp.write_text(text_format.MessageToString(config), encoding="utf-8")
+    os.replace(tmp, path)
+    return path
+
+
+def read_config(path: str | Path) -> model_config_pb2.ModelConfig:
+    """Parse a ``config.pbtxt`` (or a model directory holding one)."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / CONFIG_FILE
+    return text_format.Parse(path.read_text(encoding="utf-8"), ModelConfig())

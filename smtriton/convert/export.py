@@ -1,0 +1,73 @@
+"""The exporter interface: one implementation per artifact format, chosen by the recipe's ``format``.
+
+Kept narrow (export a module, load the artifact back as a numpy runner) so that new formats, such as
+an AOTInductor ``model.pt2`` beside TorchScript, plug in without touching the builder or the parity
+check.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
+
+import numpy as np
+
+from smtriton.convert.recipe import ModelSpec, TensorSpec
+
+if TYPE_CHECKING:
+    import torch
+
+Runner = Callable[[Mapping[str, np.ndarray]], dict[str, np.ndarray]]
+
+
+class ExportError(RuntimeError):
+    """The exported artifact does not match the recipe (names, dtypes) or the exporter failed."""
+
+
+class Exporter(Protocol):
+    format: str  # the recipe's `format`
+    filename: str  # the backend's default_model_filename, inside <model>/<version>/
+
+    def export(
+        self,
+        module: torch.nn.Module,
+        spec: ModelSpec,
+        outputs: Sequence[TensorSpec],
+        example: Mapping[str, np.ndarray],
+        path: Path,
+    ) -> None:
+        """Write the artifact for ``module`` to ``path``, tracing with ``example`` inputs."""
+        ...
+
+    def load(self, spec: ModelSpec, outputs: Sequence[TensorSpec], path: Path) -> Runner:
+        """Load the artifact the way its Triton backend would and return a name -> array runner."""
+        ...
+
+
+@contextmanager
+def quiet_tracing_logs() -> Iterator[None]:
+    """Tracing reads every attribute of a module; transformers then warns about training-only ones
+    (``loss_type``). Those warnings say nothing about the export, so they are held back meanwhile."""
+    logger = logging.getLogger("transformers")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
+def get_exporter(fmt: str) -> Exporter:
+    """The exporter for a recipe format; imported lazily so unrelated toolchains are never loaded."""
+    if fmt == "onnx":
+        from smtriton.convert.export_onnx import OnnxExporter
+
+        return OnnxExporter()
+    if fmt == "torchscript":
+        from smtriton.convert.export_torchscript import TorchScriptExporter
+
+        return TorchScriptExporter()
+    raise ValueError(f"no exporter for format {fmt!r}")

@@ -1,0 +1,510 @@
+"""The recipe: which models a repository holds and how each is built (``model_repository/recipe.toml``).
+
+This module only reads and checks the file and resolves the code it names; it imports neither torch
+nor protobuf, so deciding that a repository is up to date stays fast. The format is documented at the
+top of the demo recipe, which users copy for their own models.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import re
+import sys
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from smtriton import dtypes
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on 3.10 only
+    import tomli as tomllib
+
+DEFAULT_RECIPE = Path(__file__).resolve().parents[2] / "model_repository" / "recipe.toml"
+
+FORMATS = ("onnx", "torchscript", "python")
+INSTANCE_KINDS = ("KIND_AUTO", "KIND_CPU", "KIND_GPU")
+BATCH_AXIS = "batch"
+DEFAULT_AXIS_SIZES = (1, 4)
+
+_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
+_AXIS = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_FACTORY = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+_TORCHSCRIPT_NAME = re.compile(r"^.+__(\d+)$")
+
+
+class RecipeError(ValueError):
+    """A recipe that cannot be built; the message names the file and the model."""
+
+
+Dim = int | str
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """One input or output: Triton dtype and a shape whose strings are named dynamic axes."""
+
+    name: str
+    dtype: str
+    shape: tuple[Dim, ...]
+    range: tuple[int, int] | None = None  # [low, high) of random values, integer inputs only
+
+    def resolve(self, sizes: Mapping[str, int]) -> tuple[int, ...]:
+        """Concrete shape for the given axis sizes."""
+        try:
+            return tuple(d if isinstance(d, int) else int(sizes[d]) for d in self.shape)
+        except KeyError as exc:
+            raise ValueError(f"{self.name}: no size given for axis {exc.args[0]!r}") from None
+
+    @property
+    def axes(self) -> tuple[str, ...]:
+        return tuple(d for d in self.shape if isinstance(d, str))
+
+
+@dataclass(frozen=True)
+class OutputSpec:
+    """An output as declared: the name, and optionally dtype and shape (probed from torch otherwise)."""
+
+    name: str
+    dtype: str | None = None
+    shape: tuple[Dim, ...] | None = None
+
+    @property
+    def declared(self) -> TensorSpec | None:
+        if self.dtype is None or self.shape is None:
+            return None
+        return TensorSpec(self.name, self.dtype, self.shape)
+
+
+@dataclass(frozen=True)
+class DynamicBatching:
+    preferred_batch_size: tuple[int, ...] = ()
+    max_queue_delay_microseconds: int = 0
+
+
+@dataclass(frozen=True)
+class InstanceGroup:
+    count: int = 1
+    kind: str = "KIND_CPU"
+
+
+@dataclass(frozen=True)
+class ExportOptions:
+    opset: int = 17  # onnx
+    dynamo: bool = False  # onnx: False = the TorchScript-based exporter (reliable dynamic axes)
+    method: str = "trace"  # torchscript: "trace" or "script"
+    freeze: bool = True  # torchscript: torch.jit.freeze after trace/script
+    simplify: bool = False  # onnx: simplify the graph (onnxslim, else onnxsim; optional dependencies)
+    fp16: bool = False  # onnx: cast weights and compute to FP16, I/O kept FP32 (TensorRT 11 strongly typed builds)
+
+
+@dataclass(frozen=True)
+class ParityOptions:
+    trials: int = 3  # fresh random inputs per combination of axis sizes
+    atol: float = 1e-4
+    rtol: float = 1e-3
+
+
+# An FP16-cast graph cannot meet FP32 tolerances; these apply unless the recipe sets its own.
+FP16_PARITY = ParityOptions(atol=5e-2, rtol=5e-2)
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    name: str
+    format: str
+    inputs: tuple[TensorSpec, ...]
+    outputs: tuple[OutputSpec, ...]
+    max_batch_size: int
+    axes: Mapping[str, tuple[int, ...]]
+    dynamic_batching: DynamicBatching | None
+    instance_groups: tuple[InstanceGroup, ...]
+    parameters: Mapping[str, str]
+    export: ExportOptions
+    parity: ParityOptions
+    base_dir: Path
+    factory: str | None = None
+    seed: int = 0
+    checkpoint: Path | None = None
+    source: str | None = None
+    raw: Mapping[str, Any] = field(default_factory=dict, compare=False)  # as written; hashed by stamps
+
+    def default_sizes(self) -> dict[str, int]:
+        """First listed size of every axis: what sample inputs use unless told otherwise."""
+        return {axis: sizes[0] for axis, sizes in self.axes.items()}
+
+
+@dataclass(frozen=True)
+class Recipe:
+    path: Path
+    models: tuple[ModelSpec, ...]
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(m.name for m in self.models)
+
+    def model(self, name: str) -> ModelSpec:
+        for spec in self.models:
+            if spec.name == name:
+                return spec
+        raise KeyError(f"{self.path}: no model named {name!r} (models: {', '.join(self.names)})")
+
+
+def load_recipe(path: str | Path = DEFAULT_RECIPE) -> Recipe:
+    path = Path(path).resolve()
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise RecipeError(f"{path}: recipe not found") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise RecipeError(f"{path}: not valid TOML: {exc}") from None
+    return parse_recipe(data, path)
+
+
+def parse_recipe(data: Mapping[str, Any], path: Path) -> Recipe:
+    """Check a loaded recipe; relative paths and local factories resolve against ``path``'s directory."""
+    origin, base_dir = str(path), path.parent
+    _check_keys(data, {"model"}, origin)
+    tables = data.get("model")
+    if not isinstance(tables, list) or not tables:
+        raise RecipeError(f"{origin}: needs at least one [[model]] table")
+    models: list[ModelSpec] = []
+    for index, table in enumerate(tables):
+        if not isinstance(table, dict):
+            raise RecipeError(f"{origin}: model #{index + 1} is not a table")
+        name = table.get("name")
+        where = f"{origin}: model {name!r}" if isinstance(name, str) else f"{origin}: model #{index + 1}"
+        spec = model_from_table(table, base_dir, where)
+        if spec.name in {m.name for m in models}:
+            raise RecipeError(f"{where}: duplicate model name")
+        models.append(spec)
+    return Recipe(path=path, models=tuple(models))
+
+
+_MODEL_KEYS = {
+    "name", "format", "factory", "seed", "checkpoint", "source", "max_batch_size", "input", "output",
+    "axes", "dynamic_batching", "instance_group", "parameters", "export", "parity",
+}  # fmt: skip
+
+
+def model_from_table(t: Mapping[str, Any], base_dir: Path, where: str) -> ModelSpec:
+    """One ``[[model]]`` table, checked; ``where`` prefixes every error. Command-line conversions build
+    such a table from their options, so a model named on the command line obeys the recipe's rules."""
+    _check_keys(t, _MODEL_KEYS, where)
+    name = _get(t, "name", str, where)
+    if not _NAME.match(name):
+        raise RecipeError(f"{where}: name must match {_NAME.pattern} (it is a directory name)")
+    fmt = _get(t, "format", str, where)
+    if fmt not in FORMATS:
+        raise RecipeError(f"{where}: format must be one of {', '.join(FORMATS)}, not {fmt!r}")
+
+    factory = _get(t, "factory", str, where, None)
+    source = _get(t, "source", str, where, None)
+    checkpoint = _get(t, "checkpoint", str, where, None)
+    if fmt == "python":
+        if source is None:
+            raise RecipeError(f"{where}: python models need `source` (a module or a .py path)")
+        for key in ("factory", "checkpoint", "seed", "export", "parity"):
+            if key in t:
+                raise RecipeError(f"{where}: `{key}` does not apply to python models")
+    else:
+        if factory is None or not _FACTORY.match(factory):
+            raise RecipeError(f"{where}: `factory` must be 'package.module:function'")
+        if source is not None:
+            raise RecipeError(f"{where}: `source` is for python models only")
+
+    max_batch_size = _get(t, "max_batch_size", int, where, 0)
+    if max_batch_size < 0:
+        raise RecipeError(f"{where}: max_batch_size must be >= 0")
+
+    inputs = tuple(_parse_input(x, f"{where}: input #{i + 1}") for i, x in enumerate(_tables(t, "input", where)))
+    outputs = tuple(
+        _parse_output(x, f"{where}: output #{i + 1}", required=fmt == "python")
+        for i, x in enumerate(_tables(t, "output", where))
+    )
+    if not inputs or not outputs:
+        raise RecipeError(f"{where}: needs at least one [[model.input]] and one [[model.output]]")
+    for kind, names in (("input", [x.name for x in inputs]), ("output", [x.name for x in outputs])):
+        if len(set(names)) != len(names):
+            raise RecipeError(f"{where}: duplicate {kind} names")
+        if fmt == "torchscript":
+            for position, tensor_name in enumerate(names):
+                m = _TORCHSCRIPT_NAME.match(tensor_name)
+                if not m or int(m.group(1)) != position:
+                    raise RecipeError(
+                        f"{where}: TorchScript {kind} #{position + 1} must be named like "
+                        f"{kind.upper()}__{position} (the PyTorch backend's NAME__index convention)"
+                    )
+
+    shapes = [x.shape for x in inputs] + [x.shape for x in outputs if x.shape is not None]
+    used_axes = list(dict.fromkeys(d for shape in shapes for d in shape if isinstance(d, str)))
+    if max_batch_size > 0:
+        for shape in shapes:
+            if not shape or shape[0] != BATCH_AXIS:
+                raise RecipeError(
+                    f"{where}: with max_batch_size > 0 every shape must start with {BATCH_AXIS!r} "
+                    f"(Triton's batch dimension), got {list(shape)}"
+                )
+    for shape in shapes:
+        if BATCH_AXIS in shape[1:]:
+            raise RecipeError(f"{where}: axis {BATCH_AXIS!r} may only be the first dimension")
+
+    axes = _parse_axes(t.get("axes", {}), used_axes, max_batch_size, where)
+    export = _parse_export(t.get("export", {}), fmt, where)
+    return ModelSpec(
+        name=name,
+        format=fmt,
+        inputs=inputs,
+        outputs=outputs,
+        max_batch_size=max_batch_size,
+        axes=axes,
+        dynamic_batching=_parse_batching(t.get("dynamic_batching"), max_batch_size, where),
+        instance_groups=tuple(_parse_instance_group(x, where) for x in _tables(t, "instance_group", where)),
+        parameters=_parse_parameters(t.get("parameters", {}), where),
+        export=export,
+        parity=_parse_parity(t.get("parity", {}), where, FP16_PARITY if export.fp16 else ParityOptions()),
+        base_dir=base_dir,
+        factory=factory,
+        seed=_get(t, "seed", int, where, 0),
+        checkpoint=(base_dir / checkpoint) if checkpoint else None,
+        source=source,
+        raw=dict(t),
+    )
+
+
+def _parse_input(t: Mapping[str, Any], where: str) -> TensorSpec:
+    _check_keys(t, {"name", "dtype", "shape", "range"}, where)
+    name = _get(t, "name", str, where)
+    where = f"{where.rsplit(':', 1)[0]}: input {name!r}"
+    dtype = _parse_dtype(_get(t, "dtype", str, where), where)
+    shape = _parse_shape(_get(t, "shape", list, where), where)
+    value_range = t.get("range")
+    if dtype in dtypes.INTEGER:
+        if (
+            not isinstance(value_range, list)
+            or len(value_range) != 2
+            or not all(isinstance(v, int) and not isinstance(v, bool) for v in value_range)
+            or value_range[0] >= value_range[1]
+        ):
+            raise RecipeError(f"{where}: integer inputs need range = [low, high) with low < high")
+        return TensorSpec(name, dtype, shape, (value_range[0], value_range[1]))
+    if value_range is not None:
+        raise RecipeError(f"{where}: range applies to integer inputs only")
+    return TensorSpec(name, dtype, shape)
+
+
+def _parse_output(t: Mapping[str, Any], where: str, required: bool) -> OutputSpec:
+    _check_keys(t, {"name", "dtype", "shape"}, where)
+    name = _get(t, "name", str, where)
+    where = f"{where.rsplit(':', 1)[0]}: output {name!r}"
+    dtype = _get(t, "dtype", str, where, None)
+    shape = _get(t, "shape", list, where, None)
+    if required and (dtype is None or shape is None):
+        raise RecipeError(f"{where}: python models must declare output dtype and shape")
+    return OutputSpec(
+        name,
+        _parse_dtype(dtype, where) if dtype is not None else None,
+        _parse_shape(shape, where) if shape is not None else None,
+    )
+
+
+def _parse_dtype(value: str, where: str) -> str:
+    if not dtypes.is_known(value):
+        raise RecipeError(f"{where}: dtype must be one of {', '.join(dtypes.NUMPY_NAMES)}, not {value!r}")
+    return value
+
+
+def _parse_shape(value: list[Any], where: str) -> tuple[Dim, ...]:
+    shape: list[Dim] = []
+    for d in value:
+        if isinstance(d, bool) or not ((isinstance(d, int) and d > 0) or (isinstance(d, str) and _AXIS.match(d))):
+            raise RecipeError(f"{where}: shape entries are positive ints or axis names, got {d!r}")
+        shape.append(d)
+    if not shape:
+        raise RecipeError(f"{where}: shape must not be empty")
+    return tuple(shape)
+
+
+def _parse_axes(t: Any, used: Sequence[str], max_batch_size: int, where: str) -> dict[str, tuple[int, ...]]:
+    if not isinstance(t, dict):
+        raise RecipeError(f"{where}: [model.axes] must be a table of axis = [sizes]")
+    unknown = set(t) - set(used)
+    if unknown:
+        raise RecipeError(f"{where}: [model.axes] names axes no shape uses: {', '.join(sorted(unknown))}")
+    axes: dict[str, tuple[int, ...]] = {}
+    for axis in used:
+        sizes = t.get(axis, list(DEFAULT_AXIS_SIZES))
+        if axis == BATCH_AXIS and axis not in t and max_batch_size > 0:
+            sizes = sorted({min(s, max_batch_size) for s in sizes})
+        if (
+            not isinstance(sizes, list)
+            or not sizes
+            or not all(isinstance(s, int) and not isinstance(s, bool) and s > 0 for s in sizes)
+        ):
+            raise RecipeError(f"{where}: axes.{axis} must be a non-empty list of positive ints")
+        if axis == BATCH_AXIS and max_batch_size > 0 and max(sizes) > max_batch_size:
+            raise RecipeError(f"{where}: axes.batch sizes must not exceed max_batch_size {max_batch_size}")
+        axes[axis] = tuple(sizes)
+    return axes
+
+
+def _parse_batching(value: Any, max_batch_size: int, where: str) -> DynamicBatching | None:
+    if value is None:  # on by default whenever Triton may batch
+        return DynamicBatching() if max_batch_size > 0 else None
+    if value is False:
+        return None
+    if value is True:
+        value = {}
+    if not isinstance(value, dict):
+        raise RecipeError(f"{where}: dynamic_batching is a table or a boolean")
+    if max_batch_size == 0:
+        raise RecipeError(f"{where}: dynamic batching needs max_batch_size > 0")
+    where = f"{where}: dynamic_batching"
+    _check_keys(value, {"preferred_batch_size", "max_queue_delay_microseconds"}, where)
+    preferred = _get(value, "preferred_batch_size", list, where, [])
+    if not all(isinstance(s, int) and 0 < s <= max_batch_size for s in preferred):
+        raise RecipeError(f"{where}: preferred_batch_size entries must be in 1..max_batch_size")
+    delay = _get(value, "max_queue_delay_microseconds", int, where, 0)
+    if delay < 0:
+        raise RecipeError(f"{where}: max_queue_delay_microseconds must be >= 0")
+    return DynamicBatching(tuple(preferred), delay)
+
+
+def _parse_instance_group(t: Mapping[str, Any], where: str) -> InstanceGroup:
+    where = f"{where}: instance_group"
+    _check_keys(t, {"count", "kind"}, where)
+    count = _get(t, "count", int, where, 1)
+    kind = _get(t, "kind", str, where, "KIND_CPU")
+    if count < 1 or kind not in INSTANCE_KINDS:
+        raise RecipeError(f"{where}: count >= 1 and kind in {', '.join(INSTANCE_KINDS)}")
+    return InstanceGroup(count, kind)
+
+
+def _parse_parameters(t: Any, where: str) -> dict[str, str]:
+    if not isinstance(t, dict) or not all(isinstance(v, str) for v in t.values()):
+        raise RecipeError(f"{where}: [model.parameters] values must be strings (Triton parameters are)")
+    return dict(t)
+
+
+def _parse_export(t: Any, fmt: str, where: str) -> ExportOptions:
+    where = f"{where}: export"
+    if not isinstance(t, dict):
+        raise RecipeError(f"{where}: must be a table")
+    allowed = {"onnx": {"opset", "dynamo", "simplify", "fp16"}, "torchscript": {"method", "freeze"}}.get(fmt, set())
+    _check_keys(t, allowed, f"{where} (format {fmt})")
+    options = ExportOptions(
+        opset=_get(t, "opset", int, where, ExportOptions.opset),
+        dynamo=_get(t, "dynamo", bool, where, ExportOptions.dynamo),
+        method=_get(t, "method", str, where, ExportOptions.method),
+        freeze=_get(t, "freeze", bool, where, ExportOptions.freeze),
+        simplify=_get(t, "simplify", bool, where, ExportOptions.simplify),
+        fp16=_get(t, "fp16", bool, where, ExportOptions.fp16),
+    )
+    if options.method not in ("trace", "script"):
+        raise RecipeError(f"{where}: method is 'trace' or 'script'")
+    if options.opset < 7:
+        raise RecipeError(f"{where}: opset must be >= 7")
+    return options
+
+
+def _parse_parity(t: Any, where: str, defaults: ParityOptions) -> ParityOptions:
+    where = f"{where}: parity"
+    if not isinstance(t, dict):
+        raise RecipeError(f"{where}: must be a table")
+    _check_keys(t, {"trials", "atol", "rtol"}, where)
+    options = ParityOptions(
+        trials=_get(t, "trials", int, where, defaults.trials),
+        atol=float(_get(t, "atol", (int, float), where, defaults.atol)),
+        rtol=float(_get(t, "rtol", (int, float), where, defaults.rtol)),
+    )
+    if options.trials < 1 or options.atol < 0 or options.rtol < 0:
+        raise RecipeError(f"{where}: trials >= 1, atol >= 0, rtol >= 0")
+    return options
+
+
+def _tables(t: Mapping[str, Any], key: str, where: str) -> list[Mapping[str, Any]]:
+    value = t.get(key, [])
+    if not isinstance(value, list) or not all(isinstance(x, dict) for x in value):
+        raise RecipeError(f"{where}: `{key}` must be an array of tables ([[model.{key}]])")
+    return value
+
+
+_MISSING = object()
+
+
+def _get(t: Mapping[str, Any], key: str, kind: Any, where: str, default: Any = _MISSING) -> Any:
+    if key not in t:
+        if default is _MISSING:
+            raise RecipeError(f"{where}: missing `{key}`")
+        return default
+    value = t[key]
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        raise RecipeError(f"{where}: `{key}` has the wrong type ({type(value).__name__})")
+    return value
+
+
+def _check_keys(t: Mapping[str, Any], allowed: set[str], where: str) -> None:
+    unknown = sorted(set(t) - allowed)
+    if unknown:
+        hint = f"; allowed: {', '.join(sorted(allowed))}" if allowed else ""
+        raise RecipeError(f"{where}: unknown key(s) {', '.join(unknown)}{hint}")
+
+
+# --- resolving the code a recipe names ------------------------------------------------------------
+
+
+@contextmanager
+def _importable_from(base_dir: Path) -> Iterator[None]:
+    """Let factories live beside the recipe (``my_models:build``) without installing them."""
+    entry = str(base_dir)
+    added = entry not in sys.path
+    if added:
+        sys.path.insert(0, entry)
+    try:
+        yield
+    finally:
+        if added:
+            sys.path.remove(entry)
+
+
+def module_file(module: str, base_dir: Path) -> Path:
+    """The source file of ``module`` without executing it (its parent packages are imported)."""
+    with _importable_from(base_dir):
+        found = importlib.util.find_spec(module)
+    if found is None or not found.origin or not found.has_location:
+        raise RecipeError(f"cannot find module {module!r}")
+    return Path(found.origin)
+
+
+def factory_file(spec: ModelSpec) -> Path:
+    assert spec.factory is not None
+    return module_file(spec.factory.split(":", 1)[0], spec.base_dir)
+
+
+def source_file(spec: ModelSpec) -> Path:
+    """The Python-backend ``model.py`` to copy: a path relative to the recipe or a module name."""
+    assert spec.source is not None
+    if spec.source.endswith(".py"):
+        path = spec.base_dir / spec.source
+        if not path.is_file():
+            raise RecipeError(f"model {spec.name!r}: source {path} not found")
+        return path
+    return module_file(spec.source, spec.base_dir)
+
+
+def import_factory(spec: ModelSpec) -> Callable[[], Any]:
+    assert spec.factory is not None
+    module_name, attr = spec.factory.split(":", 1)
+    with _importable_from(spec.base_dir):
+        module = importlib.import_module(module_name)
+    try:
+        factory = getattr(module, attr)
+    except AttributeError:
+        raise RecipeError(f"model {spec.name!r}: {module_name} has no {attr!r}") from None
+    if not callable(factory):
+        raise RecipeError(f"model {spec.name!r}: factory {spec.factory} is not callable")
+    return factory

@@ -1,0 +1,63 @@
+"""Output signature of a torch model, found by running it rather than trusting a hand-written spec.
+
+Outputs are probed at the first size of every axis, then once per axis at another size: a dimension
+that moves with an axis is dynamic (named after the axis when it equals its size), the rest are
+fixed. Declared output dtypes and shapes in the recipe are checked against the probe.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from smtriton import dtypes
+from smtriton.convert.recipe import BATCH_AXIS, Dim, ModelSpec, RecipeError, TensorSpec
+from smtriton.convert.sample_inputs import random_inputs
+from smtriton.convert.torch_model import run_module
+
+
+def probe_outputs(module: torch.nn.Module, spec: ModelSpec) -> tuple[TensorSpec, ...]:
+    base = spec.default_sizes()
+    base_out = run_module(module, spec, random_inputs(spec.inputs, base, seed=0))
+    variants: dict[str, tuple[dict[str, int], dict[str, tuple[int, ...]]]] = {}
+    for axis, sizes in spec.axes.items():
+        other = next((s for s in reversed(sizes) if s != base[axis]), base[axis] + 1)
+        moved = {**base, axis: other}
+        out = run_module(module, spec, random_inputs(spec.inputs, moved, seed=0))
+        variants[axis] = (moved, {name: a.shape for name, a in out.items()})
+
+    probed: list[TensorSpec] = []
+    for declared in spec.outputs:
+        array = base_out[declared.name]
+        where = f"model {spec.name!r}: output {declared.name!r}"
+        try:
+            dtype = dtypes.from_torch(getattr(torch, array.dtype.name))
+        except (AttributeError, ValueError):
+            raise RecipeError(f"{where}: dtype {array.dtype} has no Triton equivalent") from None
+        dims: list[Dim] = []
+        for d, size in enumerate(array.shape):
+            dims.append(size)
+            for axis, (moved, shapes) in variants.items():
+                if len(shapes[declared.name]) != array.ndim:
+                    raise RecipeError(f"{where}: rank changes with axis {axis!r}")
+                if shapes[declared.name][d] != size:
+                    named = size == base[axis] and shapes[declared.name][d] == moved[axis]
+                    dims[-1] = axis if named else f"{declared.name}_dim{d}"
+                    break
+        probed.append(_reconcile(TensorSpec(declared.name, dtype, tuple(dims)), declared.dtype, declared.shape, where))
+        if spec.max_batch_size > 0 and probed[-1].shape[:1] != (BATCH_AXIS,):
+            raise RecipeError(f"{where}: first dimension does not follow the batch size, shape {dims}")
+    return tuple(probed)
+
+
+def _reconcile(probed: TensorSpec, dtype: str | None, shape: tuple[Dim, ...] | None, where: str) -> TensorSpec:
+    """Declared values win where they agree with the probe (axis names); disagreement is an error."""
+    if dtype is not None and dtype != probed.dtype:
+        raise RecipeError(f"{where}: declared dtype {dtype}, the model returns {probed.dtype}")
+    if shape is None:
+        return probed
+    agrees = len(shape) == len(probed.shape) and all(
+        (isinstance(a, str) and isinstance(b, str)) or a == b for a, b in zip(shape, probed.shape, strict=True)
+    )
+    if not agrees:
+        raise RecipeError(f"{where}: declared shape {list(shape)}, the model returns {list(probed.shape)}")
+    return TensorSpec(probed.name, probed.dtype, shape)

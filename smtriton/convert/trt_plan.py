@@ -1,0 +1,148 @@
+"""TensorRT plans without TensorRT: optimization profiles, plus the sidecar and compatibility rule.
+
+The sidecar (``model.plan.json``: TensorRT version, GPU, precision, profiles, I/O signature, sha256)
+and :func:`check_compatibility` live in :mod:`smtriton.serve.tensorrt_plan`, because `serve` refuses plans
+built for another runtime and the serving image ships only ``serve``; they are re-exported here for
+the build-time tools. Everything here is standard library only, so validation and config generation
+can read and check a sidecar on any host.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from smtriton.serve.tensorrt_plan import (
+    HARDWARE_LEVELS,
+    PRECISIONS,
+    SIDECAR_FORMAT,
+    SIDECAR_SUFFIX,
+    RuntimeInfo,
+    Sidecar,
+    SidecarError,
+    check_compatibility,
+    read_sidecar,
+    sidecar_path,
+    write_sidecar,
+)
+
+__all__ = [
+    "HARDWARE_LEVELS",
+    "PRECISIONS",
+    "SIDECAR_FORMAT",
+    "SIDECAR_SUFFIX",
+    "AxisRange",
+    "Profile",
+    "ProfileError",
+    "RuntimeInfo",
+    "Shape",
+    "Sidecar",
+    "SidecarError",
+    "check_compatibility",
+    "input_shapes",
+    "parse_profile",
+    "profile_batch_limits",
+    "profile_from_axes",
+    "read_sidecar",
+    "sha256_file",
+    "sidecar_path",
+    "write_sidecar",
+]
+
+Shape = tuple[int, ...]
+
+
+class ProfileError(ValueError):
+    """Profile ranges that are malformed or do not cover an input's dynamic dimensions."""
+
+
+@dataclass(frozen=True)
+class AxisRange:
+    """min <= opt <= max sizes of one dynamic axis in one optimization profile."""
+
+    min: int
+    opt: int
+    max: int
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.min <= self.opt <= self.max:
+            raise ProfileError(f"need 1 <= min <= opt <= max, got {self.min}:{self.opt}:{self.max}")
+
+
+Profile = Mapping[str, AxisRange]  # axis name -> range
+
+
+def parse_profile(text: str) -> dict[str, AxisRange]:
+    """``"batch=1:4:8,sequence=1:64:128"`` (``axis=size`` fixes an axis) -> axis -> range."""
+    profile: dict[str, AxisRange] = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        axis, sep, sizes = part.partition("=")
+        values = sizes.split(":")
+        if not sep or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", axis.strip()) or len(values) not in (1, 3):
+            raise ProfileError(f"profile entry {part!r}: write axis=min:opt:max (or axis=size)")
+        try:
+            numbers = [int(v) for v in values]
+        except ValueError:
+            raise ProfileError(f"profile entry {part!r}: sizes must be integers") from None
+        profile[axis.strip()] = AxisRange(numbers[0], numbers[len(numbers) // 2], numbers[-1])
+    if not profile:
+        raise ProfileError(f"empty profile {text!r}")
+    return profile
+
+
+def profile_from_axes(
+    axes: Mapping[str, Sequence[int]], max_batch_size: int, preferred_batch_sizes: Sequence[int] = ()
+) -> dict[str, AxisRange]:
+    """One profile from a recipe: each axis spans its listed sizes, tuned for the largest; the batch
+    axis spans 1..max_batch_size, tuned for the largest preferred batch size."""
+    profile = {axis: AxisRange(min(sizes), max(sizes), max(sizes)) for axis, sizes in axes.items() if sizes}
+    if max_batch_size > 0:
+        opt = max(preferred_batch_sizes, default=max_batch_size)
+        profile["batch"] = AxisRange(1, min(opt, max_batch_size), max_batch_size)
+    return profile
+
+
+def input_shapes(name: str, shape: Sequence[int | str | None], profile: Profile) -> tuple[Shape, Shape, Shape]:
+    """(min, opt, max) shapes of one input for one profile; ``shape`` uses axis names for dynamic dims."""
+    mins: list[int] = []
+    opts: list[int] = []
+    maxs: list[int] = []
+    for index, dim in enumerate(shape):
+        if isinstance(dim, int) and dim >= 0:
+            mins.append(dim)
+            opts.append(dim)
+            maxs.append(dim)
+            continue
+        if not isinstance(dim, str):
+            raise ProfileError(
+                f"input {name!r}: dimension {index} is dynamic without a name; export it with a named dynamic "
+                "axis so a profile can size it"
+            )
+        if dim not in profile:
+            raise ProfileError(f"input {name!r}: the profile has no range for axis {dim!r} (dimension {index})")
+        r = profile[dim]
+        mins.append(r.min)
+        opts.append(r.opt)
+        maxs.append(r.max)
+    return tuple(mins), tuple(opts), tuple(maxs)
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def profile_batch_limits(sidecar: Sidecar) -> dict[str, int]:
+    """Largest first-dimension size each input accepts across the plan's profiles."""
+    limits: dict[str, int] = {}
+    for profile in sidecar.profiles:
+        for name, ranges in profile.items():
+            if ranges.get("max"):
+                limits[name] = max(limits.get(name, 0), int(ranges["max"][0]))
+    return limits

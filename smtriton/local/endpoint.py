@@ -1,0 +1,276 @@
+"""A local SageMaker endpoint: the SageMaker Runtime `InvokeEndpoint` API in front of a real `serve`.
+
+`boto3.client("sagemaker-runtime", endpoint_url=...)` works against it unchanged. For a multi-model
+endpoint it does what SageMaker does: finds the `TargetModel` archive under a local folder or an S3
+prefix, extracts it safely to `<model root>/<model hash>/model`, loads it with `POST /models`, keeps the
+loaded models under a capacity limit, and on capacity or a 507 unloads the least recently used one and
+retries. Without `TargetModel` it serves a single-model endpoint.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from collections import OrderedDict
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import aiohttp
+import orjson
+from fastapi import FastAPI, Request, Response
+
+from smtriton.serve.triton.ports import pick_port
+
+log = logging.getLogger("smtriton.local_endpoint")
+
+TARGET = "X-Amzn-SageMaker-Target-Model"
+PASSED_HEADERS = ("Accept", "X-Amzn-SageMaker-Custom-Attributes", "X-Amzn-SageMaker-Inference-Id")
+
+
+class ArchiveError(ValueError):
+    """An archive that cannot be extracted safely, or that does not exist."""
+
+
+def safe_extract(archive: Path, destination: Path) -> None:
+    """Extract a model.tar.gz refusing absolute paths, '..', links out of it and device files."""
+    destination.mkdir(parents=True, exist_ok=True)
+    root = destination.resolve()
+    with tarfile.open(archive, "r:*") as tar:
+        members = tar.getmembers()
+        for member in members:
+            target = (root / member.name).resolve()
+            if member.name.startswith("/") or (target != root and root not in target.parents):
+                raise ArchiveError(f"{archive.name}: entry '{member.name}' leaves the archive")
+            if not (member.isfile() or member.isdir() or member.issym()):
+                raise ArchiveError(f"{archive.name}: entry '{member.name}' is not a file, directory or symlink")
+            if member.issym():
+                link = (target.parent / member.linkname).resolve()
+                if link != root and root not in link.parents:
+                    raise ArchiveError(f"{archive.name}: symlink '{member.name}' points outside the archive")
+        if hasattr(tarfile, "data_filter"):
+            tar.extractall(root, members=members, filter="data")
+        else:  # pragma: no cover - Python builds without extraction filters; members were checked above
+            tar.extractall(root, members=members)
+
+
+def model_hash(target_model: str) -> str:
+    """SageMaker names an MME model directory by an opaque hash of its TargetModel."""
+    return hashlib.sha256(target_model.encode()).hexdigest()[:32]
+
+
+@dataclass
+class ArchiveSource:
+    """Where TargetModel archives come from: a local folder or an ``s3://bucket/prefix``."""
+
+    location: str
+    _s3: object = field(default=None, repr=False)
+
+    def fetch(self, target_model: str, into: Path) -> Path:
+        if ".." in Path(target_model).parts or target_model.startswith("/"):
+            raise ArchiveError(f"TargetModel '{target_model}' must be a relative path without '..'")
+        if self.location.startswith("s3://"):
+            import boto3
+
+            bucket, _, prefix = self.location[5:].partition("/")
+            key = f"{prefix.rstrip('/')}/{target_model}" if prefix else target_model
+            if self._s3 is None:
+                self._s3 = boto3.client("s3")
+            path = into / "archive.tar.gz"
+            try:
+                self._s3.download_file(bucket, key, str(path))  # type: ignore[attr-defined]
+            except Exception as exc:
+                raise ArchiveError(f"could not download s3://{bucket}/{key}: {exc}") from None
+            return path
+        path = Path(self.location) / target_model
+        if not path.is_file():
+            raise ArchiveError(f"no archive {target_model} under {self.location}")
+        return path
+
+
+@dataclass
+class LoadedModels:
+    """Loaded model hashes, least recently used first."""
+
+    capacity: int
+    order: OrderedDict[str, str] = field(default_factory=OrderedDict)  # hash -> TargetModel
+    loads: int = 0
+    evictions: int = 0
+
+
+class ServeChild:
+    """The `serve` process behind the emulator, on a free loopback port."""
+
+    def __init__(self, args: list[str], log_file: Path, env: dict[str, str]) -> None:
+        self.port = pick_port(None, set())
+        self.url = f"http://127.0.0.1:{self.port}"
+        cmd = [sys.executable, "-m", "smtriton.serve", "--host", "127.0.0.1", "--port", str(self.port), *args]
+        self._log = open(log_file, "ab")  # noqa: SIM115 - closed in stop()
+        self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT, env={**os.environ, **env})
+
+    async def wait_healthy(self, session: aiohttp.ClientSession, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"serve exited with status {self.proc.returncode}")
+            with contextlib.suppress(aiohttp.ClientError):
+                async with session.get(f"{self.url}/ping") as resp:
+                    if resp.status == 200:
+                        return
+            await asyncio.sleep(0.2)
+        raise TimeoutError(f"serve did not become healthy within {timeout:.0f} s")
+
+    def stop(self, timeout: float = 40) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+        self._log.close()
+
+
+def _model_error(status: int, message: bytes, endpoint: str) -> Response:
+    """What SageMaker answers when the container fails: 424 ModelError carrying the original answer."""
+    text = message.decode("utf-8", errors="replace")
+    kind = "client" if status < 500 else "server"
+    body = {
+        "ErrorCode": f"{kind.upper()}_ERROR_FROM_MODEL",
+        "OriginalStatusCode": status,
+        "OriginalMessage": text,
+        "LogStreamArn": f"arn:aws:logs:local:000000000000:log-group:/aws/sagemaker/Endpoints/{endpoint}",
+        "message": f'Received {kind} error ({status}) from primary with message "{text}".',
+    }
+    return Response(orjson.dumps(body), status_code=424, headers={"x-amzn-ErrorType": "ModelError:"})
+
+
+def _service_error(status: int, code: str, message: str) -> Response:
+    return Response(orjson.dumps({"message": message}), status_code=status, headers={"x-amzn-ErrorType": f"{code}:"})
+
+
+def create_app(
+    endpoint_name: str,
+    serve_args: list[str],
+    work_dir: Path,
+    source: ArchiveSource | None,
+    capacity: int,
+    serve_env: dict[str, str] | None = None,
+    startup_timeout_s: float = 600,
+) -> FastAPI:
+    """The emulator app; `source` None means a single-model endpoint (no TargetModel accepted)."""
+    model_root = work_dir / "models"
+    loaded = LoadedModels(capacity)
+    lock = asyncio.Lock()  # SageMaker serialises model placement on an instance; so do we
+    state: dict[str, object] = {}
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=600))
+        child = ServeChild(serve_args, work_dir / "serve.log", serve_env or {})
+        state.update(session=session, child=child)
+        try:
+            await child.wait_healthy(session, startup_timeout_s)
+            log.info("endpoint %s ready at /endpoints/%s/invocations", endpoint_name, endpoint_name)
+            yield
+        finally:
+            await session.close()
+            await asyncio.to_thread(child.stop)
+
+    app = FastAPI(lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
+
+    async def _unload_lru() -> bool:
+        session, child = state["session"], state["child"]
+        if not loaded.order:
+            return False
+        victim, target = loaded.order.popitem(last=False)
+        async with session.delete(f"{child.url}/models/{victim}") as resp:  # type: ignore[attr-defined]
+            await resp.read()
+        shutil.rmtree(model_root / victim, ignore_errors=True)
+        loaded.evictions += 1
+        log.info("unloaded %s (least recently used) to make room", target)
+        return True
+
+    async def _ensure_loaded(target: str) -> str | Response:
+        name = model_hash(target)
+        if name in loaded.order:
+            loaded.order.move_to_end(name)
+            return name
+        session, child = state["session"], state["child"]
+        async with lock:
+            if name in loaded.order:
+                return name
+            assert source is not None
+            model_dir = model_root / name / "model"
+            if not model_dir.exists():
+                try:
+                    with tempfile.TemporaryDirectory(dir=work_dir) as scratch:
+                        archive = await asyncio.to_thread(source.fetch, target, Path(scratch))
+                        await asyncio.to_thread(safe_extract, archive, model_dir)
+                except (ArchiveError, tarfile.TarError, OSError) as exc:
+                    shutil.rmtree(model_root / name, ignore_errors=True)
+                    return _service_error(400, "ValidationError", f"Failed to download model data: {exc}")
+            while len(loaded.order) >= loaded.capacity and await _unload_lru():
+                pass
+            while True:
+                body = orjson.dumps({"model_name": name, "url": str(model_dir)})
+                headers = {"Content-Type": "application/json", TARGET: target}
+                async with session.post(f"{child.url}/models", data=body, headers=headers) as resp:  # type: ignore[attr-defined]
+                    payload = await resp.read()
+                    status = resp.status
+                if status == 507 and await _unload_lru():
+                    continue  # memory pressure: make room and try again, as SageMaker does
+                if status != 200:
+                    return _model_error(status, payload, endpoint_name)
+                loaded.order[name] = target
+                loaded.loads += 1
+                return name
+
+    @app.post("/endpoints/{name}/invocations")
+    async def invoke(name: str, request: Request) -> Response:
+        if name != endpoint_name:
+            return _service_error(400, "ValidationError", f"Endpoint {name} of account 000000000000 not found.")
+        session, child = state["session"], state["child"]
+        body = await request.body()
+        headers = {k: v for k in PASSED_HEADERS if (v := request.headers.get(k)) is not None}
+        headers["Content-Type"] = request.headers.get("content-type", "application/octet-stream")
+        target = request.headers.get(TARGET)
+        if target is None:
+            if source is not None:
+                return _service_error(400, "ValidationError", "TargetModel is required for a multi-model endpoint")
+            url = f"{child.url}/invocations"  # type: ignore[attr-defined]
+        else:
+            if source is None:
+                return _service_error(400, "ValidationError", "TargetModel is only for multi-model endpoints")
+            loaded_name = await _ensure_loaded(target)
+            if isinstance(loaded_name, Response):
+                return loaded_name
+            headers[TARGET] = target
+            url = f"{child.url}/models/{loaded_name}/invoke"  # type: ignore[attr-defined]
+        async with session.post(url, data=body, headers=headers) as resp:  # type: ignore[attr-defined]
+            payload = await resp.read()
+            if resp.status != 200:
+                return _model_error(resp.status, payload, endpoint_name)
+            out = {"Content-Type": resp.headers.get("Content-Type", "application/json")}
+            out["x-Amzn-Invoked-Production-Variant"] = "AllTraffic"
+            if "X-Amzn-SageMaker-Custom-Attributes" in resp.headers:
+                out["X-Amzn-SageMaker-Custom-Attributes"] = resp.headers["X-Amzn-SageMaker-Custom-Attributes"]
+            return Response(payload, status_code=200, headers=out)
+
+    @app.get("/_local/models")
+    async def status() -> Response:
+        """Emulator-only: what is loaded (LRU first) and how many loads and evictions happened."""
+        body = {"loaded": list(loaded.order.values()), "loads": loaded.loads, "evictions": loaded.evictions}
+        return Response(orjson.dumps(body), media_type="application/json")
+
+    return app

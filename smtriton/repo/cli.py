@@ -1,0 +1,170 @@
+"""``smtriton validate`` and ``smtriton package sme|mme``: check a repository, then archive it for SageMaker."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich import box
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from smtriton.repo.validate import Problem
+
+console = Console(stderr=True, soft_wrap=True)  # one message, one line (logs, grep)
+package_app = typer.Typer(
+    help="Deterministic model.tar.gz archives: one for an SME (repository root), one per model for an MME.",
+    no_args_is_help=True,
+)
+
+
+def _runtime(tensorrt_version: str | None, gpu_name: str | None, compute_capability: str | None, detect: bool):
+    from smtriton.convert.trt_plan import RuntimeInfo
+
+    if detect:
+        from smtriton.convert.trt_build import TensorRTError, runtime_info
+
+        try:
+            return runtime_info()
+        except TensorRTError as exc:
+            console.print(f"[red]error:[/] {escape(str(exc))}", highlight=False)
+            raise typer.Exit(2) from None
+    given = [tensorrt_version, gpu_name, compute_capability]
+    if any(given) and not all(given):
+        console.print("[red]error:[/] --tensorrt-version, --gpu-name and --compute-capability go together")
+        raise typer.Exit(2)
+    return RuntimeInfo(tensorrt_version, gpu_name, compute_capability) if all(given) else None  # type: ignore[arg-type]
+
+
+def _report(repo: Path, problems: list[Problem], quiet_ok: bool = False) -> int:
+    """Print one line per problem (stdout) and a summary (stderr); the number of errors."""
+    for problem in problems:
+        typer.echo(problem.line(repo))
+    n_errors = sum(p.severity == "error" for p in problems)
+    n_warnings = len(problems) - n_errors
+    if n_errors:
+        console.print(f"[bold red]{n_errors} error(s)[/], {n_warnings} warning(s) in {escape(str(repo))}")
+    elif not quiet_ok:
+        warned = f", {n_warnings} warning(s)" if n_warnings else ""
+        console.print(f"[green]✓[/] {escape(str(repo))}: no errors{warned}")
+    return n_errors
+
+
+def validate_command(
+    repo: Annotated[Path, typer.Argument(help="Model repository (one directory per model).")],
+    mme: Annotated[bool, typer.Option("--mme", help="Multi-model endpoint rules: model names unique.")] = False,
+    tensorrt_version: Annotated[
+        str | None, typer.Option(help="Check TensorRT plans against this runtime TensorRT version.")
+    ] = None,
+    gpu_name: Annotated[str | None, typer.Option(help="... and this GPU (as nvidia-smi names it).")] = None,
+    compute_capability: Annotated[str | None, typer.Option(help="... with this compute capability, e.g. 8.6.")] = None,
+    detect_runtime: Annotated[
+        bool, typer.Option(help="Take TensorRT version and GPU from this host (inside the serving image).")
+    ] = False,
+) -> None:
+    """Check a whole repository before deploying it; one line per problem, with its file.
+
+    Layout (model and numeric version directories), every config parses, the artifact each platform
+    loads is present, config inputs/outputs agree with the artifact (names, dtypes, ranks, fixed
+    dims), max_batch_size agrees with the batch dimension, ensemble steps reference existing models
+    and tensors, TensorRT sidecars match their plans. Exits 1 on any error.
+    """
+    from smtriton.repo.validate import validate_repository
+
+    runtime = _runtime(tensorrt_version, gpu_name, compute_capability, detect_runtime)
+    if _report(repo, validate_repository(repo, mme=mme, runtime=runtime)):
+        raise typer.Exit(1)
+
+
+def _validate_before(repo: Path, names: list[str], mme: bool) -> None:
+    """Validation of what is packaged (problems of other models in the repository do not block)."""
+    from smtriton.repo.validate import validate_repository
+
+    problems = []
+    for p in validate_repository(repo, mme=mme):
+        try:
+            first = p.path.relative_to(repo).parts[:1]
+        except ValueError:
+            first = ()
+        if not first or first[0] in names:
+            problems.append(p)
+    if _report(repo, problems, quiet_ok=True):
+        console.print("not packaged; fix the errors, or pass --no-validate")
+        raise typer.Exit(1)
+
+
+def _show(archives, uris: list[str] | None) -> None:
+    table = Table(box=box.SIMPLE_HEAD, title="Archives", title_justify="left")
+    for column in ("archive", "models", "size", "sha256"):
+        table.add_column(column, no_wrap=column != "models")
+    for a in archives:
+        table.add_row(str(a.path), ", ".join(a.models), f"{a.size / 1e6:.1f} MB", a.sha256[:16] + "…")
+    console.print(table)
+    for uri in uris or ():
+        console.print(f"uploaded {uri}", highlight=False)
+
+
+ModelsOpt = Annotated[list[str] | None, typer.Option("--model", "-m", help="Package only this model (repeatable).")]
+RenameOpt = Annotated[
+    list[str] | None,
+    typer.Option(help="OLD=NEW: rename a model in the archive (its directory, its config's name, ensemble steps)."),
+]
+S3Opt = Annotated[str | None, typer.Option("--s3", help="Upload to s3://bucket/prefix/ (boto3 credentials).")]
+ValidateOpt = Annotated[bool, typer.Option(help="Validate the packaged models first (default on).")]
+
+
+@package_app.command("sme")
+def package_sme_command(
+    repo: Annotated[Path, typer.Argument(help="Model repository.")],
+    output: Annotated[Path, typer.Option("--output", "-o", help="Archive to write.")] = Path("model.tar.gz"),
+    model: ModelsOpt = None,
+    rename: RenameOpt = None,
+    s3: S3Opt = None,
+    validate: ValidateOpt = True,
+) -> None:
+    """One model.tar.gz whose root is the repository (SageMaker extracts it to /opt/ml/model).
+
+    Deterministic: the same repository gives the same bytes (sorted entries, fixed times and owners,
+    no gzip name or time); <archive>.sha256 is written beside it.
+    """
+    from smtriton.repo.package import PackageError, model_dirs, package_sme, parse_renames, upload
+
+    try:
+        names = list(model) if model else model_dirs(repo)
+        if validate:
+            _validate_before(repo, names, mme=False)
+        archive = package_sme(repo, output, models=model, renames=parse_renames(rename or ()))
+        uris = upload([archive], s3) if s3 else None
+    except PackageError as exc:
+        console.print(f"[red]error:[/] {escape(str(exc))}", highlight=False)
+        raise typer.Exit(2) from None
+    _show([archive], uris)
+
+
+@package_app.command("mme")
+def package_mme_command(
+    repo: Annotated[Path, typer.Argument(help="Model repository.")],
+    output: Annotated[Path, typer.Option("--output", "-o", help="Directory for <model>.tar.gz files.")] = Path("."),
+    model: ModelsOpt = None,
+    rename: RenameOpt = None,
+    s3: S3Opt = None,
+    validate: ValidateOpt = True,
+) -> None:
+    """One <model>.tar.gz per model (the TargetModel of a multi-model endpoint).
+
+    An ensemble's archive also holds the models its steps use. Deterministic, with a .sha256 each.
+    """
+    from smtriton.repo.package import PackageError, model_dirs, package_mme, parse_renames, upload
+
+    try:
+        names = list(model) if model else model_dirs(repo)
+        if validate:
+            _validate_before(repo, names, mme=True)
+        archives = package_mme(repo, output, models=model, renames=parse_renames(rename or ()))
+        uris = upload(archives, s3) if s3 else None
+    except PackageError as exc:
+        console.print(f"[red]error:[/] {escape(str(exc))}", highlight=False)
+        raise typer.Exit(2) from None
+    _show(archives, uris)

@@ -1,0 +1,435 @@
+"""Validate a whole Triton model repository before deploying it: one problem per line, with its file.
+
+Checks what would otherwise surface as a failed load on the endpoint: layout (model and numeric
+version directories), every config parses as Triton's ModelConfig, the artifact each platform loads is
+present, the config's inputs/outputs (names, dtypes, ranks, fixed dims) agree with the artifact's own
+signature (:mod:`smtriton.convert.artifacts`), max_batch_size agrees with the artifact's batch dimension,
+ensemble steps reference existing models, versions and tensors, TensorRT plans match their sidecar
+(and the target TensorRT/GPU when given), and for a multi-model endpoint the model names are unique.
+The dimension rules are those of Triton's backends (the onnxruntime backend's CompareDimsSupported):
+a fixed artifact dimension must be stated exactly, a dynamic one accepts any config value.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from google.protobuf import text_format
+from tritonclient.grpc import model_config_pb2
+
+from smtriton import dtypes
+from smtriton.convert.artifacts import (
+    DEFAULT_FILENAMES,
+    Signature,
+    SignatureError,
+    TensorSig,
+    onnx_external_data,
+    onnx_signature,
+    torchscript_signature,
+)
+from smtriton.convert.config import CONFIG_FILE
+from smtriton.convert.trt_plan import (
+    RuntimeInfo,
+    SidecarError,
+    check_compatibility,
+    profile_batch_limits,
+    read_sidecar,
+    sha256_file,
+)
+
+# serve's rule for model names (CONTRACT.md: MME names), used for every repository.
+MODEL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,254}$")
+PLATFORM_BACKENDS = {  # platform -> backend Triton resolves it to
+    "onnxruntime_onnx": "onnxruntime",
+    "pytorch_libtorch": "pytorch",
+    "tensorrt_plan": "tensorrt",
+    "tensorflow_graphdef": "tensorflow",
+    "tensorflow_savedmodel": "tensorflow",
+    "ensemble": "",
+}
+KIND_OF_BACKEND = {"onnxruntime": "onnx", "pytorch": "torchscript", "tensorrt": "tensorrt", "python": "python"}
+ARTIFACT_NAMES = {"onnx": "ONNX graph", "torchscript": "TorchScript model", "tensorrt": "TensorRT plan"}
+
+
+@dataclass(frozen=True)
+class Problem:
+    path: Path  # the file (or directory) the problem is in
+    message: str
+    severity: str = "error"  # "error" or "warning"
+
+    def line(self, root: Path) -> str:
+        try:
+            where = self.path.relative_to(root).as_posix() or "."
+        except ValueError:
+            where = str(self.path)
+        return f"{where}: {self.severity}: {self.message}"
+
+
+@dataclass
+class _Model:
+    directory: Path
+    config: model_config_pb2.ModelConfig | None
+    versions: list[str] = field(default_factory=list)
+
+    @property
+    def config_path(self) -> Path:
+        return self.directory / CONFIG_FILE
+
+    @property
+    def name(self) -> str:
+        return (self.config.name if self.config is not None and self.config.name else "") or self.directory.name
+
+
+def validate_repository(
+    repo: Path, *, mme: bool = False, runtime: RuntimeInfo | None = None, load_torchscript: bool = True
+) -> list[Problem]:
+    """Every problem found, in a stable order (errors and warnings; only errors fail a deploy).
+
+    ``runtime``: the TensorRT version and GPU the endpoint runs, to check plans against. With
+    ``load_torchscript`` a TorchScript file without our embedded signature is loaded with torch to
+    count its forward() arguments.
+    """
+    repo = Path(repo)
+    if not repo.is_dir():
+        return [Problem(repo, "not a directory")]
+    problems: list[Problem] = []
+    if (repo / CONFIG_FILE).is_file():
+        problems.append(
+            Problem(repo / CONFIG_FILE, "a repository holds one directory per model; this is a model directory")
+        )
+    models = [_load(d, problems) for d in sorted(repo.iterdir()) if d.is_dir() and not d.name.startswith(".")]
+    if not models:
+        problems.append(Problem(repo, "no model directories"))
+    by_dir = {m.directory.name: m for m in models}
+    for model in models:
+        _check_model(model, problems, mme=mme, runtime=runtime, load_torchscript=load_torchscript)
+    for model in models:
+        if model.config is not None and model.config.platform == "ensemble":
+            _check_ensemble(model, by_dir, problems)
+    if mme:
+        _check_unique_names(models, problems)
+    return problems
+
+
+def errors(problems: Iterable[Problem]) -> list[Problem]:
+    return [p for p in problems if p.severity == "error"]
+
+
+def _load(directory: Path, problems: list[Problem]) -> _Model:
+    path = directory / CONFIG_FILE
+    versions = sorted((p.name for p in directory.iterdir() if p.is_dir() and p.name.isdigit()), key=int)
+    if not path.is_file():
+        problems.append(Problem(path, "missing: every model needs a config.pbtxt (smtriton config writes one)"))
+        return _Model(directory, None, versions)
+    try:
+        config = text_format.Parse(path.read_text(encoding="utf-8"), model_config_pb2.ModelConfig())
+    except (text_format.ParseError, UnicodeDecodeError) as exc:
+        problems.append(Problem(path, f"does not parse as a Triton ModelConfig: {exc}"))
+        return _Model(directory, None, versions)
+    return _Model(directory, config, versions)
+
+
+def _kind(config: model_config_pb2.ModelConfig) -> str | None:
+    if config.platform == "ensemble":
+        return "ensemble"
+    backend = PLATFORM_BACKENDS.get(config.platform) or config.backend
+    return KIND_OF_BACKEND.get(backend)
+
+
+def _check_model(
+    model: _Model, problems: list[Problem], *, mme: bool, runtime: RuntimeInfo | None, load_torchscript: bool
+) -> None:
+    def add(message: str, path: Path | None = None, severity: str = "error") -> None:
+        problems.append(Problem(path or model.config_path, message, severity))
+
+    d = model.directory
+    if not MODEL_NAME.match(d.name):
+        add(f"model directory name {d.name!r}: use 1-255 letters, digits, '.', '_', '-', starting with a letter "
+            "or digit", d)  # fmt: skip
+    odd = sorted(p.name for p in d.iterdir() if p.is_dir() and not p.name.isdigit() and not p.name.startswith("."))
+    for name in odd:
+        add(f"version directories must be numeric; Triton ignores {name!r}", d / name)
+    if not model.versions:
+        add("no numeric version directory (e.g. 1/): Triton would load nothing", d)
+    config = model.config
+    if config is None:
+        return
+    if config.name and config.name != d.name and not mme:
+        add(
+            f"name {config.name!r} differs from its directory {d.name!r}; Triton refuses it (rename with "
+            "`smtriton package --rename`, which rewrites both)"
+        )
+    if config.platform and config.platform not in PLATFORM_BACKENDS:
+        add(f"unknown platform {config.platform!r} (known: {', '.join(PLATFORM_BACKENDS)})")
+        return
+    if not config.platform and not config.backend:
+        add("names neither a platform nor a backend")
+        return
+    expected_backend = PLATFORM_BACKENDS.get(config.platform)
+    if config.platform and config.backend and expected_backend and config.backend != expected_backend:
+        add(f"platform {config.platform!r} runs on backend {expected_backend!r}, not {config.backend!r}")
+    kind = _kind(config)
+    if kind is None:
+        add(f"backend {config.backend or config.platform!r}: artifacts not checked by this tool", severity="warning")
+
+    mbs = config.max_batch_size
+    if mbs < 0:
+        add(f"max_batch_size must be >= 0, not {mbs}")
+    if config.HasField("dynamic_batching"):
+        if mbs == 0:
+            add("dynamic_batching has no effect with max_batch_size 0", severity="warning")
+        bad = [s for s in config.dynamic_batching.preferred_batch_size if not 0 < s <= max(mbs, 0)]
+        if bad and mbs > 0:
+            add(f"preferred_batch_size {bad} exceeds max_batch_size {mbs}")
+    _check_io_declarations(config, kind, add)
+    if config.version_policy.HasField("specific"):
+        for v in config.version_policy.specific.versions:
+            if str(v) not in model.versions:
+                add(f"version_policy names version {v}, which has no directory")
+
+    if kind in (None, "ensemble"):
+        return
+    filename = (
+        config.default_model_filename
+        or DEFAULT_FILENAMES[config.platform if config.platform in DEFAULT_FILENAMES else config.backend]
+    )
+    for version in model.versions:
+        artifact = d / version / filename
+        if not artifact.exists():
+            label = config.platform or f"backend {config.backend}"
+            add(f"missing: {label} loads {version}/{filename}", artifact)
+            continue
+        _check_artifact(kind, artifact, config, add, runtime, load_torchscript)
+
+
+def _check_io_declarations(config: model_config_pb2.ModelConfig, kind: str | None, add: Any) -> None:
+    for what, tensors in (("input", config.input), ("output", config.output)):
+        if not tensors:
+            if kind in ("onnx", "tensorrt"):
+                add(f"declares no {what}s; Triton may auto-complete them, but nothing is checked", severity="warning")
+            else:
+                add(f"declares no {what}s")
+        seen: set[str] = set()
+        for t in tensors:
+            if t.name in seen:
+                add(f"{what} {t.name!r} is declared twice")
+            seen.add(t.name)
+            if t.data_type == model_config_pb2.TYPE_INVALID:
+                add(f"{what} {t.name!r} has no data_type")
+            if not t.dims and not t.HasField("reshape"):
+                add(f"{what} {t.name!r} has no dims")
+            if any(x == 0 or x < -1 for x in t.dims):
+                add(f"{what} {t.name!r}: dims {list(t.dims)} may only hold positive sizes or -1")
+
+
+def _check_artifact(
+    kind: str,
+    artifact: Path,
+    config: model_config_pb2.ModelConfig,
+    add: Any,
+    runtime: RuntimeInfo | None,
+    load_torchscript: bool,
+) -> None:
+    rel = f"{artifact.parent.name}/{artifact.name}"
+    signature: Signature | None = None
+    try:
+        if kind == "onnx":
+            signature = onnx_signature(artifact)
+            for location in onnx_external_data(artifact):
+                if not (artifact.parent / location).is_file():
+                    add(f"missing: external weights {location} that {rel} refers to", artifact.parent / location)
+        elif kind == "torchscript":
+            signature = torchscript_signature(artifact)
+            if signature is None and load_torchscript:
+                _check_torchscript_arity(artifact, config, add)
+        elif kind == "tensorrt":
+            signature = _check_plan(artifact, config, add, runtime)
+        elif kind == "python":
+            _check_python_model(artifact, add)
+    except SignatureError as exc:
+        add(f"{rel}: {exc}", artifact)
+        return
+    if signature is not None:
+        _compare_io(config, signature, f"{ARTIFACT_NAMES[kind]} {rel}", add)
+
+
+def _check_plan(artifact: Path, config: model_config_pb2.ModelConfig, add: Any, runtime: RuntimeInfo | None) -> Any:
+    rel = f"{artifact.parent.name}/{artifact.name}"
+    try:
+        sidecar = read_sidecar(artifact)
+    except SidecarError as exc:
+        add(f"sidecar of {rel}: {exc}", artifact)
+        return None
+    if sidecar is None:
+        add(f"{rel} has no sidecar ({artifact.name}.json): its TensorRT version and GPU cannot be checked",
+            artifact, "warning")  # fmt: skip
+        return None
+    if sidecar.plan_sha256 != sha256_file(artifact):
+        add(f"sidecar {artifact.name}.json describes another plan (sha256 differs); rebuild or rewrite it", artifact)
+    if runtime is not None:
+        for message in check_compatibility(sidecar, runtime):
+            add(f"{rel}: {message}", artifact)
+    if config.max_batch_size > 0:
+        for name, limit in sorted(profile_batch_limits(sidecar).items()):
+            if limit < config.max_batch_size:
+                add(
+                    f"max_batch_size {config.max_batch_size} exceeds what the plan's profiles accept for "
+                    f"input {name!r} (batch up to {limit})"
+                )
+    return Signature.from_dict({"inputs": sidecar.inputs, "outputs": sidecar.outputs}, "TensorRT sidecar")
+
+
+def _check_torchscript_arity(artifact: Path, config: model_config_pb2.ModelConfig, add: Any) -> None:
+    """Without a stored signature, at least the number of forward() arguments can be checked."""
+    try:
+        import torch
+    except ImportError:  # pragma: no cover - validation without torch
+        return
+    try:
+        module = torch.jit.load(str(artifact), map_location="cpu")
+        arguments = module.forward.schema.arguments[1:]  # without self
+    except Exception as exc:
+        add(f"{artifact.parent.name}/{artifact.name} is not a loadable TorchScript file: {exc}", artifact)
+        return
+    if len(arguments) == 1 and "Dict" in str(arguments[0].type):
+        return
+    if len(arguments) != len(config.input):
+        add(
+            f"config declares {len(config.input)} inputs, forward() of {artifact.parent.name}/{artifact.name} "
+            f"takes {len(arguments)} ({', '.join(a.name for a in arguments)})"
+        )
+
+
+def _check_python_model(artifact: Path, add: Any) -> None:
+    try:
+        tree = ast.parse(artifact.read_text(encoding="utf-8"), str(artifact))
+    except (SyntaxError, UnicodeDecodeError) as exc:
+        add(f"does not parse as Python: {exc}", artifact)
+        return
+    if not any(isinstance(n, ast.ClassDef) and n.name == "TritonPythonModel" for n in tree.body):
+        add("defines no class TritonPythonModel, which the Python backend instantiates", artifact)
+
+
+def _config_type(dtype: str) -> str:
+    return dtypes.config_type(dtype)
+
+
+def _compare_io(config: model_config_pb2.ModelConfig, signature: Signature, what: str, add: Any) -> None:
+    mbs = config.max_batch_size
+    pairs = (("input", config.input, signature.inputs), ("output", config.output, signature.outputs))
+    for kind, declared, actual in pairs:
+        by_name = {t.name: t for t in actual}
+        names = ", ".join(t.name for t in actual) or "none"
+        for io in declared:
+            sig = by_name.get(io.name)
+            if sig is None:
+                add(f"{kind} {io.name!r} is not an {kind} of the {what} ({kind}s: {names})")
+                continue
+            type_name = model_config_pb2.DataType.Name(io.data_type)
+            if type_name != _config_type(sig.dtype):
+                add(f"{kind} {io.name!r}: config data_type {type_name}, the {what} has {_config_type(sig.dtype)}")
+            dims = list(io.reshape.shape) if io.HasField("reshape") else list(io.dims)
+            _compare_dims(kind, io.name, dims, sig, mbs, what, add)
+        if kind == "input":
+            missing = [t.name for t in actual if t.name not in {io.name for io in declared}]
+            if missing:
+                add(f"the {what} needs input(s) {', '.join(missing)}, which the config does not declare")
+
+
+def _shape_text(sig: TensorSig) -> str:
+    return "[" + ", ".join("?" if d is None else str(d) for d in sig.shape) + "]"
+
+
+def _compare_dims(kind: str, name: str, dims: Sequence[int], sig: TensorSig, mbs: int, what: str, add: Any) -> None:
+    shape = list(sig.shape)
+    if mbs > 0:
+        if not shape or not sig.is_dynamic(0):
+            add(
+                f"{kind} {name!r}: max_batch_size {mbs} but the {what}'s first dimension is "
+                f"{'missing' if not shape else f'fixed ({shape[0]})'}, shape {_shape_text(sig)}: Triton cannot batch "
+                "it (set max_batch_size: 0 and state the full shape)"
+            )
+            return
+        shape = shape[1:]
+    if len(dims) != len(shape):
+        hint = " (with max_batch_size > 0 leave the batch dimension out of dims)" if mbs > 0 else ""
+        add(
+            f"{kind} {name!r}: config dims {list(dims)} have rank {len(dims)}, the {what} has rank {len(shape)} "
+            f"(shape {_shape_text(sig)}){hint}"
+        )
+        return
+    for i, (want, have) in enumerate(zip(dims, shape, strict=True)):
+        if isinstance(have, int) and have >= 0 and want != have:
+            add(f"{kind} {name!r}: config dims {list(dims)} differ from the {what}'s shape {_shape_text(sig)} "
+                f"at dimension {i}")  # fmt: skip
+            return
+
+
+def _check_ensemble(model: _Model, by_dir: dict[str, _Model], problems: list[Problem]) -> None:
+    config = model.config
+    assert config is not None
+
+    def add(message: str) -> None:
+        problems.append(Problem(model.config_path, message))
+
+    steps = config.ensemble_scheduling.step
+    if not steps:
+        add("ensemble has no ensemble_scheduling steps")
+        return
+    inputs = {t.name: t for t in config.input}
+    produced: set[str] = set()
+    for step in steps:
+        produced.update(step.output_map.values())
+    for number, step in enumerate(steps, 1):
+        where = f"ensemble step {number} ({step.model_name})"
+        member = by_dir.get(step.model_name)
+        if member is None:
+            add(f"{where}: references model {step.model_name!r}, which is not in the repository")
+            continue
+        if step.model_version not in (-1, 0) and str(step.model_version) not in member.versions:
+            add(f"{where}: references version {step.model_version}, which {step.model_name} does not have")
+        if member.config is None:
+            continue
+        if config.max_batch_size > member.config.max_batch_size:
+            add(f"{where}: ensemble max_batch_size {config.max_batch_size} exceeds the model's "
+                f"{member.config.max_batch_size}")  # fmt: skip
+        member_in = {t.name: t for t in member.config.input}
+        member_out = {t.name for t in member.config.output}
+        for key, value in step.input_map.items():
+            if key not in member_in:
+                add(f"{where}: input_map key {key!r} is not an input of {step.model_name} "
+                    f"({', '.join(member_in) or 'none'})")  # fmt: skip
+            if value not in inputs and value not in produced:
+                add(f"{where}: tensor {value!r} is neither an ensemble input nor produced by a step")
+            elif value in inputs and key in member_in and inputs[value].data_type != member_in[key].data_type:
+                add(
+                    f"{where}: ensemble input {value!r} is {model_config_pb2.DataType.Name(inputs[value].data_type)}, "
+                    f"{step.model_name} input {key!r} is {model_config_pb2.DataType.Name(member_in[key].data_type)}"
+                )
+        for key in step.output_map:
+            if key not in member_out:
+                add(f"{where}: output_map key {key!r} is not an output of {step.model_name} "
+                    f"({', '.join(sorted(member_out)) or 'none'})")  # fmt: skip
+    for output in config.output:
+        if output.name not in produced:
+            add(f"ensemble output {output.name!r} is produced by no step")
+
+
+def _check_unique_names(models: Sequence[_Model], problems: list[Problem]) -> None:
+    """An MME serves every archive under its own name; two that claim one name (ignoring case, as
+    archive file names on many file systems do) collide."""
+    groups: dict[str, list[_Model]] = defaultdict(list)
+    for model in models:
+        groups[model.name.lower()].append(model)
+    for group in groups.values():
+        if len(group) < 2:
+            continue
+        for model in group:
+            others = ", ".join(f"{m.directory.name}/{CONFIG_FILE}" for m in group if m is not model)
+            problems.append(Problem(model.config_path, f"duplicate model name {model.name!r} (also in {others})"))

@@ -1,0 +1,131 @@
+"""SageMaker content types <-> Triton's KServe binary extension (CONTRACT.md §3).
+
+The two encodings carry the same bytes; only the header that says where the JSON part ends differs:
+SageMaker puts it in the Content-Type (``...binary+json;json-header-size=N``), Triton in
+``Inference-Header-Content-Length: N``. Nothing here looks inside a tensor.
+"""
+
+from __future__ import annotations
+
+import zlib
+
+import orjson
+
+from smtriton.serve.errors import BadRequest, PayloadTooLarge, ServeError
+
+BINARY_JSON = "application/vnd.sagemaker-triton.binary+json"
+BINARY_JSON_PREFIX = f"{BINARY_JSON};json-header-size="
+JSON = "application/json"
+
+
+def request_header_length(content_type: str | None, body_length: int) -> int | None:
+    """Where the JSON part of a request ends: None for a pure JSON body, else the byte count.
+
+    0 means raw mode (the whole body is the one input's bytes), as native does for ``=0`` and for an
+    empty body. Parsing is tolerant where meaning is clear (case, spaces, parameter order) and strict
+    where native silently misreads (a non-numeric size is an error, not raw mode).
+    """
+    if body_length == 0:
+        return 0
+    if not content_type:
+        return None
+    media_type, _, params = content_type.partition(";")
+    media_type = media_type.strip().lower()
+    if media_type != BINARY_JSON:
+        if BINARY_JSON in content_type.lower():
+            raise BadRequest(
+                f"expect MIME type for binary data starts with '{BINARY_JSON_PREFIX}', got: {content_type}"
+            )
+        return None
+    size: str | None = None
+    for param in params.split(";"):
+        key, sep, value = param.partition("=")
+        if sep and key.strip().lower() == "json-header-size":
+            size = value.strip().strip('"')
+    if size is None:
+        raise BadRequest(f"content type {BINARY_JSON} needs the parameter json-header-size")
+    if not size.isascii() or not size.isdigit():
+        raise BadRequest(f"invalid json-header-size '{size}'")
+    length = int(size)
+    if length > body_length:
+        raise BadRequest(f"inference header size should be in range (0, {body_length}), got: {size}")
+    return length
+
+
+def response_content_type(triton_header_length: int | None) -> str:
+    """The SageMaker Content-Type for a Triton response (binary iff Triton sent the header)."""
+    if triton_header_length is None:
+        return JSON
+    return f"{BINARY_JSON_PREFIX}{triton_header_length}"
+
+
+def decompress(body: bytes, encoding: str | None, limit: int) -> bytes:
+    """Undo ``Content-Encoding: gzip|deflate``; the output is bounded by ``limit`` (a zip bomb is 413)."""
+    if not encoding:
+        return body
+    name = encoding.strip().lower()
+    if name in ("", "identity"):
+        return body
+    if name in ("gzip", "x-gzip"):
+        wbits = 16 + zlib.MAX_WBITS
+    elif name == "deflate":
+        wbits = zlib.MAX_WBITS  # RFC 9110 deflate is zlib-wrapped; raw deflate is retried below
+    else:
+        raise ServeError(415, f"unsupported Content-Encoding '{encoding}' (use gzip or deflate)")
+    try:
+        return _inflate(body, wbits, limit)
+    except zlib.error:
+        if name != "deflate":
+            raise BadRequest("request body is not valid gzip data") from None
+    try:
+        return _inflate(body, -zlib.MAX_WBITS, limit)
+    except zlib.error:
+        raise BadRequest("request body is not valid deflate data") from None
+
+
+def _inflate(body: bytes, wbits: int, limit: int) -> bytes:
+    inflater = zlib.decompressobj(wbits)
+    out = inflater.decompress(body, limit + 1)
+    if len(out) > limit or inflater.unconsumed_tail:
+        raise PayloadTooLarge(limit)
+    out += inflater.flush()
+    if len(out) > limit:
+        raise PayloadTooLarge(limit)
+    if not inflater.eof:
+        raise zlib.error("truncated stream")
+    return out
+
+
+def json_part(body: bytes, header_length: int | None) -> bytes:
+    return body if header_length is None else body[:header_length]
+
+
+def add_request_parameter(body: bytes, header_length: int | None, key: str, value: str) -> tuple[bytes, int | None]:
+    """Set ``parameters[key]`` in a request's JSON part (recomputing its length); raw mode is left alone."""
+    if header_length == 0:
+        return body, header_length
+    try:
+        request = orjson.loads(json_part(body, header_length))
+    except orjson.JSONDecodeError:
+        return body, header_length  # Triton will report the parse error itself
+    if not isinstance(request, dict):
+        return body, header_length
+    parameters = request.get("parameters")
+    request["parameters"] = {**(parameters if isinstance(parameters, dict) else {}), key: value}
+    header = orjson.dumps(request)
+    if header_length is None:
+        return header, None
+    return header + body[header_length:], len(header)
+
+
+def response_parameter(body: bytes, header_length: int | None, key: str) -> str | None:
+    """A string response parameter the model set, without parsing responses that cannot have it."""
+    header = json_part(body, header_length)
+    if f'"{key}"'.encode() not in header:
+        return None
+    try:
+        parameters = orjson.loads(header).get("parameters") or {}
+    except (orjson.JSONDecodeError, AttributeError):
+        return None
+    value = parameters.get(key) if isinstance(parameters, dict) else None
+    return value if isinstance(value, str) else None

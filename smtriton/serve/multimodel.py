@@ -1,0 +1,520 @@
+"""Multi-model endpoint registry: load, list, describe, unload, invoke (CONTRACT.md §2.4, §4).
+
+Triton's public API can load and unload but not register another repository or rename a model, so
+`serve` owns one *managed repository* that Triton serves in explicit mode. Loading an archive stages
+each of its model directories there under its Triton name: a real ``config.pbtxt`` (parsed, renamed,
+ensemble steps re-pointed, written back through Triton's ModelConfig protobuf) and symlinks to
+everything else. Every later request resolves through the load record, never through a header
+(B7), and each ``model_name`` has a lock so loads and unloads of one model never interleave (B6).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import os
+import re
+import shutil
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import orjson
+from google.protobuf import text_format
+from tritonclient.grpc import model_config_pb2
+
+from smtriton.serve.codec import JSON, response_content_type
+from smtriton.serve.errors import BadRequest, ServeError, error_body
+from smtriton.serve.gpu import gpu_free_memory
+from smtriton.serve.plan_check import check_models
+from smtriton.serve.triton.client import TritonClient, UpstreamResponse, error_text
+
+log = logging.getLogger("serve.mme")
+
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,254}")
+_ENSEMBLE = re.compile(rb'platform\s*:\s*"ensemble"')
+# CONTRACT.md §4.6: native's OOM patterns (case-sensitive substrings), extended with the allocation
+# failures of the ONNX Runtime and PyTorch backends.
+OOM_PATTERNS = (
+    "CUDA out of memory",
+    "CUDA_OUT_OF_MEMORY",
+    "Out of memory",
+    "Out Of Memory",
+    "out of memory",
+    "MemoryError",
+    "OutOfMemory",
+    "Dst tensor is not initialized",
+    "Src tensor is not initialized",
+    "CNMEM_STATUS_OUT_OF_MEMORY",
+    "CUDNN_STATUS_NOT_INITIALIZED",
+    "CUBLAS_STATUS_ALLOC_FAILED",
+    "CUBLAS_STATUS_NOT_INITIALIZED",
+    "Failed to allocate memory",
+    "failed to allocate memory",
+    "No space left on device",
+    "std::bad_alloc",
+    "DefaultCPUAllocator: can't allocate memory",
+)
+_OOM_WORD = re.compile(r"\bOOM\b")  # native matches "OOM" anywhere (B15); a whole word here
+
+
+def is_oom(message: str) -> bool:
+    return any(p in message for p in OOM_PATTERNS) or bool(_OOM_WORD.search(message))
+
+
+class Conflict(ServeError):
+    def __init__(self, message: str) -> None:
+        super().__init__(409, message)
+
+
+class NotLoaded(ServeError):
+    def __init__(self, name: str) -> None:
+        super().__init__(404, f"model '{name}' is not loaded")
+
+
+class InsufficientStorage(ServeError):
+    def __init__(self, message: str) -> None:
+        super().__init__(507, message)
+
+
+@dataclass
+class ModelRecord:
+    """What a load decided; every later request on ``model_name`` resolves through this."""
+
+    model_name: str
+    url: str
+    target_model: str | None
+    triton_name: str  # the entry model Triton serves
+    triton_names: list[str]  # every Triton model staged for this archive, entry last
+    response_name: str  # "model_name" clients see in inference responses
+    decoupled: bool = False  # the entry model streams its responses
+    estimate: int = 0  # bytes the load was estimated to need (archive size x factor)
+    loaded_at: float = field(default_factory=time.time)
+    inflight: int = 0
+    idle: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def describe(self) -> dict[str, str]:
+        return {"modelName": self.model_name, "modelUrl": self.url}
+
+
+@dataclass(frozen=True)
+class ArchiveLayout:
+    """Model directories of one archive and the entry among them (CONTRACT.md §4.2)."""
+
+    entry: Path
+    others: tuple[Path, ...]
+    ensemble: bool
+
+
+def validate_name(name: object, what: str) -> str:
+    if not isinstance(name, str) or not _NAME.fullmatch(name) or name in (".", ".."):
+        raise BadRequest(f"invalid {what}: must be 1-255 characters of letters, digits, '.', '_' or '-'")
+    return name
+
+
+def confine_url(url: object, model_root: Path) -> Path:
+    """The url as a real directory inside ``model_root``; refuses '..', links out and other roots."""
+    if not isinstance(url, str) or not url:
+        raise BadRequest("'url' must be a non-empty string")
+    path = Path(url)
+    if not path.is_absolute() or ".." in path.parts or "\0" in url:
+        raise BadRequest(f"url '{url}' must be an absolute path under {model_root} without '..'")
+    root = model_root.resolve()
+    real = path.resolve()
+    if real != root and root not in real.parents:
+        raise BadRequest(f"url '{url}' is not under the model root {model_root}")
+    if not real.is_dir():
+        raise BadRequest(f"failed to register '{url}', repository not found")
+    for dirpath, dirnames, filenames in os.walk(real):
+        for entry in (*dirnames, *filenames):
+            candidate = Path(dirpath) / entry
+            if candidate.is_symlink():
+                target = candidate.resolve()
+                if target != real and real not in target.parents:
+                    raise BadRequest(f"url '{url}' holds a symlink that leads outside it: {entry}")
+    return real
+
+
+def find_layout(root: Path, target_model: str | None) -> ArchiveLayout:
+    if (root / "config.pbtxt").is_file():
+        return ArchiveLayout(entry=root, others=(), ensemble=False)
+    dirs = sorted(p for p in root.iterdir() if p.is_dir() and (p / "config.pbtxt").is_file())
+    if not dirs:
+        raise BadRequest(f"failed to register '{root.name}', repository not found: no config.pbtxt in the archive")
+    if len(dirs) == 1:
+        return ArchiveLayout(entry=dirs[0], others=(), ensemble=False)
+    ensembles = [d for d in dirs if _ENSEMBLE.search((d / "config.pbtxt").read_bytes())]
+    if len(ensembles) == 1:
+        return ArchiveLayout(ensembles[0], tuple(d for d in dirs if d != ensembles[0]), ensemble=True)
+    by_name = {d.name: d for d in dirs}
+    stem = (target_model or "").rsplit("/", 1)[-1].removesuffix(".tar.gz")
+    choice = by_name.get(stem)
+    if choice is None and (root / "sagemaker_entry").is_file():
+        choice = by_name.get((root / "sagemaker_entry").read_text().strip())
+    if choice is None:
+        raise BadRequest(f"ambiguous model archive: {', '.join(sorted(by_name))}")
+    return ArchiveLayout(choice, tuple(d for d in dirs if d != choice), ensemble=False)
+
+
+def triton_name_for(model_name: str, target_model: str | None) -> tuple[str, str]:
+    """(Triton name, name responses show): native serves a model under its TargetModel header."""
+    if target_model is None:
+        return model_name, model_name
+    if _NAME.fullmatch(target_model) and target_model not in (".", ".."):
+        return target_model, target_model
+    digest = hashlib.sha256(target_model.encode()).hexdigest()[:12]
+    safe = re.sub(r"[^A-Za-z0-9._-]", "_", target_model).lstrip("._-")[:200] or "model"
+    return f"{safe}-{digest}", target_model
+
+
+def stage_model(source: Path, triton_name: str, renames: dict[str, str], managed: Path) -> Path:
+    """Stage one model directory in the managed repository under ``triton_name``."""
+    config = model_config_pb2.ModelConfig()
+    try:
+        text_format.Parse((source / "config.pbtxt").read_text(), config)
+    except (text_format.ParseError, UnicodeDecodeError) as exc:
+        raise BadRequest(f"{source.name}/config.pbtxt does not parse: {exc}") from None
+    config.name = triton_name
+    for step in config.ensemble_scheduling.step:
+        step.model_name = renames.get(step.model_name, step.model_name)
+    target = managed / triton_name
+    if target.exists() or target.is_symlink():
+        raise Conflict(f"failed to register '{triton_name}', there is a conflicting mapping for '{triton_name}'")
+    target.mkdir()
+    (target / "config.pbtxt").write_text(text_format.MessageToString(config))
+    for item in source.iterdir():
+        if item.name != "config.pbtxt":
+            (target / item.name).symlink_to(item.resolve(), target_is_directory=item.is_dir())
+    return target
+
+
+def remove_staged(managed: Path, names: Iterable[str]) -> None:
+    for name in names:
+        shutil.rmtree(managed / name, ignore_errors=True)
+
+
+def page(records: list[ModelRecord], token: str | None, limit_raw: str | None) -> dict[str, object]:
+    """One page of the model list, oldest load first; the token is an opaque offset."""
+    try:
+        limit = int(limit_raw) if limit_raw is not None else 100
+    except ValueError:
+        raise BadRequest(f"invalid limit '{limit_raw}'") from None
+    if not 1 <= limit <= 1000:
+        raise BadRequest("limit must be between 1 and 1000")
+    start = 0
+    if token is not None:
+        try:
+            start = int(bytes.fromhex(token).decode())
+        except (ValueError, UnicodeDecodeError):
+            raise BadRequest(f"invalid next_page_token '{token}'") from None
+        if start < 0 or start > len(records):
+            raise BadRequest(f"invalid next_page_token '{token}'")
+    chunk = records[start : start + limit]
+    body: dict[str, object] = {"models": [r.describe() for r in chunk]}
+    if start + limit < len(records):
+        body["nextPageToken"] = str(start + limit).encode().hex()
+    return body
+
+
+def parse_load_body(body: bytes) -> tuple[str, str]:
+    """(model_name, url) from a load request; anything malformed is 400 (native aborts: B3)."""
+    try:
+        value = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        raise BadRequest("load request body must be a JSON object with 'model_name' and 'url'") from None
+    if not isinstance(value, dict):
+        raise BadRequest("load request body must be a JSON object with 'model_name' and 'url'")
+    name = validate_name(value.get("model_name"), "model_name")
+    url = value.get("url")
+    if not isinstance(url, str) or not url:
+        raise BadRequest("'url' must be a non-empty string")
+    return name, url
+
+
+def rename_in_response(
+    body: bytes, header_length: int | None, triton_name: str, shown: str
+) -> tuple[bytes, int | None]:
+    """Put the client's name back in a response served under a derived Triton name (CONTRACT.md §4.1)."""
+    old = b'"model_name":' + orjson.dumps(triton_name)
+    new = b'"model_name":' + orjson.dumps(shown)
+    end = len(body) if header_length is None else header_length
+    at = body.find(old, 0, end)
+    if at < 0:
+        return body, header_length
+    body = body[:at] + new + body[at + len(old) :]
+    return body, None if header_length is None else header_length + len(new) - len(old)
+
+
+def tree_size(root: Path) -> int:
+    """Bytes of the regular files under ``root``: the first estimate of what loading it costs."""
+    total = 0
+    for dirpath, _dirs, files in os.walk(root, followlinks=False):
+        for name in files:
+            path = Path(dirpath) / name
+            if not path.is_symlink():
+                total += path.stat().st_size
+    return total
+
+
+def oom_kills() -> int:
+    """Processes the kernel's OOM killer ended in this cgroup (cgroup v2 ``memory.events``)."""
+    try:
+        for line in Path("/sys/fs/cgroup/memory.events").read_text().splitlines():
+            key, _, value = line.partition(" ")
+            if key == "oom_kill":
+                return int(value)
+    except (OSError, ValueError):
+        pass
+    return 0
+
+
+def is_oom_failure(message: str, kills_before: int) -> bool:
+    """An OOM by its message, or a Python stub that died while the OOM killer struck (B15)."""
+    return is_oom(message) or oom_kills() > kills_before
+
+
+def available_memory() -> int:
+    """Host memory a load may use: the tighter of the cgroup's limit and the kernel's MemAvailable."""
+    available = None
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                available = int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    try:
+        limit = Path("/sys/fs/cgroup/memory.max").read_text().strip()
+        if limit != "max":
+            used = int(Path("/sys/fs/cgroup/memory.current").read_text())
+            room = int(limit) - used
+            available = room if available is None else min(available, room)
+    except (OSError, ValueError):
+        pass
+    return available if available is not None else 1 << 62
+
+
+class ModelRegistry:
+    """The MME model table and every operation on it; one per `serve` process."""
+
+    def __init__(
+        self,
+        model_root: Path,
+        managed: Path,
+        client: Callable[[], TritonClient],
+        memory_reserve_bytes: int,
+        memory_factor: float,
+        max_concurrent_loads: int,
+        unload_drain_s: float = 60.0,
+        unload_timeout_s: float = 240.0,
+        load_timeout_s: float = 1800.0,
+        gpu_memory_reserve_bytes: int = 1 << 30,
+        memory_budget_bytes: int | None = None,
+    ) -> None:
+        self._budget = memory_budget_bytes
+        self._pending: dict[str, int] = {}  # estimates of loads past the memory check, not yet recorded
+        self._gpu_reserve = gpu_memory_reserve_bytes
+        self._oom_kills_seen = oom_kills()
+        self.model_root = model_root
+        self.managed = managed
+        self._client = client
+        self._reserve = memory_reserve_bytes
+        self._factor = memory_factor
+        self._load_slots = asyncio.Semaphore(max_concurrent_loads)
+        self._drain_s = unload_drain_s
+        self._unload_timeout_s = unload_timeout_s
+        self._load_timeout_s = load_timeout_s
+        self.records: dict[str, ModelRecord] = {}
+        self._loading: set[str] = set()
+        self._unloading: set[str] = set()
+        self._locks: dict[str, asyncio.Lock] = {}
+
+    def _lock(self, name: str) -> asyncio.Lock:
+        return self._locks.setdefault(name, asyncio.Lock())
+
+    # ----- queries ------------------------------------------------------------------------------
+    def list(self, token: str | None, limit: str | None) -> dict[str, object]:
+        return page(sorted(self.records.values(), key=lambda r: r.loaded_at), token, limit)
+
+    def describe(self, name: str) -> dict[str, str]:
+        record = self.records.get(name)
+        if record is None:
+            raise NotLoaded(name)
+        return record.describe()
+
+    # ----- load ---------------------------------------------------------------------------------
+    async def load(self, body: bytes, target_model: str | None) -> None:
+        name, url = parse_load_body(body)
+        if name in self.records or name in self._loading or name in self._unloading:
+            raise Conflict(f"model '{name}' is already loaded")
+        self._loading.add(name)  # before any await: a concurrent load of the same name gets 409
+        try:
+            async with self._load_slots:
+                record = await self._load(name, url, target_model)
+            self.records[name] = record
+        finally:
+            self._loading.discard(name)
+            self._pending.pop(name, None)
+        log.info("loaded model %s (Triton %s) from %s", name, record.triton_name, url)
+
+    async def _load(self, name: str, url: str, target_model: str | None) -> ModelRecord:
+        real = await asyncio.to_thread(confine_url, url, self.model_root)
+        layout = await asyncio.to_thread(find_layout, real, target_model)
+        triton_name, shown = triton_name_for(name, target_model)
+        if any(r.triton_name == triton_name for r in self.records.values()):
+            raise Conflict(f"failed to register '{triton_name}', there is a conflicting mapping for '{triton_name}'")
+        problems = await asyncio.to_thread(check_models, [layout.entry, *layout.others])
+        if problems:  # a plan built for another TensorRT or GPU: say so rather than let Triton fail it
+            raise BadRequest(f"model '{name}' cannot be loaded on this host: " + "; ".join(problems))
+        needed = int(await asyncio.to_thread(tree_size, real) * self._factor)
+        self._check_memory(name, needed)
+        self._pending[name] = needed  # counted against the budget until the load ends
+        gpus = await asyncio.to_thread(gpu_free_memory)
+        if gpus and max(gpus) < self._gpu_reserve:
+            raise InsufficientStorage(
+                f"not enough GPU memory to load model '{name}': the most free on any GPU is {max(gpus) >> 20} MiB, "
+                f"below the reserve of {self._gpu_reserve >> 20} MiB"
+            )
+        renames = {d.name: f"{triton_name}.{d.name}" for d in layout.others} if layout.ensemble else {}
+        staged: list[str] = []
+        try:
+            for other in layout.others:
+                staged.append(stage_model(other, renames.get(other.name, other.name), {}, self.managed).name)
+            staged.append(stage_model(layout.entry, triton_name, renames, self.managed).name)
+            record = ModelRecord(name, url, target_model, triton_name, staged, shown, estimate=needed)
+            await self._load_in_triton(record)
+            record.decoupled = await self._client().is_decoupled(triton_name)
+        except BaseException:
+            await self._unload_in_triton(staged, wait=False)
+            remove_staged(self.managed, staged)
+            raise
+        record.idle.set()
+        return record
+
+    def _check_memory(self, name: str, needed: int) -> None:
+        """507 when the load would leave less free host memory than the reserve, or (with a budget) when
+        the estimates of the models loaded and loading would pass it. Free memory alone cannot see the
+        loads still under way, nor a model that allocates lazily on its first request."""
+        free = available_memory()
+        if needed + self._reserve > free:
+            raise InsufficientStorage(
+                f"not enough memory to load model '{name}': it needs about {needed >> 20} MiB plus a reserve of "
+                f"{self._reserve >> 20} MiB, and {free >> 20} MiB are available"
+            )
+        if self._budget is not None:
+            held = sum(r.estimate for r in self.records.values()) + sum(self._pending.values())
+            if held + needed > self._budget:
+                raise InsufficientStorage(
+                    f"not enough memory to load model '{name}': it needs about {needed >> 20} MiB, and the models "
+                    f"loaded or loading hold {held >> 20} MiB of the {self._budget >> 20} MiB model memory budget"
+                )
+
+    async def _load_in_triton(self, record: ModelRecord) -> None:
+        """Members first (BLS targets must exist), the entry last; failures mapped 507/400."""
+        client = self._client()
+        kills = oom_kills()
+        for triton_name in record.triton_names:
+            try:
+                await client.load_model(triton_name, self._load_timeout_s)
+            except ServeError as exc:
+                if exc.status == 400:
+                    raise ServeError(507 if is_oom_failure(exc.message, kills) else 400, exc.message) from None
+                raise
+
+    # ----- unload -------------------------------------------------------------------------------
+    async def unload(self, name: str, target_model: str | None) -> None:
+        if name not in self.records:
+            raise NotLoaded(name)
+        async with self._lock(name):
+            record = self.records.get(name)
+            if record is None:  # a concurrent unload finished first
+                raise NotLoaded(name)
+            if target_model is not None and target_model != record.target_model:
+                raise BadRequest("X-Amzn-SageMaker-Target-Model header does not match the model requested in the URL")
+            self._unloading.add(name)
+            try:
+                try:  # drain: invokes already running finish; new ones get 404 from here on
+                    await asyncio.wait_for(record.idle.wait(), self._drain_s)
+                except asyncio.TimeoutError:
+                    log.warning("unloading %s with %d requests still in flight", name, record.inflight)
+                await self._unload_in_triton(list(reversed(record.triton_names)), wait=True)
+                del self.records[name]
+            finally:
+                self._unloading.discard(name)
+        remove_staged(self.managed, record.triton_names)
+        log.info("unloaded model %s", name)
+
+    async def _unload_in_triton(self, triton_names: list[str], wait: bool) -> None:
+        client = self._client()
+        for triton_name in triton_names:
+            try:
+                await client.unload_model(triton_name, unload_dependents=False)
+            except ServeError:
+                if wait:
+                    raise
+        if not wait:
+            return
+        deadline = time.monotonic() + self._unload_timeout_s
+        pending = set(triton_names)
+        while pending:
+            states = await client.model_states()
+            pending = {n for n in pending if states.get(n) in ("READY", "LOADING", "UNLOADING")}
+            if not pending:
+                return
+            if time.monotonic() > deadline:
+                raise ServeError(500, f"unloading {', '.join(sorted(pending))} did not finish in time")
+            await asyncio.sleep(0.1)
+
+    # ----- invoke -------------------------------------------------------------------------------
+    def invoke_oom(self, message: str) -> bool:
+        """Whether a failed invoke was out of memory: by its message, or because the OOM killer struck
+        since the last failure looked (read on failures only: no cgroup file read per request)."""
+        kills = oom_kills()
+        struck, self._oom_kills_seen = kills > self._oom_kills_seen, kills
+        return is_oom(message) or struck
+
+    def begin_invoke(self, name: str, target_model: str | None) -> ModelRecord:
+        record = self.records.get(name)
+        if record is None or name in self._unloading:
+            raise NotLoaded(name)
+        if target_model is not None and target_model != record.target_model:
+            raise BadRequest("X-Amzn-SageMaker-Target-Model header does not match the model requested in the URL")
+        record.inflight += 1
+        record.idle.clear()
+        return record
+
+    @staticmethod
+    def end_invoke(record: ModelRecord) -> None:
+        record.inflight -= 1
+        if record.inflight == 0:
+            record.idle.set()
+
+    # ----- Triton restarted ---------------------------------------------------------------------
+    async def restore(self) -> None:
+        """Re-load every recorded model after a Triton restart, oldest first."""
+        for record in sorted(self.records.values(), key=lambda r: r.loaded_at):
+            try:
+                await self._load_in_triton(record)
+            except ServeError as exc:
+                log.error("model %s could not be restored and is dropped: %s", record.model_name, exc.message)
+                self.records.pop(record.model_name, None)
+                remove_staged(self.managed, record.triton_names)
+            else:
+                log.info("restored model %s", record.model_name)
+
+
+def to_mme_response(
+    record: ModelRecord, upstream: UpstreamResponse, oom: Callable[[str], bool] = is_oom
+) -> tuple[int, str, bytes]:
+    """MME mapping of a Triton answer (CONTRACT.md §2.6): 200 as SME; errors 507 on OOM, 404 if gone, else 400."""
+    if upstream.status == 200:
+        body, header_length = upstream.body, upstream.header_length
+        if record.response_name != record.triton_name:
+            body, header_length = rename_in_response(body, header_length, record.triton_name, record.response_name)
+        return 200, response_content_type(header_length), body
+    message = error_text(upstream.body) or "inference failed"
+    if upstream.status == 503:
+        return 503, JSON, error_body(message)
+    status = 507 if oom(message) else 404 if upstream.status == 404 else 400
+    return status, JSON, error_body(message)

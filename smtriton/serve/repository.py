@@ -1,0 +1,54 @@
+"""Which model a single-model endpoint serves: the start-up rules of CONTRACT.md §1.5."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from smtriton.serve.plan_check import check_models, loaded_with
+
+log = logging.getLogger("serve")
+
+
+class RepositoryError(RuntimeError):
+    """The model repository cannot be served as a single-model endpoint; `serve` exits 1."""
+
+
+def model_directories(repository: Path) -> list[str]:
+    """Model directories of a repository, sorted; hidden entries are not models."""
+    return sorted(p.name for p in repository.iterdir() if p.is_dir() and not p.name.startswith("."))
+
+
+def resolve_default_model(repository: Path, default_model: str | None) -> str:
+    """Apply the native `serve` rules (same messages) and return the model to serve."""
+    if not repository.is_dir():
+        raise RepositoryError(f"ERROR: Model repository {repository} does not exist or is not a directory.")
+    if (repository / "config.pbtxt").exists():
+        raise RepositoryError(
+            "ERROR: Incorrect directory structure. "
+            f"{repository} must hold one directory per model, each with its config.pbtxt."
+        )
+    models = model_directories(repository)
+    if default_model:
+        if default_model not in models:
+            raise RepositoryError(
+                f"ERROR: Directory with provided SAGEMAKER_TRITON_DEFAULT_MODEL_NAME {default_model} does not exist"
+            )
+        return default_model
+    if not models:
+        raise RepositoryError("ERROR: No model found in model repository")
+    if len(models) > 1:
+        raise RepositoryError(
+            "ERROR: More than 1 model directory found in model repository. "
+            "Set SAGEMAKER_TRITON_DEFAULT_MODEL_NAME (or --default-model) to one of: " + ", ".join(models)
+        )
+    log.warning("No SAGEMAKER_TRITON_DEFAULT_MODEL_NAME provided; serving the only model, %s", models[0])
+    return models[0]
+
+
+def refuse_unrunnable_plans(repository: Path, model: str) -> None:
+    """Exit before Triton loads a TensorRT plan built for another TensorRT version or GPU: the sidecar
+    says why at once, where Triton would fail the load deep in its log and /ping would stay 503."""
+    problems = check_models(loaded_with(repository, model))
+    if problems:
+        raise RepositoryError(f"ERROR: model {model} cannot be served on this host: " + "; ".join(problems))

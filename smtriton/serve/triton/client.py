@@ -1,0 +1,201 @@
+"""One pooled async HTTP connection pool to Triton's loopback endpoint.
+
+aiohttp forwards raw bytes several times faster than httpx here (DESIGN.md §6); bodies go through
+untouched, and only headers are rewritten by the caller.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from urllib.parse import quote
+
+import aiohttp
+import orjson
+
+from smtriton.serve.errors import ServeError, UpstreamUnavailable
+
+HEADER_LENGTH = "Inference-Header-Content-Length"
+
+
+@dataclass(frozen=True)
+class UpstreamResponse:
+    status: int
+    content_type: str
+    header_length: int | None
+    body: bytes
+
+
+class TritonClient:
+    """Talks to one Triton HTTP endpoint; create once, share, close at shutdown."""
+
+    def __init__(self, base_url: str, request_timeout_s: float, pool_size: int = 256) -> None:
+        self.base_url = base_url.rstrip("/")
+        self._timeout = aiohttp.ClientTimeout(total=request_timeout_s)
+        self._probe_timeout = aiohttp.ClientTimeout(total=2.0)
+        self._session = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=pool_size, keepalive_timeout=60, ttl_dns_cache=None),
+            auto_decompress=False,
+            skip_auto_headers=("User-Agent", "Accept-Encoding"),
+        )
+
+    async def close(self) -> None:
+        await self._session.close()
+
+    def _model_url(self, model: str, suffix: str) -> str:
+        return f"{self.base_url}/v2/models/{quote(model, safe='')}{suffix}"
+
+    async def infer(self, model: str, body: bytes, header_length: int | None) -> UpstreamResponse:
+        """POST the body to ``/v2/models/<model>/infer`` as is; ``header_length`` None means pure JSON."""
+        if header_length is None:
+            headers = {"Content-Type": "application/json"}
+        else:
+            headers = {"Content-Type": "application/octet-stream", HEADER_LENGTH: str(header_length)}
+        try:
+            async with self._session.post(
+                self._model_url(model, "/infer"), data=body, headers=headers, timeout=self._timeout
+            ) as resp:
+                payload = await resp.read()
+                raw_length = resp.headers.get(HEADER_LENGTH)
+                return UpstreamResponse(
+                    status=resp.status,
+                    content_type=resp.headers.get("Content-Type", ""),
+                    header_length=int(raw_length) if raw_length is not None else None,
+                    body=payload,
+                )
+        except asyncio.TimeoutError:
+            raise ServeError(504, f"inference on model '{model}' did not finish in time") from None
+        except aiohttp.ClientError as exc:
+            raise UpstreamUnavailable(f"Triton is not reachable: {exc.__class__.__name__}") from None
+
+    async def generate(self, model: str, body: bytes) -> UpstreamResponse:
+        """POST a generate request (JSON in, JSON out) to ``/v2/models/<model>/generate``."""
+        try:
+            async with self._session.post(
+                self._model_url(model, "/generate"),
+                data=body,
+                headers={"Content-Type": "application/json"},
+                timeout=self._timeout,
+            ) as resp:
+                payload = await resp.read()
+                return UpstreamResponse(resp.status, resp.headers.get("Content-Type", ""), None, payload)
+        except asyncio.TimeoutError:
+            raise ServeError(504, f"generate on model '{model}' did not finish in time") from None
+        except aiohttp.ClientError as exc:
+            raise UpstreamUnavailable(f"Triton is not reachable: {exc.__class__.__name__}") from None
+
+    @contextlib.asynccontextmanager
+    async def generate_stream(self, model: str, body: bytes) -> AsyncIterator[aiohttp.ClientResponse]:
+        """Open ``/v2/models/<model>/generate_stream``; closing it early drops the connection, which
+        is how Triton learns the client went away."""
+        try:
+            resp = await self._session.post(
+                self._model_url(model, "/generate_stream"),
+                data=body,
+                headers={"Content-Type": "application/json", "Accept": "text/event-stream"},
+                timeout=aiohttp.ClientTimeout(total=None, sock_read=self._timeout.total),
+            )
+        except aiohttp.ClientError as exc:
+            raise UpstreamUnavailable(f"Triton is not reachable: {exc.__class__.__name__}") from None
+        try:
+            yield resp
+        finally:
+            if not resp.content.at_eof():
+                resp.close()  # not back to the pool: the stream was cut
+            resp.release()
+
+    async def _get_ok(self, path: str) -> bool:
+        try:
+            async with self._session.get(f"{self.base_url}{path}", timeout=self._probe_timeout) as resp:
+                await resp.read()
+                return resp.status == 200
+        except (aiohttp.ClientError, asyncio.TimeoutError):
+            return False
+
+    async def server_live(self) -> bool:
+        return await self._get_ok("/v2/health/live")
+
+    async def model_ready(self, model: str) -> bool | None:
+        """Triton's answer on the model's readiness; None when Triton did not answer in time (a busy
+        moment is not a verdict: the process watcher reports a dead Triton)."""
+        try:
+            async with self._session.get(self._model_url(model, "/ready"), timeout=self._probe_timeout) as resp:
+                await resp.read()
+                return resp.status == 200
+        except (aiohttp.ClientError, asyncio.TimeoutError):
+            return None
+
+    async def model_config(self, model: str) -> dict[str, object]:
+        """The model's configuration as Triton completed it (JSON)."""
+        url = self._model_url(model, "/config")
+        try:
+            async with self._session.get(url, timeout=self._probe_timeout) as resp:
+                body = await resp.read()
+                if resp.status != 200:
+                    raise ServeError(resp.status, error_text(body))
+                return orjson.loads(body)
+        except (asyncio.TimeoutError, aiohttp.ClientError):
+            raise UpstreamUnavailable("Triton is not reachable") from None
+
+    async def is_decoupled(self, model: str) -> bool:
+        """Whether a loaded model answers with a stream of responses (decoupled transaction policy)."""
+        try:
+            config = await self.model_config(model)
+        except ServeError:
+            return False
+        policy = config.get("model_transaction_policy")
+        return bool(isinstance(policy, dict) and policy.get("decoupled"))
+
+    async def load_model(self, model: str, timeout_s: float) -> None:
+        """Load (or reload) a model; raises ServeError with Triton's message when it fails."""
+        url = f"{self.base_url}/v2/repository/models/{quote(model, safe='')}/load"
+        try:
+            async with self._session.post(url, timeout=aiohttp.ClientTimeout(total=timeout_s)) as resp:
+                body = await resp.read()
+                if resp.status != 200:
+                    raise ServeError(400, error_text(body))
+        except asyncio.TimeoutError:
+            raise ServeError(504, f"loading model '{model}' did not finish within {timeout_s:.0f} s") from None
+        except aiohttp.ClientError as exc:
+            raise UpstreamUnavailable(f"Triton is not reachable: {exc.__class__.__name__}") from None
+
+    async def unload_model(self, model: str, unload_dependents: bool = False) -> None:
+        """Ask Triton to unload; it answers at once, so callers wait with ``model_states``."""
+        url = f"{self.base_url}/v2/repository/models/{quote(model, safe='')}/unload"
+        payload = orjson.dumps({"parameters": {"unload_dependents": unload_dependents}})
+        try:
+            async with self._session.post(url, data=payload, timeout=self._probe_timeout) as resp:
+                body = await resp.read()
+                if resp.status != 200:
+                    raise ServeError(500, f"unloading model '{model}' failed: {error_text(body)}")
+        except asyncio.TimeoutError:
+            raise ServeError(500, f"unloading model '{model}' timed out") from None
+        except aiohttp.ClientError as exc:
+            raise UpstreamUnavailable(f"Triton is not reachable: {exc.__class__.__name__}") from None
+
+    async def model_states(self) -> dict[str, str]:
+        """Triton model name → state (READY, LOADING, UNLOADING, UNAVAILABLE) from the repository index."""
+        url = f"{self.base_url}/v2/repository/index"
+        try:
+            async with self._session.post(url, data=b"{}", timeout=self._probe_timeout) as resp:
+                body = await resp.read()
+                if resp.status != 200:
+                    raise ServeError(500, f"repository index failed: {error_text(body)}")
+        except (asyncio.TimeoutError, aiohttp.ClientError):
+            raise UpstreamUnavailable("Triton is not reachable") from None
+        states: dict[str, str] = {}
+        for entry in orjson.loads(body):
+            states[entry["name"]] = entry.get("state", "UNAVAILABLE")
+        return states
+
+
+def error_text(body: bytes) -> str:
+    try:
+        value = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return body.decode("utf-8", errors="replace")
+    if isinstance(value, dict) and isinstance(value.get("error"), str):
+        return value["error"]
+    return body.decode("utf-8", errors="replace")

@@ -1,0 +1,121 @@
+"""The conversion CLI without torch: every command explains itself, option parsing, config generation."""
+
+from __future__ import annotations
+
+import pytest
+from onnx import TensorProto
+from typer.testing import CliRunner
+
+from smtriton.cli import app
+from smtriton.convert.artifacts import TensorSig, find_artifact, onnx_signature
+from smtriton.convert.cli import parse_pairs, parse_size, parse_tensor
+from smtriton.convert.config import ConfigError, ConfigOptions, read_config, signature_config
+from smtriton.convert.recipe import DynamicBatching, InstanceGroup, RecipeError
+from tests.unit.test_scripts_validate import tiny_onnx
+
+
+@pytest.mark.parametrize(
+    "command",
+    ["convert", "convert onnx", "convert torchscript", "convert tensorrt", "config", "validate", "package",
+     "package sme", "package mme"],
+)  # fmt: skip
+def test_every_command_has_help(command):
+    result = CliRunner().invoke(app, [*command.split(), "--help"])
+    assert result.exit_code == 0, result.output
+    assert "Usage" in result.output
+
+
+def test_tensor_option_parsing():
+    assert parse_tensor("input_ids:INT64:batch,sequence:0..30522", require_type=True) == {
+        "name": "input_ids", "dtype": "INT64", "shape": ["batch", "sequence"], "range": [0, 30522],
+    }  # fmt: skip
+    assert parse_tensor("logits", require_type=False) == {"name": "logits"}
+    assert parse_tensor("x:FP32:-1,3", require_type=True)["shape"] == [-1, 3]
+    with pytest.raises(RecipeError, match="NAME:DTYPE:DIMS"):
+        parse_tensor("logits", require_type=True)
+    assert parse_pairs(["a=1", " b = x=y "], "--parameter") == {"a": "1", "b": "x=y"}
+    with pytest.raises(RecipeError):
+        parse_pairs(["novalue"], "--parameter")
+
+
+@pytest.mark.parametrize(("text", "size"), [("4GiB", 4 << 30), ("512MiB", 512 << 20), ("1G", 1 << 30), ("1024", 1024)])
+def test_size_parsing(text, size):
+    assert parse_size(text) == size
+
+
+def test_config_from_an_onnx_graph_with_every_option(tmp_path):
+    tiny_onnx(tmp_path / "clf" / "1" / "model.onnx", x_type=TensorProto.INT64)
+    signature = onnx_signature(find_artifact(tmp_path / "clf"))
+    options = ConfigOptions(
+        max_batch_size=8,
+        dynamic_batching=DynamicBatching((4, 8), 50),
+        instance_groups=(InstanceGroup(2, "KIND_GPU"),),
+        parameters={"intra_op_thread_count": "2"},
+        warmup=True,
+        graph_optimization_level=1,
+        accelerator="tensorrt",
+        accelerator_parameters={"precision_mode": "FP16"},
+    )
+    config = signature_config("clf", ("platform", "onnxruntime_onnx"), signature, options)
+    assert [(i.name, list(i.dims)) for i in config.input] == [("x", [4])]
+    assert config.optimization.graph.level == 1
+    accelerator = config.optimization.execution_accelerators.gpu_execution_accelerator[0]
+    assert accelerator.name == "tensorrt" and accelerator.parameters["precision_mode"] == "FP16"
+    warmup = config.model_warmup[0]
+    assert warmup.batch_size == 1 and list(warmup.inputs["x"].dims) == [4] and warmup.inputs["x"].zero_data
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        (ConfigOptions(max_batch_size=0, dynamic_batching=DynamicBatching()), "needs max_batch_size > 0"),
+        (ConfigOptions(max_batch_size=4, dynamic_batching=DynamicBatching((8,))), "not in 1..max_batch_size 4"),
+        (ConfigOptions(accelerator="cuda"), "'tensorrt' or 'openvino'"),
+        (ConfigOptions(accelerator_parameters={"a": "b"}), "need an accelerator"),
+    ],
+)
+def test_config_option_errors(options, message):
+    signature_inputs = (TensorSig("x", "FP32", ("batch", 4)),)
+    from smtriton.convert.artifacts import Signature
+
+    with pytest.raises(ConfigError, match=message):
+        signature_config("m", ("platform", "onnxruntime_onnx"), Signature(signature_inputs, (), "test"), options)
+
+
+def test_fixed_batch_dimension_cannot_batch():
+    from smtriton.convert.artifacts import Signature
+
+    signature = Signature((TensorSig("x", "FP32", (1, 4)),), (), "ONNX graph")
+    with pytest.raises(ConfigError, match="fixed first dimension 1"):
+        signature_config("m", ("platform", "onnxruntime_onnx"), signature, ConfigOptions(max_batch_size=2))
+
+
+def test_config_command_writes_and_refuses_to_overwrite(tmp_path):
+    model = tmp_path / "clf"
+    tiny_onnx(model / "1" / "model.onnx")
+    runner = CliRunner()
+    result = runner.invoke(app, ["config", str(model), "--max-batch-size", "8", "--instance-kind", "KIND_CPU"])
+    assert result.exit_code == 0, result.output
+    config = read_config(model)
+    assert config.name == "clf" and config.max_batch_size == 8 and config.HasField("dynamic_batching")
+    again = runner.invoke(app, ["config", str(model)])
+    assert again.exit_code == 2 and "--force overwrites it" in again.output
+    unbatched = runner.invoke(app, ["config", str(model), "--force"])
+    assert unbatched.exit_code == 0
+    assert "--max-batch-size N lets Triton batch them" in unbatched.output
+    assert list(read_config(model).input[0].dims) == [-1, 4]
+
+
+def test_config_command_needs_a_signature_or_a_description(tmp_path):
+    model = tmp_path / "foreign"
+    (model / "1").mkdir(parents=True)
+    (model / "1" / "model.pt").write_bytes(b"PK\x05\x06" + b"\0" * 18)  # an empty zip: no signature inside
+    runner = CliRunner()
+    result = runner.invoke(app, ["config", str(model)])
+    assert result.exit_code == 2 and "describe it with --input and --output-tensor" in result.output
+    described = runner.invoke(
+        app,
+        ["config", str(model), "--stdout", "--input", "INPUT__0:FP32:-1,3", "--output-tensor", "OUTPUT__0:FP32:-1,2"],
+    )
+    assert described.exit_code == 0, described.output
+    assert 'platform: "pytorch_libtorch"' in described.stdout and "dims: -1" in described.stdout

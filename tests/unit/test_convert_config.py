@@ -1,0 +1,119 @@
+"""config.pbtxt generation: written through the ModelConfig protobuf and read back field by field."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+from google.protobuf import json_format
+from tritonclient.grpc import model_config_pb2
+
+from smtriton.convert.config import build_config, config_dict, model_config, read_config, write_config
+from smtriton.convert.recipe import TensorSpec, parse_recipe
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+TEXT = """
+[[model]]
+name = "enc"
+format = "onnx"
+factory = "smtriton.demo.models:bert_tiny"
+max_batch_size = 16
+output = [{ name = "hidden" }]
+dynamic_batching = { preferred_batch_size = [4, 8], max_queue_delay_microseconds = 100 }
+instance_group = [{ count = 2, kind = "KIND_CPU" }]
+parameters = { intra_op_thread_count = "1" }
+input = [
+  { name = "input_ids", dtype = "INT64", shape = ["batch", "sequence"], range = [0, 10] },
+  { name = "attention_mask", dtype = "INT32", shape = ["batch", "sequence"], range = [0, 2] },
+]
+"""
+
+
+def spec_from(text: str):
+    return parse_recipe(tomllib.loads(text), Path("/x/recipe.toml")).models[0]
+
+
+def write_and_read(spec, outputs, tmp_path):
+    write_config(model_config(spec, outputs), tmp_path)
+    return read_config(tmp_path / "config.pbtxt")
+
+
+def test_batched_model_drops_batch_axis_and_marks_other_axes_dynamic(tmp_path):
+    spec = spec_from(TEXT)
+    hidden = TensorSpec("hidden", "FP32", ("batch", "sequence", 128))
+    config = write_and_read(spec, [hidden], tmp_path)
+    assert config.name == "enc"
+    assert config.platform == "onnxruntime_onnx"
+    assert config.max_batch_size == 16
+    assert [(i.name, i.data_type, list(i.dims)) for i in config.input] == [
+        ("input_ids", model_config_pb2.TYPE_INT64, [-1]),
+        ("attention_mask", model_config_pb2.TYPE_INT32, [-1]),
+    ]
+    assert [(o.name, o.data_type, list(o.dims)) for o in config.output] == [
+        ("hidden", model_config_pb2.TYPE_FP32, [-1, 128])
+    ]
+
+
+def test_dynamic_batching_instance_group_and_parameters(tmp_path):
+    config = write_and_read(spec_from(TEXT), [TensorSpec("hidden", "FP32", ("batch", 4))], tmp_path)
+    assert config.HasField("dynamic_batching")
+    assert list(config.dynamic_batching.preferred_batch_size) == [4, 8]
+    assert config.dynamic_batching.max_queue_delay_microseconds == 100
+    assert [(g.count, g.kind) for g in config.instance_group] == [(2, model_config_pb2.ModelInstanceGroup.KIND_CPU)]
+    assert config.parameters["intra_op_thread_count"].string_value == "1"
+
+
+def test_unbatched_model_keeps_batch_axis_as_minus_one(tmp_path):
+    text = TEXT.replace("max_batch_size = 16", "max_batch_size = 0").replace(
+        "dynamic_batching = { preferred_batch_size = [4, 8], max_queue_delay_microseconds = 100 }\n", ""
+    )
+    config = write_and_read(spec_from(text), [TensorSpec("hidden", "FP32", ("batch", 4))], tmp_path)
+    assert config.max_batch_size == 0
+    assert not config.HasField("dynamic_batching")
+    assert list(config.input[0].dims) == [-1, -1]
+    assert list(config.output[0].dims) == [-1, 4]
+
+
+def test_platforms_and_bytes_type(tmp_path):
+    text = """
+[[model]]
+name = "py"
+format = "python"
+source = "smtriton.demo.triton_models.string_upper"
+max_batch_size = 4
+input = [{ name = "TEXT", dtype = "BYTES", shape = ["batch", 1] }]
+output = [{ name = "UPPER", dtype = "BYTES", shape = ["batch", 1] }]
+"""
+    spec = spec_from(text)
+    config = write_and_read(spec, [o.declared for o in spec.outputs], tmp_path)
+    assert config.backend == "python" and config.platform == ""
+    assert config.input[0].data_type == model_config_pb2.TYPE_STRING
+    assert list(config.input[0].dims) == [1]
+
+    ts = spec_from(
+        TEXT.replace('format = "onnx"', 'format = "torchscript"')
+        .replace('"input_ids"', '"INPUT__0"')
+        .replace('"attention_mask"', '"INPUT__1"')
+        .replace('"hidden"', '"OUTPUT__0"')
+    )
+    assert model_config(ts, [TensorSpec("OUTPUT__0", "FP32", ("batch", 2))]).platform == "pytorch_libtorch"
+
+
+def test_written_file_is_protobuf_text_not_a_template(tmp_path):
+    path = write_config(model_config(spec_from(TEXT), [TensorSpec("hidden", "FP32", ("batch", 4))]), tmp_path)
+    text = path.read_text()
+    assert 'platform: "onnxruntime_onnx"' in text
+    assert "data_type: TYPE_INT64" in text
+    assert not list(tmp_path.glob(".*tmp"))  # the temporary file was renamed into place
+
+
+def test_misspelt_field_is_rejected_by_the_protobuf():
+    data = config_dict(spec_from(TEXT), [TensorSpec("hidden", "FP32", ("batch", 4))])
+    data["dynamic_batchin"] = {}
+    with pytest.raises(json_format.ParseError):
+        build_config(data)

@@ -1,0 +1,332 @@
+"""Repository validation: every problem found once, on one line, naming its file; tiny ONNX graphs, no torch."""
+
+from __future__ import annotations
+
+import json
+import re
+import zipfile
+from pathlib import Path
+
+import onnx
+import pytest
+from onnx import TensorProto, helper
+from typer.testing import CliRunner
+
+from smtriton.cli import app
+from smtriton.convert.artifacts import TORCHSCRIPT_SIGNATURE
+from smtriton.convert.trt_plan import RuntimeInfo, Sidecar, sha256_file, write_sidecar
+from smtriton.repo.validate import errors, validate_repository
+
+CLASSIFIER = """
+name: "clf"
+platform: "onnxruntime_onnx"
+max_batch_size: 8
+input { name: "x" data_type: TYPE_FP32 dims: [ 4 ] }
+output { name: "y" data_type: TYPE_FP32 dims: [ 2 ] }
+dynamic_batching { preferred_batch_size: [ 4 ] }
+"""
+
+
+def tiny_onnx(path: Path, *, batch: str | int = "batch", x_type: int = TensorProto.FLOAT) -> Path:
+    """y[batch, 2] = x[batch, 4] @ W (one MatMul; x cast to float when it is not)."""
+    nodes, x_name = [], "x"
+    if x_type != TensorProto.FLOAT:
+        nodes.append(helper.make_node("Cast", ["x"], ["xf"], to=TensorProto.FLOAT))
+        x_name = "xf"
+    nodes.append(helper.make_node("MatMul", [x_name, "w"], ["y"]))
+    graph = helper.make_graph(
+        nodes,
+        "tiny",
+        [helper.make_tensor_value_info("x", x_type, [batch, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [batch, 2])],
+        [helper.make_tensor("w", TensorProto.FLOAT, [4, 2], [0.5] * 8)],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    path.parent.mkdir(parents=True, exist_ok=True)
+    onnx.save(model, str(path))
+    return path
+
+
+def add_model(repo: Path, name: str, config: str, *, artifact: bool = True, **onnx_kwargs) -> Path:
+    model = repo / name
+    (model / "1").mkdir(parents=True)
+    (model / "config.pbtxt").write_text(re.sub(r'^name: "clf"', f'name: "{name}"', config, flags=re.M))
+    if artifact:
+        tiny_onnx(model / "1" / "model.onnx", **onnx_kwargs)
+    return model
+
+
+def lines(repo: Path, **kwargs) -> list[str]:
+    return [p.line(repo) for p in errors(validate_repository(repo, **kwargs))]
+
+
+@pytest.fixture
+def repo(tmp_path) -> Path:
+    repo = tmp_path / "repo"
+    add_model(repo, "clf", CLASSIFIER)
+    return repo
+
+
+def test_consistent_repository_has_no_errors(repo):
+    assert validate_repository(repo) == []
+
+
+def test_missing_artifact_names_the_expected_file(repo):
+    (repo / "clf" / "1" / "model.onnx").unlink()
+    assert lines(repo) == ["clf/1/model.onnx: error: missing: onnxruntime_onnx loads 1/model.onnx"]
+
+
+def test_wrong_input_name_lists_the_graph_inputs(repo):
+    config = repo / "clf" / "config.pbtxt"
+    config.write_text(config.read_text().replace('name: "x"', 'name: "pixels"'))
+    assert lines(repo) == [
+        "clf/config.pbtxt: error: input 'pixels' is not an input of the ONNX graph 1/model.onnx (inputs: x)",
+        "clf/config.pbtxt: error: the ONNX graph 1/model.onnx needs input(s) x, which the config does not declare",
+    ]
+
+
+def test_dtype_mismatch(tmp_path):
+    repo = tmp_path / "repo"
+    add_model(repo, "clf", CLASSIFIER, x_type=TensorProto.INT64)
+    assert lines(repo) == [
+        "clf/config.pbtxt: error: input 'x': config data_type TYPE_FP32, the ONNX graph 1/model.onnx has TYPE_INT64"
+    ]
+
+
+def test_batch_dimension_left_in_dims_is_a_rank_error_with_a_hint(repo):
+    config = repo / "clf" / "config.pbtxt"
+    config.write_text(config.read_text().replace("dims: [ 4 ] }\noutput", "dims: [ -1, 4 ] }\noutput"))
+    (line,) = lines(repo)
+    assert line.startswith("clf/config.pbtxt: error: input 'x': config dims [-1, 4] have rank 2, the ONNX graph")
+    assert "leave the batch dimension out of dims" in line
+
+
+def test_fixed_dimension_must_be_stated_exactly(repo):
+    config = repo / "clf" / "config.pbtxt"
+    config.write_text(config.read_text().replace("dims: [ 4 ]", "dims: [ -1 ]"))
+    assert lines(repo) == [
+        "clf/config.pbtxt: error: input 'x': config dims [-1] differ from the ONNX graph 1/model.onnx's "
+        "shape [batch, 4] at dimension 0"
+    ]
+
+
+def test_batching_config_on_a_graph_with_fixed_batch(tmp_path):
+    repo = tmp_path / "repo"
+    add_model(repo, "clf", CLASSIFIER, batch=1)
+    found = lines(repo)
+    assert len(found) == 2  # the input and the output
+    assert found[0] == (
+        "clf/config.pbtxt: error: input 'x': max_batch_size 8 but the ONNX graph 1/model.onnx's first dimension "
+        "is fixed (1), shape [1, 4]: Triton cannot batch it (set max_batch_size: 0 and state the full shape)"
+    )
+
+
+def test_unbatched_config_states_the_full_shape(tmp_path):
+    repo = tmp_path / "repo"
+    unbatched = CLASSIFIER.replace("max_batch_size: 8", "max_batch_size: 0").replace(
+        "dynamic_batching { preferred_batch_size: [ 4 ] }", ""
+    )
+    add_model(repo, "clf", unbatched.replace("dims: [ 4 ]", "dims: [ 1, 4 ]").replace("[ 2 ]", "[ 1, 2 ]"), batch=1)
+    assert validate_repository(repo) == []
+
+
+def test_duplicate_model_name_in_a_multi_model_repository(repo):
+    add_model(repo, "clf_v2", CLASSIFIER)
+    config = repo / "clf_v2" / "config.pbtxt"
+    config.write_text(config.read_text().replace('name: "clf_v2"', 'name: "CLF"'))
+    assert lines(repo, mme=True) == [
+        "clf/config.pbtxt: error: duplicate model name 'clf' (also in clf_v2/config.pbtxt)",
+        "clf_v2/config.pbtxt: error: duplicate model name 'CLF' (also in clf/config.pbtxt)",
+    ]
+    # An SME serves by directory: the mismatch is what Triton refuses there.
+    assert lines(repo) == [
+        "clf_v2/config.pbtxt: error: name 'CLF' differs from its directory 'clf_v2'; Triton refuses it "
+        "(rename with `smtriton package --rename`, which rewrites both)"
+    ]
+
+
+ENSEMBLE = """
+name: "pipeline"
+platform: "ensemble"
+max_batch_size: 8
+input { name: "IMAGE" data_type: TYPE_FP32 dims: [ 4 ] }
+output { name: "SCORES" data_type: TYPE_FP32 dims: [ 2 ] }
+ensemble_scheduling {
+  step {
+    model_name: "clf"
+    model_version: -1
+    input_map { key: "x" value: "IMAGE" }
+    output_map { key: "y" value: "SCORES" }
+  }
+}
+"""
+
+
+def test_valid_ensemble(repo):
+    add_model(repo, "pipeline", ENSEMBLE, artifact=False)
+    assert validate_repository(repo) == []
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (('model_name: "clf"', 'model_name: "classifier"'),
+         "ensemble step 1 (classifier): references model 'classifier', which is not in the repository"),
+        (('key: "x"', 'key: "input"'),
+         "ensemble step 1 (clf): input_map key 'input' is not an input of clf (x)"),
+        (('value: "IMAGE"', 'value: "PIXELS"'),
+         "ensemble step 1 (clf): tensor 'PIXELS' is neither an ensemble input nor produced by a step"),
+        (('value: "SCORES"', 'value: "LOGITS"'), "ensemble output 'SCORES' is produced by no step"),
+        (("model_version: -1", "model_version: 3"),
+         "ensemble step 1 (clf): references version 3, which clf does not have"),
+        (("max_batch_size: 8", "max_batch_size: 16"),
+         "ensemble step 1 (clf): ensemble max_batch_size 16 exceeds the model's 8"),
+    ],
+)  # fmt: skip
+def test_broken_ensemble_reference(repo, edit, message):
+    add_model(repo, "pipeline", ENSEMBLE.replace(*edit), artifact=False)
+    assert lines(repo) == [f"pipeline/config.pbtxt: error: {message}"]
+
+
+def test_layout_problems(repo):
+    (repo / "clf" / "v2").mkdir()
+    (repo / "bad name").mkdir()
+    (repo / "empty").mkdir()
+    (repo / "empty" / "config.pbtxt").write_text('name: "empty"\nbackend: "python"\n')
+    found = lines(repo)
+    assert (
+        "bad name/config.pbtxt: error: missing: every model needs a config.pbtxt (smtriton config writes one)" in found
+    )
+    assert any(line.startswith("bad name: error: model directory name 'bad name'") for line in found)
+    assert "clf/v2: error: version directories must be numeric; Triton ignores 'v2'" in found
+    assert "empty: error: no numeric version directory (e.g. 1/): Triton would load nothing" in found
+    assert "empty/config.pbtxt: error: declares no inputs" in found
+
+
+def test_unparsable_config_reports_the_position(repo):
+    (repo / "clf" / "config.pbtxt").write_text('name: "clf"\nplatfrom: "onnxruntime_onnx"\n')
+    (line,) = lines(repo)
+    assert line.startswith("clf/config.pbtxt: error: does not parse as a Triton ModelConfig: 2:1 :")
+    assert "platfrom" in line
+
+
+def test_python_model_needs_its_class(tmp_path):
+    repo = tmp_path / "repo"
+    model = repo / "py"
+    (model / "1").mkdir(parents=True)
+    (model / "config.pbtxt").write_text(
+        'name: "py"\nbackend: "python"\ninput { name: "A" data_type: TYPE_STRING dims: [1] }\n'
+        'output { name: "B" data_type: TYPE_STRING dims: [1] }\n'
+    )
+    (model / "1" / "model.py").write_text("class Model:\n    pass\n")
+    assert lines(repo) == [
+        "py/1/model.py: error: defines no class TritonPythonModel, which the Python backend instantiates"
+    ]
+
+
+def fake_torchscript(path: Path, signature: dict) -> None:
+    """A zip laid out like torch.jit.save's, holding only our signature (enough for the reader)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with zipfile.ZipFile(path, "w") as z:
+        z.writestr("model/extra/" + TORCHSCRIPT_SIGNATURE, json.dumps(signature))
+        z.writestr("model/data.pkl", b"")
+
+
+def test_torchscript_signature_is_compared(tmp_path):
+    repo = tmp_path / "repo"
+    model = repo / "ts"
+    (model / "config.pbtxt").parent.mkdir(parents=True)
+    (model / "config.pbtxt").write_text(
+        'name: "ts"\nplatform: "pytorch_libtorch"\nmax_batch_size: 4\n'
+        'input { name: "INPUT__0" data_type: TYPE_FP32 dims: [3, 8] }\n'
+        'output { name: "OUTPUT__0" data_type: TYPE_INT64 dims: [10] }\n'
+    )
+    fake_torchscript(
+        model / "1" / "model.pt",
+        {
+            "format": "smtriton.signature/1",
+            "inputs": [{"name": "INPUT__0", "dtype": "FP32", "shape": ["batch", 3, 8]}],
+            "outputs": [{"name": "OUTPUT__0", "dtype": "FP32", "shape": ["batch", 10]}],
+            "max_batch_size": 4,
+        },
+    )
+    assert lines(repo) == [
+        "ts/config.pbtxt: error: output 'OUTPUT__0': config data_type TYPE_INT64, the TorchScript model "
+        "1/model.pt has TYPE_FP32"
+    ]
+
+
+def plan_repo(tmp_path: Path, *, mbs: int = 8) -> tuple[Path, Path]:
+    repo = tmp_path / "repo"
+    model = repo / "trt"
+    (model / "1").mkdir(parents=True)
+    (model / "config.pbtxt").write_text(
+        f'name: "trt"\nplatform: "tensorrt_plan"\nmax_batch_size: {mbs}\n'
+        'input { name: "x" data_type: TYPE_FP32 dims: [4] }\noutput { name: "y" data_type: TYPE_FP32 dims: [2] }\n'
+    )
+    plan = model / "1" / "model.plan"
+    plan.write_bytes(b"not really a plan")
+    write_sidecar(
+        plan,
+        Sidecar(
+            tensorrt_version="10.3.0",
+            gpu_name="NVIDIA A10G",
+            compute_capability="8.6",
+            precision="fp16",
+            strongly_typed=False,
+            profiles=[{"x": {"min": [1, 4], "opt": [4, 4], "max": [8, 4]}}],
+            inputs=[{"name": "x", "dtype": "FP32", "shape": ["batch", 4]}],
+            outputs=[{"name": "y", "dtype": "FP32", "shape": ["batch", 2]}],
+            plan_sha256=sha256_file(plan),
+        ),
+    )
+    return repo, plan
+
+
+def test_tensorrt_plan_checked_against_its_sidecar_and_the_runtime(tmp_path):
+    repo, plan = plan_repo(tmp_path)
+    assert validate_repository(repo) == []
+    same = RuntimeInfo("10.3.0", "NVIDIA A10G", "8.6")
+    assert validate_repository(repo, runtime=same) == []
+    other = RuntimeInfo("10.8.0", "NVIDIA L4", "8.9")
+    found = lines(repo, runtime=other)
+    assert len(found) == 2
+    assert found[0].startswith("trt/1/model.plan: error: 1/model.plan: plan built with TensorRT 10.3.0, this runtime")
+    assert "compute capability 8.6" in found[1]
+    plan.write_bytes(b"another plan")
+    assert lines(repo) == [
+        "trt/1/model.plan: error: sidecar model.plan.json describes another plan (sha256 differs); rebuild or "
+        "rewrite it"
+    ]
+
+
+def test_tensorrt_batch_beyond_the_profiles(tmp_path):
+    repo, _ = plan_repo(tmp_path, mbs=16)
+    assert lines(repo) == [
+        "trt/config.pbtxt: error: max_batch_size 16 exceeds what the plan's profiles accept for input 'x' "
+        "(batch up to 8)"
+    ]
+
+
+def test_plan_without_sidecar_is_a_warning(tmp_path):
+    repo, plan = plan_repo(tmp_path)
+    plan.with_name("model.plan.json").unlink()
+    (warning,) = validate_repository(repo)
+    assert warning.severity == "warning" and "no sidecar" in warning.message
+
+
+def test_cli_prints_one_line_per_problem_and_exits_non_zero(repo):
+    (repo / "clf" / "1" / "model.onnx").unlink()
+    add_model(repo, "pipeline", ENSEMBLE.replace('model_name: "clf"', 'model_name: "gone"'), artifact=False)
+    result = CliRunner().invoke(app, ["validate", str(repo)])
+    assert result.exit_code == 1
+    assert result.stdout.splitlines() == [
+        "clf/1/model.onnx: error: missing: onnxruntime_onnx loads 1/model.onnx",
+        "pipeline/config.pbtxt: error: ensemble step 1 (gone): references model 'gone', which is not in the repository",
+    ]
+
+
+def test_cli_accepts_a_valid_repository(repo):
+    result = CliRunner().invoke(app, ["validate", str(repo), "--mme"])
+    assert result.exit_code == 0, result.output
+    assert result.stdout == ""
