@@ -1,40 +1,44 @@
-"""HTTP routes of the SageMaker hosting contract (CONTRACT.md §2); thin: the engine does the work."""
+"""The ASGI application: the data routes (raw ASGI) in front of the control plane (FastAPI).
+
+The control plane is what is neither hot nor streamed: batch transform's execution parameters and the
+multi-model endpoint's load, list, describe and unload (docs/contract.md §2.4). Triton starts with the
+application and stops with it.
+"""
 
 from __future__ import annotations
 
-import contextlib
-import functools
 import gc
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 import orjson
 from fastapi import FastAPI, Request, Response
-from fastapi.responses import StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from smtriton.serve import codec, streaming
+from smtriton.serve import edge
 from smtriton.serve.codec import JSON
-from smtriton.serve.engine import CUSTOM_ATTRIBUTES, Engine, to_sagemaker
-from smtriton.serve.errors import INTERNAL_ERROR, BadRequest, HeadersTooLarge, ServeError, error_body
-from smtriton.serve.fastpath import log_failure, read_limited
-from smtriton.serve.multimodel import ModelRegistry, NotLoaded, to_mme_response
-from smtriton.serve.triton.client import UpstreamResponse
+from smtriton.serve.dataplane import DataPlane
+from smtriton.serve.errors import INTERNAL_ERROR, HeadersTooLarge, ModelNotFound, ServeError, error_body
+from smtriton.serve.routes import DataRoutes, log_failure, read_limited
 
 _PLAIN = {"content-type": "text/plain"}
 LOAD_BODY_LIMIT = 64 * 1024  # a load request is a small JSON object
-CUSTOM_ATTRIBUTES_HEADER = "X-Amzn-SageMaker-Custom-Attributes"
 DEFAULT_BATCH_PAYLOAD_MB = 6  # SageMaker's own default MaxPayloadInMB
+_TARGET = edge.TARGET_MODEL_HEADER.lower()
 
 
 def _log_failure(request: Request, status: int) -> None:
-    log_failure(request.method, request.url.path, status, request.headers.get("x-amzn-sagemaker-inference-id"))
+    log_failure(request.method, request.url.path, status, request.headers.get(edge.INFERENCE_ID_HEADER))
 
 
 def _error(status: int, message: str) -> Response:
     return Response(error_body(message), status_code=status, media_type=JSON)
+
+
+def _json(value: object, status: int = 200) -> Response:
+    return Response(orjson.dumps(value), status_code=status, media_type=JSON)
 
 
 async def read_body(request: Request, limit: int) -> bytes:
@@ -53,18 +57,17 @@ class HeaderLimit:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and sum(len(k) + len(v) for k, v in scope["headers"]) > self.limit:
             error = HeadersTooLarge(self.limit)
-            response = _error(error.status, error.message)
-            await response(scope, receive, send)
+            await _error(error.status, error.message)(scope, receive, send)
             return
         await self.app(scope, receive, send)
 
 
-def create_app(engine: Engine, registry: ModelRegistry | None = None) -> FastAPI:
-    """The ASGI app serving one engine; Triton starts with the app and stops with it."""
+def create_control_app(plane: DataPlane) -> FastAPI:
+    """The control plane's routes; unknown paths answer 400 as native does."""
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
-        engine.start()
+        plane.supervisor.start()
         # Everything alive now lives for the whole process: keep it out of the collector's full
         # passes, which otherwise made the p99 (bench/NOTES.md: 57 ms pauses → p99 55 → 8 ms).
         gc.collect()
@@ -72,7 +75,7 @@ def create_app(engine: Engine, registry: ModelRegistry | None = None) -> FastAPI
         try:
             yield
         finally:
-            await engine.stop()
+            await plane.supervisor.stop()
 
     app = FastAPI(
         lifespan=lifespan,
@@ -81,8 +84,9 @@ def create_app(engine: Engine, registry: ModelRegistry | None = None) -> FastAPI
         redoc_url=None,
         openapi_url=None,
     )
-    limit = engine.settings.max_payload_bytes
-    app.add_middleware(HeaderLimit, limit=engine.settings.max_header_bytes)
+    app.add_middleware(HeaderLimit, limit=plane.settings.max_header_bytes)
+    metrics = plane.metrics
+    registry = plane.registry
 
     @app.exception_handler(ServeError)
     async def _serve_error(request: Request, exc: ServeError) -> Response:
@@ -103,22 +107,13 @@ def create_app(engine: Engine, registry: ModelRegistry | None = None) -> FastAPI
             return _error(400, f"no route for {request.method} {request.url.path}")
         return _error(exc.status_code, str(exc.detail))
 
-    def _json(value: object, status: int = 200) -> Response:
-        return Response(orjson.dumps(value), status_code=status, media_type=JSON)
-
-    @app.get("/ping")
-    async def ping() -> Response:
-        if engine.healthy:
-            return Response(b"", status_code=200, headers=_PLAIN)
-        return Response(b"", status_code=503, headers=_PLAIN)
-
     @app.get("/execution-parameters")
     async def execution_parameters() -> Response:
-        """Batch transform asks before sending work (CONTRACT.md §7): job settings first, then ours."""
-        settings = engine.settings
+        """Batch transform asks before sending work (docs/contract.md §7): job settings first, then ours."""
+        settings = plane.settings
         concurrency = settings.max_concurrent_transforms
         if concurrency is None:
-            concurrency = await engine.instance_count()
+            concurrency = await plane.instance_count()
         return _json(
             {
                 "MaxConcurrentTransforms": concurrency,
@@ -127,123 +122,10 @@ def create_app(engine: Engine, registry: ModelRegistry | None = None) -> FastAPI
             }
         )
 
-    async def read_invocation(request: Request) -> tuple[bytes, str | None, str | None]:
-        """(body, content type, custom attributes) of an inference request, decompressed if encoded."""
-        headers = request.headers
-        body = codec.decompress(await read_body(request, limit), headers.get("content-encoding"), limit)
-        return body, headers.get("content-type"), headers.get(CUSTOM_ATTRIBUTES_HEADER)
-
-    def respond(
-        request: Request, upstream: UpstreamResponse, status: int, content_type: str, payload: bytes
-    ) -> Response:
-        response = Response(payload, status_code=status, media_type=content_type)
-        if status == 200:
-            attributes = codec.response_parameter(upstream.body, upstream.header_length, CUSTOM_ATTRIBUTES)
-            if attributes is not None:
-                response.headers[CUSTOM_ATTRIBUTES_HEADER] = attributes
-        else:
-            _log_failure(request, status)
-        return response
-
-    metrics = engine.metrics
-
-    @contextlib.contextmanager
-    def observed(route: str, model: str) -> Iterator[list[int]]:
-        """Count and time one request; the handler stores its status in the yielded list."""
-        started = metrics.begin(route)
-        status = [500]
-        try:
-            yield status
-        except ServeError as exc:
-            status[0] = exc.status
-            raise
-        finally:
-            metrics.end(route, model, status[0], started)
-
-    inference_type = engine.settings.inference_type
-
-    async def generate_stream(request: Request, model: str, body: bytes) -> Response:
-        """SAGEMAKER_TRITON_INFERENCE_TYPE=generate_stream: Triton's server-sent events, passed on as
-        they arrive (chunked); a client that goes away closes the upstream request too."""
-        stream = engine.ready_client(model).generate_stream(model, body)
-        upstream = await stream.__aenter__()
-        if upstream.status != 200:
-            payload = await upstream.read()
-            await stream.__aexit__(None, None, None)
-            failed = UpstreamResponse(upstream.status, upstream.headers.get("Content-Type", ""), None, payload)
-            return respond(request, failed, *to_sagemaker(failed))
-
-        async def events() -> AsyncIterator[bytes]:
-            try:
-                async for chunk in upstream.content.iter_any():
-                    yield chunk
-            finally:
-                await stream.__aexit__(None, None, None)
-
-        return StreamingResponse(events(), media_type="text/event-stream")
-
-    def stream_decoupled(
-        request: Request,
-        model: str,
-        body: bytes,
-        content_type: str | None,
-        attributes: str | None,
-        on_done: Callable[[], None] = lambda: None,
-    ) -> Response:
-        """A decoupled model's responses, streamed as JSON lines (or server-sent events on request).
-        ``on_done`` runs when the stream ends, however it ends."""
-        try:
-            header_length = codec.request_header_length(content_type, len(body))
-            extra = {CUSTOM_ATTRIBUTES: attributes} if attributes is not None else None
-            grpc_request = streaming.build_request(model, body, header_length, extra)
-            sse = "text/event-stream" in request.headers.get("accept", "")
-            stream = engine.ready_stream_client(model).stream(grpc_request, sse)
-        except BaseException:
-            on_done()
-            raise
-
-        async def chunks() -> AsyncIterator[bytes]:
-            try:
-                async for chunk in stream:
-                    yield chunk
-            finally:
-                await stream.aclose()
-                on_done()
-
-        return StreamingResponse(chunks(), media_type="text/event-stream" if sse else "application/jsonlines")
-
-    @app.post("/invocations")
-    async def invocations(request: Request) -> Response:
-        model = engine.sme_model()
-        with observed("invocations", model) as status:
-            body, content_type, attributes = await read_invocation(request)
-            if inference_type == "infer" and engine.decoupled:
-                response = stream_decoupled(request, model, body, content_type, attributes)
-                status[0] = response.status_code
-                return response
-            if inference_type == "infer":
-                upstream = await engine.forward(model, body, content_type, attributes)
-            elif inference_type == "generate":
-                upstream = await engine.ready_client(model).generate(model, body)
-            else:
-                response = await generate_stream(request, model, body)
-                status[0] = response.status_code
-                return response
-            response = respond(request, upstream, *to_sagemaker(upstream))
-            status[0] = response.status_code
-            return response
-
-    target_header = "x-amzn-sagemaker-target-model"
-
-    def _registry() -> ModelRegistry:
-        if registry is None:
-            raise BadRequest("the multi-model API needs SAGEMAKER_MULTI_MODEL=true")
-        return registry
-
     @app.get("/models")
     @app.get("/models/")
     async def list_models(request: Request) -> Response:
-        if registry is None:  # live in both modes (CONTRACT.md §2.1); an SME has no MME models
+        if registry is None:  # live in both modes (docs/contract.md §2.1); an SME has no MME models
             return _json({"models": []})
         params = request.query_params
         return _json(registry.list(params.get("next_page_token"), params.get("limit") or params.get("max_results")))
@@ -252,7 +134,7 @@ def create_app(engine: Engine, registry: ModelRegistry | None = None) -> FastAPI
     @app.get("/models/{name}/invoke")
     async def describe_model(name: str) -> Response:
         if registry is None:
-            raise NotLoaded(name)
+            raise ModelNotFound(name)
         return _json(registry.describe(name))
 
     @app.post("/models")
@@ -263,7 +145,7 @@ def create_app(engine: Engine, registry: ModelRegistry | None = None) -> FastAPI
         body = await read_body(request, LOAD_BODY_LIMIT)
         started = time.perf_counter()
         try:
-            await _registry().load(body, request.headers.get(target_header))
+            await plane.mme().load(body, request.headers.get(_TARGET))
         except ServeError:
             metrics.model_load(False, time.perf_counter() - started)
             raise
@@ -273,9 +155,9 @@ def create_app(engine: Engine, registry: ModelRegistry | None = None) -> FastAPI
     @app.delete("/models/{name}")
     async def unload_model(request: Request, name: str) -> Response:
         if registry is None:
-            raise NotLoaded(name)
+            raise ModelNotFound(name)
         try:
-            await registry.unload(name, request.headers.get(target_header))
+            await registry.unload(name, request.headers.get(_TARGET))
         except ServeError as exc:
             metrics.model_unload(exc.status == 404)
             raise
@@ -286,29 +168,14 @@ def create_app(engine: Engine, registry: ModelRegistry | None = None) -> FastAPI
     async def unload_nothing() -> Response:
         return _error(404, "DELETE needs a model name: /models/<name>")
 
-    @app.post("/models/{name}/invoke")
-    async def invoke_model(request: Request, name: str) -> Response:
-        if registry is None:
-            raise NotLoaded(name)
-        with observed("invoke", name) as status:
-            body, content_type, attributes = await read_invocation(request)
-            record = registry.begin_invoke(name, request.headers.get(target_header))
-            if record.decoupled:
-                done = functools.partial(registry.end_invoke, record)  # an unload waits for the stream too
-                response = stream_decoupled(request, record.triton_name, body, content_type, attributes, done)
-                status[0] = response.status_code
-                return response
-            try:
-                upstream = await engine.forward(record.triton_name, body, content_type, attributes)
-            finally:
-                registry.end_invoke(record)
-            response = respond(request, upstream, *to_mme_response(record, upstream, registry.invoke_oom))
-            status[0] = response.status_code
-            return response
-
     @app.api_route("/models/{name}/invoke", methods=["PUT", "PATCH", "DELETE", "OPTIONS"])
     @app.api_route("/models", methods=["PUT", "PATCH", "OPTIONS"])
     async def models_wrong_method(request: Request) -> Response:
         return _error(400, f"{request.method} is not supported on {request.url.path}")
 
     return app
+
+
+def create_app(plane: DataPlane) -> ASGIApp:
+    """The whole ASGI application `serve` runs."""
+    return DataRoutes(create_control_app(plane), plane)

@@ -7,6 +7,7 @@ import logging
 import os
 import signal
 import sys
+import tempfile
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,28 +17,29 @@ import typer
 import uvicorn
 
 from smtriton.serve.app import create_app
-from smtriton.serve.engine import Engine
-from smtriton.serve.fastpath import FastPath
+from smtriton.serve.dataplane import DataPlane
+from smtriton.serve.errors import StartupError
 from smtriton.serve.logs import configure_logging
 from smtriton.serve.metrics import Metrics
 from smtriton.serve.multimodel import ModelRegistry
-from smtriton.serve.repository import RepositoryError, refuse_unrunnable_plans, resolve_default_model
-from smtriton.serve.settings import Settings, SettingsError
-from smtriton.serve.triton.installation import TritonNotFound, find_triton
+from smtriton.serve.repository import refuse_unrunnable_plans, resolve_default_model
+from smtriton.serve.settings import Settings
+from smtriton.serve.supervisor import TritonSupervisor
+from smtriton.serve.triton.installation import TritonInstallation, find_triton
 
 log = logging.getLogger("serve")
 
 
 class _Server(uvicorn.Server):
     """uvicorn, except that a SIGTERM/SIGINT drain ends with status 0 (uvicorn re-raises the signal)
-    and tells the engine at once, so /ping fails while in-flight requests finish."""
+    and tells the data plane at once, so /ping fails while in-flight requests finish."""
 
-    def __init__(self, config: uvicorn.Config, engine: Engine) -> None:
+    def __init__(self, config: uvicorn.Config, plane: DataPlane) -> None:
         super().__init__(config)
-        self._engine = engine
+        self._plane = plane
 
     def handle_exit(self, sig: int, frame: object) -> None:
-        self._engine.begin_drain()
+        self._plane.begin_drain()
         super().handle_exit(sig, frame)  # type: ignore[arg-type]
 
     @contextlib.contextmanager
@@ -118,33 +120,46 @@ def serve(
             default = resolve_default_model(settings.model_repository, settings.default_model)
             refuse_unrunnable_plans(settings.model_repository, default)
         installation = find_triton(settings.tritonserver)
-    except (SettingsError, RepositoryError, TritonNotFound) as exc:
+    except StartupError as exc:
         print(str(exc), file=sys.stderr)
         raise typer.Exit(1) from None
+    if settings.work_dir is not None:
+        settings.work_dir.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="smtriton-", dir=settings.work_dir) as work:
+        _run(settings, installation, default, Path(work))
+
+
+def _run(settings: Settings, installation: TritonInstallation, default: str | None, work: Path) -> None:
+    """Assemble the server from its parts and run it until SIGTERM; ``work`` is scratch space."""
     metrics = Metrics(enabled=settings.metrics_port is not None)
-    engine = Engine(settings, installation, default, metrics)
-    if settings.metrics_port is not None:
-        metrics.triton_url = lambda: engine.triton_metrics_url
-        metrics.serve(settings.metrics_host, settings.metrics_port)
+    if default is None:
+        repository = work / "managed"  # MME: the repository serve manages (docs/design.md §3)
+        repository.mkdir()
+    else:
+        repository = settings.model_repository.resolve()
+    plane: DataPlane
+    supervisor = TritonSupervisor(
+        settings,
+        installation,
+        repository,
+        work,
+        on_live=lambda: plane.on_triton_live(),
+        watch=(lambda: plane.watch_model_health()) if default is not None else None,
+        on_exit=metrics.triton_restarts.inc,
+        metrics_wanted=metrics.enabled,
+    )
     registry = None
-    if settings.multi_model:
+    if default is None:
         log.info("multi-model endpoint: models from %s, on %s:%d", settings.model_root, settings.host, settings.port)
-        registry = ModelRegistry(
-            model_root=settings.model_root,
-            managed=engine.repository,
-            client=engine.live_client,
-            memory_reserve_bytes=settings.memory_reserve_bytes,
-            memory_factor=settings.model_memory_factor,
-            memory_budget_bytes=settings.model_memory_budget_bytes,
-            max_concurrent_loads=settings.max_concurrent_loads,
-            load_timeout_s=settings.startup_timeout_s,
-            gpu_memory_reserve_bytes=settings.gpu_memory_reserve_bytes,
-        )
-        engine.on_triton_ready = registry.restore
+        registry = ModelRegistry(settings, repository, supervisor.running_client)
     else:
         log.info("serving model %s from %s on %s:%d", default, settings.model_repository, settings.host, settings.port)
+    plane = DataPlane(settings, supervisor, metrics, default, registry)
+    if settings.metrics_port is not None:
+        metrics.triton_url = lambda: supervisor.metrics_url
+        metrics.serve(settings.metrics_host, settings.metrics_port)
     config = uvicorn.Config(
-        FastPath(create_app(engine, registry), engine),
+        create_app(plane),
         host=settings.host,
         port=settings.port,
         log_config=None,
@@ -154,7 +169,7 @@ def serve(
         timeout_graceful_shutdown=int(settings.shutdown_timeout_s),
         lifespan="on",
     )
-    _Server(config, engine).run()
+    _Server(config, plane).run()
 
 
 def main() -> None:

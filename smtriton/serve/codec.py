@@ -11,7 +11,7 @@ import zlib
 
 import orjson
 
-from smtriton.serve.errors import BadRequest, PayloadTooLarge, ServeError
+from smtriton.serve.errors import BadRequest, PayloadTooLarge, UnsupportedEncoding
 
 BINARY_JSON = "application/vnd.sagemaker-triton.binary+json"
 BINARY_JSON_PREFIX = f"{BINARY_JSON};json-header-size="
@@ -71,7 +71,7 @@ def decompress(body: bytes, encoding: str | None, limit: int) -> bytes:
     elif name == "deflate":
         wbits = zlib.MAX_WBITS  # RFC 9110 deflate is zlib-wrapped; raw deflate is retried below
     else:
-        raise ServeError(415, f"unsupported Content-Encoding '{encoding}' (use gzip or deflate)")
+        raise UnsupportedEncoding(f"unsupported Content-Encoding '{encoding}' (use gzip or deflate)")
     try:
         return _inflate(body, wbits, limit)
     except zlib.error:

@@ -1,4 +1,11 @@
-"""Error types and the one JSON shape every error answer has: ``{"error": "<message>"}``."""
+"""Every error `serve` raises, in one tree, and the one JSON shape an error answer has.
+
+Request errors (:class:`ServeError` and its subclasses) each carry the HTTP status the client gets;
+the Triton client raises them too (Triton unavailable, upstream timeout, model load failed), and the
+HTTP edge turns any of them into ``{"error": "<message>"}`` in one place. Start-up errors
+(:class:`StartupError`: settings, repository, Triton installation) make `serve` exit 1 with their
+message before anything listens.
+"""
 
 from __future__ import annotations
 
@@ -6,45 +13,94 @@ import re
 
 import orjson
 
-# B14: Triton's namespaced names leak the repository path ("/opt/ml/model::name"); keep only the name.
+# Triton's namespaced names leak the repository path ("/opt/ml/model::name"); keep only the name
+# (docs/contract.md §6 B14).
 _REPO_PREFIX = re.compile(r"(?<=')/[^'\s]*::")
+
+INTERNAL_ERROR = "internal error in the front server (logged); the request may be retried"
+
+
+class StartupError(Exception):
+    """`serve` cannot start as configured; the message says what to change."""
 
 
 class ServeError(Exception):
-    """An error with the HTTP status the client gets."""
+    """A request failed; ``status`` is the HTTP status the client gets, ``message`` its error text."""
 
-    def __init__(self, status: int, message: str) -> None:
+    status: int = 500
+
+    def __init__(self, message: str) -> None:
         super().__init__(message)
-        self.status = status
         self.message = message
 
 
 class BadRequest(ServeError):
-    def __init__(self, message: str) -> None:
-        super().__init__(400, message)
+    status = 400
+
+
+class ModelLoadFailed(BadRequest):
+    """Triton refused to load a model (its message says why)."""
+
+
+class ModelNotFound(ServeError):
+    status = 404
+
+    def __init__(self, name: str) -> None:
+        super().__init__(f"model '{name}' is not loaded")
+
+
+class Conflict(ServeError):
+    status = 409
 
 
 class PayloadTooLarge(ServeError):
+    status = 413
+
     def __init__(self, limit: int) -> None:
-        super().__init__(413, f"request body is larger than the limit of {limit} bytes")
+        super().__init__(f"request body is larger than the limit of {limit} bytes")
+
+
+class UnsupportedEncoding(ServeError):
+    status = 415
 
 
 class HeadersTooLarge(ServeError):
+    status = 431
+
     def __init__(self, limit: int) -> None:
-        super().__init__(431, f"request headers are larger than the limit of {limit} bytes")
+        super().__init__(f"request headers are larger than the limit of {limit} bytes")
+
+
+class InternalError(ServeError):
+    """Something inside `serve` or Triton's control plane failed; not the client's fault."""
 
 
 class NotReady(ServeError):
-    def __init__(self, message: str) -> None:
-        super().__init__(503, message)
+    """The model (or Triton) is not ready yet, or the server is shutting down."""
+
+    status = 503
 
 
-class UpstreamUnavailable(ServeError):
-    def __init__(self, message: str) -> None:
-        super().__init__(503, message)
+class TritonUnavailable(NotReady):
+    """Triton did not answer: it is restarting or has died."""
 
 
-INTERNAL_ERROR = "internal error in the front server (logged); the request may be retried"
+class UpstreamTimeout(ServeError):
+    status = 504
+
+
+class InsufficientStorage(ServeError):
+    """Not enough memory to load (or run) a model: SageMaker unloads another model and retries."""
+
+    status = 507
+
+
+class UpstreamError(ServeError):
+    """Triton answered a control-plane call with an error status of its own, passed on as is."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 def error_body(message: str) -> bytes:

@@ -25,11 +25,19 @@ import orjson
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
-from smtriton.serve.codec import JSON, response_content_type
-from smtriton.serve.errors import BadRequest, ServeError, error_body
+from smtriton.serve.errors import (
+    BadRequest,
+    Conflict,
+    InsufficientStorage,
+    InternalError,
+    ModelLoadFailed,
+    ModelNotFound,
+    ServeError,
+)
 from smtriton.serve.gpu import gpu_free_memory
 from smtriton.serve.plan_check import check_models
-from smtriton.serve.triton.client import TritonClient, UpstreamResponse, error_text
+from smtriton.serve.settings import Settings
+from smtriton.serve.triton.client import TritonClient
 
 log = logging.getLogger("serve.mme")
 
@@ -62,21 +70,6 @@ _OOM_WORD = re.compile(r"\bOOM\b")  # native matches "OOM" anywhere (B15); a who
 
 def is_oom(message: str) -> bool:
     return any(p in message for p in OOM_PATTERNS) or bool(_OOM_WORD.search(message))
-
-
-class Conflict(ServeError):
-    def __init__(self, message: str) -> None:
-        super().__init__(409, message)
-
-
-class NotLoaded(ServeError):
-    def __init__(self, name: str) -> None:
-        super().__init__(404, f"model '{name}' is not loaded")
-
-
-class InsufficientStorage(ServeError):
-    def __init__(self, message: str) -> None:
-        super().__init__(507, message)
 
 
 @dataclass
@@ -233,20 +226,6 @@ def parse_load_body(body: bytes) -> tuple[str, str]:
     return name, url
 
 
-def rename_in_response(
-    body: bytes, header_length: int | None, triton_name: str, shown: str
-) -> tuple[bytes, int | None]:
-    """Put the client's name back in a response served under a derived Triton name (CONTRACT.md §4.1)."""
-    old = b'"model_name":' + orjson.dumps(triton_name)
-    new = b'"model_name":' + orjson.dumps(shown)
-    end = len(body) if header_length is None else header_length
-    at = body.find(old, 0, end)
-    if at < 0:
-        return body, header_length
-    body = body[:at] + new + body[at + len(old) :]
-    return body, None if header_length is None else header_length + len(new) - len(old)
-
-
 def tree_size(root: Path) -> int:
     """Bytes of the regular files under ``root``: the first estimate of what loading it costs."""
     total = 0
@@ -300,31 +279,27 @@ class ModelRegistry:
 
     def __init__(
         self,
-        model_root: Path,
+        settings: Settings,
         managed: Path,
         client: Callable[[], TritonClient],
-        memory_reserve_bytes: int,
-        memory_factor: float,
-        max_concurrent_loads: int,
+        *,
         unload_drain_s: float = 60.0,
         unload_timeout_s: float = 240.0,
-        load_timeout_s: float = 1800.0,
-        gpu_memory_reserve_bytes: int = 1 << 30,
-        memory_budget_bytes: int | None = None,
     ) -> None:
-        self._budget = memory_budget_bytes
+        """``managed`` is the repository Triton serves; ``client`` gives the Triton client while it runs."""
+        self._budget = settings.model_memory_budget_bytes
         self._pending: dict[str, int] = {}  # estimates of loads past the memory check, not yet recorded
-        self._gpu_reserve = gpu_memory_reserve_bytes
+        self._gpu_reserve = settings.gpu_memory_reserve_bytes
         self._oom_kills_seen = oom_kills()
-        self.model_root = model_root
+        self.model_root = settings.model_root
         self.managed = managed
         self._client = client
-        self._reserve = memory_reserve_bytes
-        self._factor = memory_factor
-        self._load_slots = asyncio.Semaphore(max_concurrent_loads)
+        self._reserve = settings.memory_reserve_bytes
+        self._factor = settings.model_memory_factor
+        self._load_slots = asyncio.Semaphore(settings.max_concurrent_loads)
         self._drain_s = unload_drain_s
         self._unload_timeout_s = unload_timeout_s
-        self._load_timeout_s = load_timeout_s
+        self._load_timeout_s = settings.startup_timeout_s
         self.records: dict[str, ModelRecord] = {}
         self._loading: set[str] = set()
         self._unloading: set[str] = set()
@@ -340,7 +315,7 @@ class ModelRegistry:
     def describe(self, name: str) -> dict[str, str]:
         record = self.records.get(name)
         if record is None:
-            raise NotLoaded(name)
+            raise ModelNotFound(name)
         return record.describe()
 
     # ----- load ---------------------------------------------------------------------------------
@@ -417,19 +392,19 @@ class ModelRegistry:
         for triton_name in record.triton_names:
             try:
                 await client.load_model(triton_name, self._load_timeout_s)
-            except ServeError as exc:
-                if exc.status == 400:
-                    raise ServeError(507 if is_oom_failure(exc.message, kills) else 400, exc.message) from None
+            except ModelLoadFailed as exc:
+                if is_oom_failure(exc.message, kills):
+                    raise InsufficientStorage(exc.message) from None
                 raise
 
     # ----- unload -------------------------------------------------------------------------------
     async def unload(self, name: str, target_model: str | None) -> None:
         if name not in self.records:
-            raise NotLoaded(name)
+            raise ModelNotFound(name)
         async with self._lock(name):
             record = self.records.get(name)
             if record is None:  # a concurrent unload finished first
-                raise NotLoaded(name)
+                raise ModelNotFound(name)
             if target_model is not None and target_model != record.target_model:
                 raise BadRequest("X-Amzn-SageMaker-Target-Model header does not match the model requested in the URL")
             self._unloading.add(name)
@@ -463,7 +438,7 @@ class ModelRegistry:
             if not pending:
                 return
             if time.monotonic() > deadline:
-                raise ServeError(500, f"unloading {', '.join(sorted(pending))} did not finish in time")
+                raise InternalError(f"unloading {', '.join(sorted(pending))} did not finish in time")
             await asyncio.sleep(0.1)
 
     # ----- invoke -------------------------------------------------------------------------------
@@ -477,7 +452,7 @@ class ModelRegistry:
     def begin_invoke(self, name: str, target_model: str | None) -> ModelRecord:
         record = self.records.get(name)
         if record is None or name in self._unloading:
-            raise NotLoaded(name)
+            raise ModelNotFound(name)
         if target_model is not None and target_model != record.target_model:
             raise BadRequest("X-Amzn-SageMaker-Target-Model header does not match the model requested in the URL")
         record.inflight += 1
@@ -502,19 +477,3 @@ class ModelRegistry:
                 remove_staged(self.managed, record.triton_names)
             else:
                 log.info("restored model %s", record.model_name)
-
-
-def to_mme_response(
-    record: ModelRecord, upstream: UpstreamResponse, oom: Callable[[str], bool] = is_oom
-) -> tuple[int, str, bytes]:
-    """MME mapping of a Triton answer (CONTRACT.md §2.6): 200 as SME; errors 507 on OOM, 404 if gone, else 400."""
-    if upstream.status == 200:
-        body, header_length = upstream.body, upstream.header_length
-        if record.response_name != record.triton_name:
-            body, header_length = rename_in_response(body, header_length, record.triton_name, record.response_name)
-        return 200, response_content_type(header_length), body
-    message = error_text(upstream.body) or "inference failed"
-    if upstream.status == 503:
-        return 503, JSON, error_body(message)
-    status = 507 if oom(message) else 404 if upstream.status == 404 else 400
-    return status, JSON, error_body(message)

@@ -5,12 +5,13 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
+from smtriton.serve.errors import StartupError
 from smtriton.serve.plan_check import check_models, loaded_with
 
 log = logging.getLogger("serve")
 
 
-class RepositoryError(RuntimeError):
+class RepositoryError(StartupError):
     """The model repository cannot be served as a single-model endpoint; `serve` exits 1."""
 
 

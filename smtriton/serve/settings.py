@@ -13,6 +13,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
 
+from smtriton.serve.errors import StartupError
+
 SME_MODEL_DIR = Path("/opt/ml/model")
 MME_MODEL_ROOT = Path("/opt/ml/models")
 DEFAULT_PORT = 8080
@@ -21,7 +23,7 @@ MIB = 1024 * 1024
 InferenceType = Literal["infer", "generate", "generate_stream"]
 
 
-class SettingsError(ValueError):
+class SettingsError(StartupError):
     """A setting has a value that cannot be used; `serve` exits with this message."""
 
 

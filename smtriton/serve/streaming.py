@@ -1,10 +1,10 @@
-"""Streaming inference for decoupled models over Triton's gRPC stream (CONTRACT.md §7, B19).
+"""Streaming inference for decoupled models over Triton's gRPC stream (docs/contract.md §7, §6 B19).
 
 Triton's HTTP ``/infer`` refuses decoupled models, and its generate API takes another request format,
 so a KServe request (JSON or binary+json) for a decoupled model is re-encoded once into a gRPC
 ``ModelInferRequest`` — binary tensors are passed as raw bytes, JSON data goes through numpy — and each
-response Triton streams back becomes one KServe JSON response: a JSON line, or a server-sent event
-when the client asked for ``text/event-stream``. Only this path decodes tensors.
+response Triton streams back becomes one KServe JSON response (the HTTP edge frames it as a JSON line
+or a server-sent event). Only this path decodes tensors.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import orjson
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 from tritonclient.utils import deserialize_bytes_tensor, serialize_byte_tensor, triton_to_np_dtype
 
-from smtriton.serve.errors import BadRequest, UpstreamUnavailable
+from smtriton.serve.errors import BadRequest, TritonUnavailable
 
 FINAL = "triton_final_response"
 
@@ -123,8 +123,9 @@ class StreamClient:
     async def close(self) -> None:
         await self._channel.close()
 
-    async def stream(self, request: service_pb2.ModelInferRequest, sse: bool) -> AsyncIterator[bytes]:
-        """Each response as one framed chunk; closing the iterator early cancels the Triton request."""
+    async def stream(self, request: service_pb2.ModelInferRequest) -> AsyncIterator[dict[str, Any]]:
+        """Each response Triton streams, as a KServe JSON response (or ``{"error": ...}``, then the
+        end); closing the iterator early cancels the Triton request."""
 
         async def requests() -> AsyncIterator[service_pb2.ModelInferRequest]:
             yield request
@@ -133,22 +134,17 @@ class StreamClient:
         try:
             async for message in call:
                 if message.error_message:
-                    yield _frame({"error": message.error_message}, sse)
+                    yield {"error": message.error_message}
                     return
                 response = message.infer_response
                 final = FINAL in response.parameters and response.parameters[FINAL].bool_param
                 if response.outputs:
-                    yield _frame(response_json(response), sse)
+                    yield response_json(response)
                 if final:
                     return
         except grpc.aio.AioRpcError as exc:
             if exc.code() == grpc.StatusCode.UNAVAILABLE:
-                raise UpstreamUnavailable("Triton is not reachable") from None
-            yield _frame({"error": exc.details() or str(exc.code())}, sse)
+                raise TritonUnavailable("Triton is not reachable") from None
+            yield {"error": exc.details() or str(exc.code())}
         finally:
             call.cancel()
-
-
-def _frame(value: dict[str, Any], sse: bool) -> bytes:
-    data = orjson.dumps(value)
-    return b"data: " + data + b"\n\n" if sse else data + b"\n"

@@ -4,8 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from smtriton.serve import multimodel
-from smtriton.serve.errors import BadRequest
+from smtriton.serve import edge, multimodel
+from smtriton.serve.errors import BadRequest, InsufficientStorage
+from smtriton.serve.settings import Settings
+from smtriton.serve.triton.client import UpstreamResponse
+
+
+def settings(model_root, **changes) -> Settings:
+    """MME settings with no memory reserve and one load at a time."""
+    return Settings(model_root=model_root, memory_reserve_bytes=0, max_concurrent_loads=1, **changes)
 
 
 def test_oom_patterns_match_native_and_whole_word_oom():
@@ -42,7 +49,7 @@ def test_target_models_with_paths_get_a_safe_triton_name_and_keep_their_shown_na
 
 def test_rename_in_response_recomputes_the_header_length():
     header = b'{"model_name":"safe-1","model_version":"1","outputs":[]}'
-    body, length = multimodel.rename_in_response(header + b"BIN", len(header), "safe-1", "team/m.tar.gz")
+    body, length = edge.rename_in_response(header + b"BIN", len(header), "safe-1", "team/m.tar.gz")
     assert body[:length] == b'{"model_name":"team/m.tar.gz","model_version":"1","outputs":[]}'
     assert body[length:] == b"BIN"
 
@@ -76,14 +83,14 @@ def test_archive_layouts(tmp_path):
 def test_an_invoke_failure_is_oom_once_per_oom_kill(monkeypatch, tmp_path):
     kills = iter([0, 0, 1, 1])
     monkeypatch.setattr(multimodel, "oom_kills", lambda: next(kills))
-    registry = multimodel.ModelRegistry(tmp_path, tmp_path, lambda: None, 0, 1.0, 1)  # type: ignore[arg-type]
+    registry = multimodel.ModelRegistry(settings(tmp_path), tmp_path, lambda: None)  # type: ignore[arg-type]
     assert not registry.invoke_oom("Stub process 'm_0' is not healthy.")
     assert registry.invoke_oom("Stub process 'm_0' is not healthy.")  # the OOM killer struck since
     assert not registry.invoke_oom("Stub process 'm_0' is not healthy.")  # counted once
     assert (
-        multimodel.to_mme_response(
+        edge.to_mme_response(
             multimodel.ModelRecord("m", "/u", None, "m", ["m"], "m"),
-            multimodel.UpstreamResponse(500, "application/json", None, b'{"error":"CUDA out of memory"}'),
+            UpstreamResponse(500, "application/json", None, b'{"error":"CUDA out of memory"}'),
         )[0]
         == 507
     )
@@ -91,23 +98,16 @@ def test_an_invoke_failure_is_oom_once_per_oom_kill(monkeypatch, tmp_path):
 
 def test_the_memory_budget_counts_models_loaded_and_loading(monkeypatch, tmp_path):
     monkeypatch.setattr(multimodel, "available_memory", lambda: 1 << 40)  # free memory is never the limit
-    registry = multimodel.ModelRegistry(
-        tmp_path,
-        tmp_path,
-        lambda: None,
-        0,
-        1.0,
-        1,
-        memory_budget_bytes=100 << 20,  # type: ignore[arg-type]
-    )
+    budgeted = settings(tmp_path, model_memory_budget_bytes=100 << 20)
+    registry = multimodel.ModelRegistry(budgeted, tmp_path, lambda: None)  # type: ignore[arg-type]
     registry.records["a"] = multimodel.ModelRecord("a", "/u", None, "a", ["a"], "a", estimate=40 << 20)
     registry._pending["b"] = 40 << 20  # a load under way holds its share too
     registry._check_memory("c", 20 << 20)  # 40 + 40 + 20 = 100: fits exactly
-    with pytest.raises(multimodel.InsufficientStorage, match="hold 80 MiB of the 100 MiB model memory budget"):
+    with pytest.raises(InsufficientStorage, match="hold 80 MiB of the 100 MiB model memory budget"):
         registry._check_memory("c", 21 << 20)
     del registry.records["a"]  # an unload gives its share back
     registry._check_memory("c", 60 << 20)
-    unbudgeted = multimodel.ModelRegistry(tmp_path, tmp_path, lambda: None, 0, 1.0, 1)  # type: ignore[arg-type]
+    unbudgeted = multimodel.ModelRegistry(settings(tmp_path), tmp_path, lambda: None)  # type: ignore[arg-type]
     unbudgeted._check_memory("c", 1 << 39)
-    with pytest.raises(multimodel.InsufficientStorage, match="available"):
+    with pytest.raises(InsufficientStorage, match="available"):
         unbudgeted._check_memory("c", 1 << 41)

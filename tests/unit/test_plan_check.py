@@ -12,6 +12,7 @@ from smtriton.serve import multimodel, plan_check
 from smtriton.serve.errors import BadRequest
 from smtriton.serve.plan_check import NoRuntime, check_model, decode_lib_version
 from smtriton.serve.repository import RepositoryError, refuse_unrunnable_plans
+from smtriton.serve.settings import Settings
 from smtriton.serve.tensorrt_plan import RuntimeInfo, Sidecar, sidecar_path, write_sidecar
 
 A10G = RuntimeInfo("10.3.0", "NVIDIA A10G", "8.6")
@@ -187,7 +188,8 @@ def test_mme_load_refuses_before_anything_is_staged_or_loaded(tmp_path, monkeypa
     def no_client():
         raise AssertionError("Triton was asked to load a plan that cannot run")
 
-    registry = multimodel.ModelRegistry(root, managed, no_client, 0, 1.0, 1)  # type: ignore[arg-type]
+    mme = Settings(model_root=root, memory_reserve_bytes=0, max_concurrent_loads=1)
+    registry = multimodel.ModelRegistry(mme, managed, no_client)  # type: ignore[arg-type]
     body = f'{{"model_name": "m1", "url": "{url}"}}'.encode()
     with pytest.raises(BadRequest, match=r"model 'm1' cannot be loaded on this host: model/1/model.plan: plan built"):
         asyncio.run(registry.load(body, None))

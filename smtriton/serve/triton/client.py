@@ -15,7 +15,14 @@ from urllib.parse import quote
 import aiohttp
 import orjson
 
-from smtriton.serve.errors import ServeError, UpstreamUnavailable
+from smtriton.serve.errors import (
+    InternalError,
+    ModelLoadFailed,
+    ServeError,
+    TritonUnavailable,
+    UpstreamError,
+    UpstreamTimeout,
+)
 
 HEADER_LENGTH = "Inference-Header-Content-Length"
 
@@ -66,9 +73,9 @@ class TritonClient:
                     body=payload,
                 )
         except asyncio.TimeoutError:
-            raise ServeError(504, f"inference on model '{model}' did not finish in time") from None
+            raise UpstreamTimeout(f"inference on model '{model}' did not finish in time") from None
         except aiohttp.ClientError as exc:
-            raise UpstreamUnavailable(f"Triton is not reachable: {exc.__class__.__name__}") from None
+            raise TritonUnavailable(f"Triton is not reachable: {exc.__class__.__name__}") from None
 
     async def generate(self, model: str, body: bytes) -> UpstreamResponse:
         """POST a generate request (JSON in, JSON out) to ``/v2/models/<model>/generate``."""
@@ -82,9 +89,9 @@ class TritonClient:
                 payload = await resp.read()
                 return UpstreamResponse(resp.status, resp.headers.get("Content-Type", ""), None, payload)
         except asyncio.TimeoutError:
-            raise ServeError(504, f"generate on model '{model}' did not finish in time") from None
+            raise UpstreamTimeout(f"generate on model '{model}' did not finish in time") from None
         except aiohttp.ClientError as exc:
-            raise UpstreamUnavailable(f"Triton is not reachable: {exc.__class__.__name__}") from None
+            raise TritonUnavailable(f"Triton is not reachable: {exc.__class__.__name__}") from None
 
     @contextlib.asynccontextmanager
     async def generate_stream(self, model: str, body: bytes) -> AsyncIterator[aiohttp.ClientResponse]:
@@ -98,7 +105,7 @@ class TritonClient:
                 timeout=aiohttp.ClientTimeout(total=None, sock_read=self._timeout.total),
             )
         except aiohttp.ClientError as exc:
-            raise UpstreamUnavailable(f"Triton is not reachable: {exc.__class__.__name__}") from None
+            raise TritonUnavailable(f"Triton is not reachable: {exc.__class__.__name__}") from None
         try:
             yield resp
         finally:
@@ -134,10 +141,10 @@ class TritonClient:
             async with self._session.get(url, timeout=self._probe_timeout) as resp:
                 body = await resp.read()
                 if resp.status != 200:
-                    raise ServeError(resp.status, error_text(body))
+                    raise UpstreamError(resp.status, error_text(body))
                 return orjson.loads(body)
         except (asyncio.TimeoutError, aiohttp.ClientError):
-            raise UpstreamUnavailable("Triton is not reachable") from None
+            raise TritonUnavailable("Triton is not reachable") from None
 
     async def is_decoupled(self, model: str) -> bool:
         """Whether a loaded model answers with a stream of responses (decoupled transaction policy)."""
@@ -149,17 +156,17 @@ class TritonClient:
         return bool(isinstance(policy, dict) and policy.get("decoupled"))
 
     async def load_model(self, model: str, timeout_s: float) -> None:
-        """Load (or reload) a model; raises ServeError with Triton's message when it fails."""
+        """Load (or reload) a model; raises ModelLoadFailed with Triton's message when it fails."""
         url = f"{self.base_url}/v2/repository/models/{quote(model, safe='')}/load"
         try:
             async with self._session.post(url, timeout=aiohttp.ClientTimeout(total=timeout_s)) as resp:
                 body = await resp.read()
                 if resp.status != 200:
-                    raise ServeError(400, error_text(body))
+                    raise ModelLoadFailed(error_text(body))
         except asyncio.TimeoutError:
-            raise ServeError(504, f"loading model '{model}' did not finish within {timeout_s:.0f} s") from None
+            raise UpstreamTimeout(f"loading model '{model}' did not finish within {timeout_s:.0f} s") from None
         except aiohttp.ClientError as exc:
-            raise UpstreamUnavailable(f"Triton is not reachable: {exc.__class__.__name__}") from None
+            raise TritonUnavailable(f"Triton is not reachable: {exc.__class__.__name__}") from None
 
     async def unload_model(self, model: str, unload_dependents: bool = False) -> None:
         """Ask Triton to unload; it answers at once, so callers wait with ``model_states``."""
@@ -169,11 +176,11 @@ class TritonClient:
             async with self._session.post(url, data=payload, timeout=self._probe_timeout) as resp:
                 body = await resp.read()
                 if resp.status != 200:
-                    raise ServeError(500, f"unloading model '{model}' failed: {error_text(body)}")
+                    raise InternalError(f"unloading model '{model}' failed: {error_text(body)}")
         except asyncio.TimeoutError:
-            raise ServeError(500, f"unloading model '{model}' timed out") from None
+            raise InternalError(f"unloading model '{model}' timed out") from None
         except aiohttp.ClientError as exc:
-            raise UpstreamUnavailable(f"Triton is not reachable: {exc.__class__.__name__}") from None
+            raise TritonUnavailable(f"Triton is not reachable: {exc.__class__.__name__}") from None
 
     async def model_states(self) -> dict[str, str]:
         """Triton model name → state (READY, LOADING, UNLOADING, UNAVAILABLE) from the repository index."""
@@ -182,9 +189,9 @@ class TritonClient:
             async with self._session.post(url, data=b"{}", timeout=self._probe_timeout) as resp:
                 body = await resp.read()
                 if resp.status != 200:
-                    raise ServeError(500, f"repository index failed: {error_text(body)}")
+                    raise InternalError(f"repository index failed: {error_text(body)}")
         except (asyncio.TimeoutError, aiohttp.ClientError):
-            raise UpstreamUnavailable("Triton is not reachable") from None
+            raise TritonUnavailable("Triton is not reachable") from None
         states: dict[str, str] = {}
         for entry in orjson.loads(body):
             states[entry["name"]] = entry.get("state", "UNAVAILABLE")

@@ -16,10 +16,12 @@ import sysconfig
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from smtriton.serve.errors import StartupError
+
 NGC_BINARY = Path("/opt/tritonserver/bin/tritonserver")
 
 
-class TritonNotFound(RuntimeError):
+class TritonNotFound(StartupError):
     """No usable tritonserver binary on this host."""
 
 

@@ -1,0 +1,94 @@
+"""The HTTP edge: Triton's answers mapped onto SageMaker's responses, in one place.
+
+Status codes (docs/contract.md §2.6), content types (§3.3), the custom attributes header (§7), the
+multi-model endpoint's renaming of ``model_name`` (§4.1), and the framing of streamed responses
+(JSON lines or server-sent events). Nothing here talks to Triton.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import orjson
+
+from smtriton.serve import codec
+from smtriton.serve.codec import JSON
+from smtriton.serve.dataplane import CUSTOM_ATTRIBUTES
+from smtriton.serve.errors import error_body
+from smtriton.serve.multimodel import ModelRecord, is_oom
+from smtriton.serve.triton.client import UpstreamResponse, error_text
+
+CUSTOM_ATTRIBUTES_HEADER = "X-Amzn-SageMaker-Custom-Attributes"
+TARGET_MODEL_HEADER = "X-Amzn-SageMaker-Target-Model"
+INFERENCE_ID_HEADER = "X-Amzn-SageMaker-Inference-Id"
+SSE = "text/event-stream"
+JSON_LINES = "application/jsonlines"
+
+# Triton answers 500 for request-parsing failures; they are client errors (docs/contract.md §2.6, §6 B11).
+_PARSE_ERROR_PREFIXES = (b'{"error":"failed to parse the request JSON buffer', b'{"error":"Unable to parse')
+
+Answer = tuple[int, str, bytes]  # status, content type, body
+
+
+def to_sagemaker(upstream: UpstreamResponse) -> Answer:
+    """SME mapping of a Triton answer: headers rewritten, Triton's status kept but parse errors → 400."""
+    if upstream.status == 200:
+        return 200, codec.response_content_type(upstream.header_length), upstream.body
+    status = upstream.status
+    if status == 500 and upstream.body.startswith(_PARSE_ERROR_PREFIXES):
+        status = 400
+    if not upstream.body.startswith(b'{"error":'):
+        return status, JSON, error_body(upstream.body.decode("utf-8", errors="replace") or "inference failed")
+    if b"::" in upstream.body:  # re-encode only when a repository path must be stripped (§6 B14)
+        return status, JSON, error_body(error_text(upstream.body))
+    return status, JSON, upstream.body
+
+
+def to_mme_response(record: ModelRecord, upstream: UpstreamResponse, oom: Callable[[str], bool] = is_oom) -> Answer:
+    """MME mapping of a Triton answer (docs/contract.md §2.6): 200 as SME with the client's model name
+    put back; errors 507 on out-of-memory, 404 if the model is gone, 503 if Triton is, else 400."""
+    if upstream.status == 200:
+        body, header_length = upstream.body, upstream.header_length
+        if record.response_name != record.triton_name:
+            body, header_length = rename_in_response(body, header_length, record.triton_name, record.response_name)
+        return 200, codec.response_content_type(header_length), body
+    message = error_text(upstream.body) or "inference failed"
+    if upstream.status == 503:
+        return 503, JSON, error_body(message)
+    status = 507 if oom(message) else 404 if upstream.status == 404 else 400
+    return status, JSON, error_body(message)
+
+
+def rename_in_response(
+    body: bytes, header_length: int | None, triton_name: str, shown: str
+) -> tuple[bytes, int | None]:
+    """Put the client's name back in a response served under a derived Triton name (docs/contract.md §4.1)."""
+    old = b'"model_name":' + orjson.dumps(triton_name)
+    new = b'"model_name":' + orjson.dumps(shown)
+    end = len(body) if header_length is None else header_length
+    at = body.find(old, 0, end)
+    if at < 0:
+        return body, header_length
+    body = body[:at] + new + body[at + len(old) :]
+    return body, None if header_length is None else header_length + len(new) - len(old)
+
+
+def custom_attributes(upstream: UpstreamResponse) -> str | None:
+    """The custom attributes a model set on a successful response, for the response header."""
+    if upstream.status != 200:
+        return None
+    return codec.response_parameter(upstream.body, upstream.header_length, CUSTOM_ATTRIBUTES)
+
+
+def stream_media_type(accept: str | None) -> str:
+    """Server-sent events when the client asked for them, else JSON lines."""
+    return SSE if accept is not None and SSE in accept else JSON_LINES
+
+
+async def framed(responses: AsyncIterator[dict[str, Any]], media_type: str) -> AsyncIterator[bytes]:
+    """Each streamed response as one chunk: a JSON line, or a server-sent event."""
+    sse = media_type == SSE
+    async for value in responses:
+        data = orjson.dumps(value)
+        yield b"data: " + data + b"\n\n" if sse else data + b"\n"

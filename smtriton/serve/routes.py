@@ -1,0 +1,262 @@
+"""The data routes, as raw ASGI: `GET /ping`, `POST /invocations`, `POST /models/<name>/invoke`.
+
+These are the only implementations of those routes. They skip FastAPI/Starlette's routing,
+dependency solving and Request/Response objects, which measured ~21 % of the front's CPU per request
+(bench/NOTES.md). Every other request (the multi-model control plane, execution parameters, wrong
+methods, unknown paths) goes on to the control app.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+from starlette.responses import StreamingResponse
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from smtriton.serve import codec, edge
+from smtriton.serve.dataplane import DataPlane
+from smtriton.serve.errors import (
+    INTERNAL_ERROR,
+    BadRequest,
+    HeadersTooLarge,
+    ModelNotFound,
+    PayloadTooLarge,
+    ServeError,
+    error_body,
+)
+
+log = logging.getLogger("serve.access")
+
+_PLAIN_EMPTY = [(b"content-type", b"text/plain"), (b"content-length", b"0")]
+_BODY_END: Message = {"type": "http.response.body", "body": b""}
+_ATTRIBUTES = edge.CUSTOM_ATTRIBUTES_HEADER.lower().encode()
+_TARGET = edge.TARGET_MODEL_HEADER.lower().encode()
+_INFERENCE_ID = edge.INFERENCE_ID_HEADER.lower().encode()
+_MODELS = "/models/"
+_INVOKE = "/invoke"
+
+
+def log_failure(method: str, path: str, status: int, inference_id: str | None) -> None:
+    """One line per failed request, with SageMaker's inference id; never the body."""
+    log.info("%s %s answered %d", method, path, status, extra={"status": status, "inference_id": inference_id})
+
+
+async def read_limited(receive: Receive, content_length: bytes | None, limit: int) -> bytes:
+    """The whole request body, refused with 413 as soon as it is known to pass ``limit``: from
+    Content-Length before reading anything, else while a chunked body streams in."""
+    if content_length is not None:
+        if not content_length.isdigit():
+            raise BadRequest("invalid Content-Length")
+        if int(content_length) > limit:
+            raise PayloadTooLarge(limit)
+    message = await receive()
+    body: bytes = message.get("body", b"")
+    if not message.get("more_body"):
+        if len(body) > limit:
+            raise PayloadTooLarge(limit)
+        return body
+    chunks = [body]
+    size = len(body)
+    while message.get("more_body"):
+        message = await receive()
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            raise PayloadTooLarge(limit)
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+class Invocation:
+    """What the data routes read from one request's headers."""
+
+    def __init__(self, scope: Scope) -> None:
+        self.content_type = self.content_length = self.encoding = self.attributes = None
+        self.inference_id = self.accept = None
+        target: str | None = None
+        size = 0
+        for name, value in scope["headers"]:
+            size += len(name) + len(value)
+            if name == b"content-type":
+                self.content_type = value.decode("latin-1")
+            elif name == b"content-length":
+                self.content_length = value
+            elif name == b"content-encoding":
+                self.encoding = value.decode("latin-1")
+            elif name == _ATTRIBUTES:
+                self.attributes = value.decode("latin-1")
+            elif name == _INFERENCE_ID:
+                self.inference_id = value.decode("latin-1")
+            elif name == b"accept":
+                self.accept = value.decode("latin-1")
+            elif name == _TARGET:
+                target = value.decode("latin-1")
+        self.header_bytes = size
+        self.target_model = target
+
+    content_type: str | None
+    content_length: bytes | None
+    encoding: str | None
+    attributes: str | None
+    inference_id: str | None
+    accept: str | None
+    header_bytes: int
+    target_model: str | None
+
+
+class DataRoutes:
+    """ASGI app: serves the data routes itself, passes every other request to ``control``."""
+
+    def __init__(self, control: ASGIApp, plane: DataPlane) -> None:
+        self.control = control
+        self.plane = plane
+        settings = plane.settings
+        self.limit = settings.max_payload_bytes
+        self.header_limit = settings.max_header_bytes
+        self.inference_type = settings.inference_type
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            path: str = scope["path"]
+            method = scope["method"]
+            if path == "/ping":
+                if method in ("GET", "HEAD"):
+                    status = 200 if self.plane.healthy else 503
+                    await send({"type": "http.response.start", "status": status, "headers": _PLAIN_EMPTY})
+                    await send(_BODY_END)
+                else:
+                    await _answer(send, 405, error_body("Method Not Allowed"))
+                return
+            if path == "/invocations":
+                if method == "POST":
+                    await self._serve(scope, receive, send, None)
+                else:
+                    await _answer(send, 405, error_body("Method Not Allowed"))
+                return
+            if method == "POST" and path.startswith(_MODELS) and path.endswith(_INVOKE):
+                name = path[len(_MODELS) : -len(_INVOKE)]
+                if name and "/" not in name:
+                    await self._serve(scope, receive, send, name)
+                    return
+        await self.control(scope, receive, send)
+
+    async def _serve(self, scope: Scope, receive: Receive, send: Send, mme_name: str | None) -> None:
+        """One inference request: SME ``/invocations`` when ``mme_name`` is None, else an MME invoke."""
+        request = Invocation(scope)
+        plane = self.plane
+        route = "invocations" if mme_name is None else "invoke"
+        metrics = plane.metrics
+        started = metrics.begin(route)
+        model = mme_name or plane.default_model or ""
+        status = 500
+        attribute: str | None = None
+        stream: StreamingResponse | None = None
+        try:
+            if request.header_bytes > self.header_limit:
+                raise HeadersTooLarge(self.header_limit)
+            if mme_name is None:
+                model = plane.sme_model()
+            elif plane.registry is None:
+                raise ModelNotFound(mme_name)
+            body = await read_limited(receive, request.content_length, self.limit)
+            if request.encoding is not None:
+                body = codec.decompress(body, request.encoding, self.limit)
+            if mme_name is None:
+                status, response_type, payload, attribute, stream = await self._sme(model, body, request)
+            else:
+                status, response_type, payload, attribute, stream = await self._mme(model, body, request)
+        except ServeError as exc:
+            status, response_type, payload = exc.status, codec.JSON, error_body(exc.message)
+        except Exception:  # a bug, not the client's fault: logged with its traceback, answered in JSON
+            log.exception("POST %s failed inside serve", scope["path"])
+            status, response_type, payload = 500, codec.JSON, error_body(INTERNAL_ERROR)
+        finally:
+            metrics.end(route, model, status, started)
+        if stream is not None:
+            await stream(scope, receive, send)
+            return
+        headers = [(b"content-type", response_type.encode()), (b"content-length", b"%d" % len(payload))]
+        if attribute is not None:
+            headers.append((_ATTRIBUTES, attribute.encode("latin-1", errors="replace")))
+        if status != 200:
+            log_failure("POST", scope["path"], status, request.inference_id)
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        await send({"type": "http.response.body", "body": payload})
+
+    async def _sme(
+        self, model: str, body: bytes, request: Invocation
+    ) -> tuple[int, str, bytes, str | None, StreamingResponse | None]:
+        plane = self.plane
+        if self.inference_type == "infer":
+            if plane.decoupled:
+                responses = plane.stream(model, body, request.content_type, request.attributes)
+                return 200, "", b"", None, _streamed(responses, edge.stream_media_type(request.accept))
+            upstream = await plane.infer(model, body, request.content_type, request.attributes)
+        elif self.inference_type == "generate":
+            upstream = await plane.generate(model, body)
+        else:
+            return await self._generate_stream(model, body)
+        return (*edge.to_sagemaker(upstream), edge.custom_attributes(upstream), None)
+
+    async def _generate_stream(
+        self, model: str, body: bytes
+    ) -> tuple[int, str, bytes, str | None, StreamingResponse | None]:
+        """Triton's server-sent events, passed on as they arrive (chunked); a client that goes away
+        closes the upstream request too."""
+        context = self.plane.generate_stream(model, body)
+        upstream, events = await context.__aenter__()
+        if events is None:
+            await context.__aexit__(None, None, None)
+            return (*edge.to_sagemaker(upstream), None, None)
+
+        async def passed_on() -> AsyncIterator[bytes]:
+            try:
+                async for chunk in events:
+                    yield chunk
+            finally:
+                await context.__aexit__(None, None, None)
+
+        return 200, "", b"", None, StreamingResponse(passed_on(), media_type=edge.SSE)
+
+    async def _mme(
+        self, name: str, body: bytes, request: Invocation
+    ) -> tuple[int, str, bytes, str | None, StreamingResponse | None]:
+        plane = self.plane
+        record = plane.begin_invoke(name, request.target_model)
+        if record.decoupled:
+            try:
+                responses = plane.stream(record.triton_name, body, request.content_type, request.attributes)
+            except BaseException:
+                plane.end_invoke(record)
+                raise
+            media_type = edge.stream_media_type(request.accept)
+            return 200, "", b"", None, _streamed(responses, media_type, lambda: plane.end_invoke(record))
+        try:
+            upstream = await plane.infer(record.triton_name, body, request.content_type, request.attributes)
+        finally:
+            plane.end_invoke(record)
+        return (*edge.to_mme_response(record, upstream, plane.invoke_oom), edge.custom_attributes(upstream), None)
+
+
+async def _answer(send: Send, status: int, payload: bytes) -> None:
+    headers = [(b"content-type", codec.JSON.encode()), (b"content-length", b"%d" % len(payload))]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": payload})
+
+
+def _streamed(responses: AsyncIterator[dict[str, Any]], media_type: str, on_done: Any = None) -> StreamingResponse:
+    """A streaming answer; the Triton stream is closed (cancelling it) when the client goes away, and
+    ``on_done`` runs when the stream ends, however it ends."""
+
+    async def chunks() -> AsyncIterator[bytes]:
+        try:
+            async for chunk in edge.framed(responses, media_type):
+                yield chunk
+        finally:
+            await responses.aclose()  # type: ignore[attr-defined]
+            if on_done is not None:
+                on_done()
+
+    return StreamingResponse(chunks(), media_type=media_type)

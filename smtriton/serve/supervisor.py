@@ -1,0 +1,203 @@
+"""The Triton supervisor: one `tritonserver` child on loopback ports, kept alive.
+
+It assembles the backend directory, starts Triton on free loopback ports (another port if one was
+taken meanwhile), waits until it is live, and restarts it with back-off when it dies. What to do once
+Triton is live (load the SME model, restore MME models) and while it lives (watch model health) comes
+in as hooks at construction; the supervisor knows nothing about models or HTTP routes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+import logging
+import time
+from collections.abc import Callable, Coroutine
+from pathlib import Path
+from typing import Any
+
+from smtriton.serve.errors import NotReady
+from smtriton.serve.settings import Settings
+from smtriton.serve.streaming import StreamClient
+from smtriton.serve.triton.backends import assemble_backends
+from smtriton.serve.triton.client import TritonClient
+from smtriton.serve.triton.installation import TritonInstallation
+from smtriton.serve.triton.ports import pick_port
+from smtriton.serve.triton.process import Ports, TritonProcess, build_command
+
+log = logging.getLogger("serve")
+
+_BIND_FAILURE_MARKERS = ("failed to start", "Address already in use", "address already in use")
+MAX_BACKOFF_S = 30.0
+# A Triton that ran this long before dying failed anew: its restart starts from the shortest back-off.
+STABLE_RUN_S = 60.0
+BIND_ATTEMPTS = 5
+
+
+class TritonState(enum.Enum):
+    STARTING = "starting"
+    LIVE = "live"
+    DOWN = "down"
+    STOPPING = "stopping"
+
+
+Hook = Callable[[], Coroutine[Any, Any, None]]
+
+
+class TritonSupervisor:
+    """Owns the Triton process and the clients that reach it.
+
+    ``on_live`` runs each time Triton has (re)started and answers as live, before :attr:`live` turns
+    true; ``watch`` runs while that Triton lives and is cancelled when it exits; ``on_exit`` is called
+    when Triton died on its own (not on shutdown).
+    """
+
+    def __init__(
+        self,
+        settings: Settings,
+        installation: TritonInstallation,
+        repository: Path,
+        work_dir: Path,
+        *,
+        on_live: Hook | None = None,
+        watch: Hook | None = None,
+        on_exit: Callable[[], None] | None = None,
+        metrics_wanted: bool = False,
+    ) -> None:
+        self.settings = settings
+        self.installation = installation
+        self.repository = repository
+        self._work_dir = work_dir
+        self._on_live = on_live
+        self._watch = watch
+        self._on_exit = on_exit
+        self._metrics_wanted = metrics_wanted or settings.triton.allow_metrics
+        self.state = TritonState.STARTING
+        self.client: TritonClient | None = None
+        self.stream_client: StreamClient | None = None
+        self.process: TritonProcess | None = None
+        self.metrics_url: str | None = None
+        self._backend_dir: Path | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._stopping = asyncio.Event()
+
+    @property
+    def live(self) -> bool:
+        return self.state is TritonState.LIVE
+
+    def start(self) -> None:
+        """Begin starting Triton in the background and return at once."""
+        self._task = asyncio.create_task(self._supervise(), name="triton-supervisor")
+
+    async def stop(self) -> None:
+        """Stop Triton (drain, then kill its group) and close the clients."""
+        self.state = TritonState.STOPPING
+        self._stopping.set()
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        if self.client is not None:
+            # First: Triton's HTTP shutdown waits for open connections, and our pool holds some.
+            await self.client.close()
+        if self.stream_client is not None:
+            await self.stream_client.close()
+        if self.process is not None:
+            await self.process.stop(self.settings.triton_exit_timeout_s + 5)
+
+    def running_client(self) -> TritonClient:
+        """The client while a Triton process runs (model loads need it before it is marked live)."""
+        if self.state is TritonState.STOPPING or self.client is None or self.process is None:
+            raise NotReady("Triton is not running")
+        if self.process.returncode is not None:
+            raise NotReady("Triton is restarting")
+        return self.client
+
+    async def _spawn(self) -> TritonProcess:
+        """Start tritonserver on free loopback ports; another port if one was taken meanwhile."""
+        if self._backend_dir is None:
+            self._backend_dir = await asyncio.to_thread(
+                assemble_backends, self.installation, self._work_dir / "backends"
+            )
+        opts = self.settings.triton
+        port_range = self.settings.safe_port_range
+        taken = {self.settings.port}
+        for attempt in range(1, BIND_ATTEMPTS + 1):
+            http = pick_port(port_range, taken)
+            # gRPC on loopback always: decoupled models stream through it (HTTP /infer refuses them).
+            grpc = opts.grpc_port or pick_port(port_range, taken | {http})
+            metrics = opts.metrics_port or pick_port(port_range, taken | {http, grpc}) if self._metrics_wanted else None
+            self.metrics_url = f"http://127.0.0.1:{metrics}/metrics" if metrics else None
+            command = build_command(
+                self.installation,
+                self.settings,
+                self.repository,
+                self._backend_dir,
+                Ports(http=http, grpc=grpc, metrics=metrics),
+            )
+            process = TritonProcess(command, self.installation.env)
+            await process.spawn()
+            await self._replace_clients(http, grpc)
+            if await self._wait_live(process):
+                return process
+            code = await process.stop(5)
+            if any(m in line for line in process.recent_lines for m in _BIND_FAILURE_MARKERS):
+                log.warning("tritonserver could not bind port %d (attempt %d); trying another", http, attempt)
+                taken.add(http)
+                continue
+            raise RuntimeError(f"tritonserver exited during start-up with status {code}")
+        raise RuntimeError(f"tritonserver could not bind a loopback port after {BIND_ATTEMPTS} attempts")
+
+    async def _replace_clients(self, http: int, grpc: int) -> None:
+        if self.client is not None:
+            await self.client.close()
+        self.client = TritonClient(f"http://127.0.0.1:{http}", self.settings.request_timeout_s)
+        if self.stream_client is not None:
+            await self.stream_client.close()
+        self.stream_client = StreamClient(f"127.0.0.1:{grpc}")
+
+    async def _wait_live(self, process: TritonProcess) -> bool:
+        assert self.client is not None
+        deadline = time.monotonic() + self.settings.startup_timeout_s
+        while time.monotonic() < deadline:
+            if process.returncode is not None:
+                return False
+            if await self.client.server_live():
+                return True
+            await asyncio.sleep(0.1)
+        return False
+
+    async def _supervise(self) -> None:
+        """Start Triton, run the hooks, watch it; restart it with back-off when it dies."""
+        backoff = 1.0
+        while not self._stopping.is_set():
+            try:
+                self.process = await self._spawn()
+            except Exception as exc:  # a crash loop must end in a log line and a failing /ping
+                self.state = TritonState.DOWN
+                log.error("tritonserver failed to start: %s; retrying in %.0f s", exc, backoff)
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, MAX_BACKOFF_S)
+                continue
+            if self._on_live is not None:
+                await self._on_live()
+            self.state = TritonState.LIVE
+            watcher = asyncio.create_task(self._watch(), name="triton-watch") if self._watch is not None else None
+            started = time.monotonic()
+            try:
+                code = await self.process.wait()
+            finally:
+                if watcher is not None:
+                    watcher.cancel()
+            if self._stopping.is_set():
+                return
+            self.state = TritonState.DOWN
+            if self._on_exit is not None:
+                self._on_exit()
+            if time.monotonic() - started > STABLE_RUN_S:
+                backoff = 1.0
+            log.error("tritonserver exited unexpectedly (status %s); restarting in %.0f s", code, backoff)
+            await self.process.stop(1)
+            await asyncio.sleep(backoff)
+            backoff = min(backoff * 2, MAX_BACKOFF_S)

@@ -1,0 +1,80 @@
+"""The HTTP edge: Triton's answers mapped to SageMaker's, and streamed responses framed."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+import orjson
+
+from smtriton.serve import edge
+from smtriton.serve.multimodel import ModelRecord
+from smtriton.serve.triton.client import UpstreamResponse
+
+BINARY = "application/vnd.sagemaker-triton.binary+json;json-header-size="
+
+
+def test_a_success_keeps_the_body_and_moves_the_header_length_into_the_content_type():
+    assert edge.to_sagemaker(UpstreamResponse(200, "", None, b'{"outputs":[]}')) == (
+        200,
+        "application/json",
+        b'{"outputs":[]}',
+    )
+    assert edge.to_sagemaker(UpstreamResponse(200, "", 14, b'{"outputs":[]}BIN')) == (
+        200,
+        BINARY + "14",
+        b'{"outputs":[]}BIN',
+    )
+
+
+def test_tritons_500_for_a_request_it_cannot_parse_is_a_client_error():
+    body = b'{"error":"failed to parse the request JSON buffer: Invalid value. at 0"}'
+    assert edge.to_sagemaker(UpstreamResponse(500, "", None, body)) == (400, "application/json", body)
+    other = b'{"error":"model crashed"}'
+    assert edge.to_sagemaker(UpstreamResponse(500, "", None, other))[0] == 500
+
+
+def test_repository_paths_are_stripped_and_non_json_errors_wrapped():
+    leaky = b'{"error":"Request for unknown model: \'/opt/ml/model::addsub\'"}'
+    assert edge.to_sagemaker(UpstreamResponse(400, "", None, leaky))[2] == (
+        b'{"error":"Request for unknown model: \'addsub\'"}'
+    )
+    assert edge.to_sagemaker(UpstreamResponse(502, "", None, b"bad gateway"))[2] == b'{"error":"bad gateway"}'
+
+
+def test_mme_answers_put_the_clients_model_name_back_and_map_errors():
+    record = ModelRecord("team/m.tar.gz", "/opt/ml/models/x", None, "safe-1", ["safe-1"], "team/m.tar.gz")
+    header = b'{"model_name":"safe-1","outputs":[]}'
+    status, content_type, body = edge.to_mme_response(record, UpstreamResponse(200, "", len(header), header + b"B"))
+    renamed = b'{"model_name":"team/m.tar.gz","outputs":[]}'
+    assert (status, content_type, body) == (200, f"{BINARY}{len(renamed)}", renamed + b"B")
+    gone = UpstreamResponse(404, "", None, b'{"error":"unknown model"}')
+    assert edge.to_mme_response(record, gone)[0] == 404
+    oom = UpstreamResponse(500, "", None, b'{"error":"CUDA out of memory"}')
+    assert edge.to_mme_response(record, oom)[0] == 507
+    assert edge.to_mme_response(record, UpstreamResponse(503, "", None, b'{"error":"down"}'))[0] == 503
+    assert edge.to_mme_response(record, UpstreamResponse(500, "", None, b'{"error":"bad input"}'))[0] == 400
+
+
+def test_custom_attributes_come_back_only_from_a_successful_response():
+    body = b'{"parameters":{"sagemaker_custom_attributes":"trace=1"},"outputs":[]}'
+    assert edge.custom_attributes(UpstreamResponse(200, "", None, body)) == "trace=1"
+    assert edge.custom_attributes(UpstreamResponse(400, "", None, body)) is None
+
+
+def test_streamed_responses_are_framed_as_json_lines_or_server_sent_events():
+    async def responses() -> AsyncIterator[dict[str, Any]]:
+        yield {"outputs": [1]}
+        yield {"error": "stop"}
+
+    async def collect(media_type: str) -> list[bytes]:
+        return [chunk async for chunk in edge.framed(responses(), media_type)]
+
+    assert edge.stream_media_type("text/event-stream") == edge.SSE
+    assert edge.stream_media_type(None) == edge.JSON_LINES
+    lines = asyncio.run(collect(edge.JSON_LINES))
+    assert [orjson.loads(line) for line in lines] == [{"outputs": [1]}, {"error": "stop"}]
+    assert all(line.endswith(b"\n") and line.count(b"\n") == 1 for line in lines)
+    events = asyncio.run(collect(edge.SSE))
+    assert events == [b'data: {"outputs":[1]}\n\n', b'data: {"error":"stop"}\n\n']
