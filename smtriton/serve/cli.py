@@ -22,7 +22,7 @@ from smtriton.serve.logs import configure_logging
 from smtriton.serve.metrics import Metrics
 from smtriton.serve.multimodel import ModelRegistry
 from smtriton.serve.repository import RepositoryError, refuse_unrunnable_plans, resolve_default_model
-from smtriton.serve.settings import Settings, SettingsError
+from smtriton.serve.settings import Settings, SettingsError, warn_without_effect
 from smtriton.serve.triton.installation import TritonNotFound, find_triton
 
 log = logging.getLogger("serve")
@@ -113,6 +113,7 @@ def serve(
             log_level=log_level,
         )
         configure_logging(settings.log_level, settings.log_format)
+        warn_without_effect(os.environ)
         default = None
         if not settings.multi_model:
             default = resolve_default_model(settings.model_repository, settings.default_model)
