@@ -16,7 +16,6 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from pathlib import Path
 from typing import Any
 
 from smtriton.aws.docker_image import is_sagemaker_triton_image
@@ -122,15 +121,6 @@ def is_gpu_instance(instance_type: str | None) -> bool:
     return bool(instance_type and GPU_INSTANCE_RE.match(instance_type))
 
 
-def _known_variables() -> set[str]:
-    import smtriton.serve as serve
-
-    names: set[str] = set()
-    for source in Path(serve.__file__).parent.rglob("*.py"):
-        names.update(re.findall(r"\"((?:SAGEMAKER|SMTRITON)_[A-Z0-9_]+)\"", source.read_text()))
-    return names
-
-
 def _is_s3(url: str) -> bool:
     return url.startswith("s3://") and len(url) > 5 and not url[5:].startswith("/")
 
@@ -168,12 +158,15 @@ def validate(spec: EndpointSpec) -> list[str]:
             "holding the uncompressed repository"
         )
     env = environment(spec)
-    known = _known_variables()
+    # Imported here: the runtime's settings schema (pydantic) is needed only once a deployment is checked.
+    from smtriton.serve.settings import Settings, SettingsError, known_variables, variables_without_effect
+
+    known = known_variables()
     for key in env:
         if key.startswith(("SAGEMAKER_", "SMTRITON_")) and key not in known:
             warnings.append(f"{key} is not a variable serve knows; it will be ignored")
-    from smtriton.serve.settings import Settings, SettingsError
-
+    for key, why in variables_without_effect(env):
+        warnings.append(f"{key} has no effect: {why}")
     try:
         Settings.from_env(env)
     except SettingsError as exc:

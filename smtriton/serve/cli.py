@@ -23,7 +23,7 @@ from smtriton.serve.logs import configure_logging
 from smtriton.serve.metrics import Metrics
 from smtriton.serve.multimodel import ModelRegistry
 from smtriton.serve.repository import refuse_unrunnable_plans, resolve_default_model
-from smtriton.serve.settings import Settings
+from smtriton.serve.settings import Settings, warn_without_effect
 from smtriton.serve.supervisor import TritonSupervisor
 from smtriton.serve.triton.installation import TritonInstallation, find_triton
 
@@ -115,6 +115,7 @@ def serve(
             log_level=log_level,
         )
         configure_logging(settings.log_level, settings.log_format)
+        warn_without_effect(os.environ)
         default = None
         if not settings.multi_model:
             default = resolve_default_model(settings.model_repository, settings.default_model)

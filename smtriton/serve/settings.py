@@ -1,17 +1,41 @@
-"""Every setting `serve` reads, typed, with its default: one object built once at start-up.
+"""Every setting `serve` reads, declared once: variable, default, bounds and meaning, then one typed object.
+
+The schema below (`Settings` and its `TritonOptions`) is the only place a setting is named. From it
+come the object built once at start-up (`Settings.from_env`), the reference in docs/settings.md
+(`python -m smtriton.serve.settings --markdown`) and the variables a deployment is checked against
+(`known_variables`).
 
 SageMaker's variables (``SAGEMAKER_*``, ``SAGEMAKER_TRITON_*``) keep exactly the meaning of
-CONTRACT.md §1.4, but their values are parsed, not word-split into a command line (B17). Settings
-owned by this project use the ``SMTRITON_`` prefix. Command-line flags (local runs) override both.
+docs/contract.md §1.4, but their values are parsed, not word-split into a command line
+(docs/contract.md §6 B17). Settings owned by this project use the ``SMTRITON_`` prefix. Command-line
+flags (local runs) override both. A value that is not understood stops `serve` with a message naming
+the variable; an empty value means the variable is not set, as in SageMaker's own `serve` script.
 """
 
 from __future__ import annotations
 
+import logging
 import shlex
-from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+import sys
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Any, Literal
+
+import annotated_types
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    JsonValue,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+)
+from pydantic.fields import FieldInfo
+from pydantic_core import ErrorDetails
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from smtriton.serve.errors import StartupError
 
@@ -19,282 +43,588 @@ SME_MODEL_DIR = Path("/opt/ml/model")
 MME_MODEL_ROOT = Path("/opt/ml/models")
 DEFAULT_PORT = 8080
 MIB = 1024 * 1024
+PORT_MIN, PORT_MAX = 1, 65535
 
 InferenceType = Literal["infer", "generate", "generate_stream"]
+LogLevel = Literal["debug", "info", "warning", "error"]
+
+# Variables SageMaker's `serve` accepts that do nothing here, and why: recognised (a deployment that
+# sets one is not told it is unknown) and warned about at start-up, never silently dropped.
+WITHOUT_EFFECT: dict[str, str] = {
+    "SAGEMAKER_TRITON_ALLOW_GRPC": (
+        "Triton's gRPC endpoint always runs, bound to loopback, because `serve` streams through it; "
+        "only `serve`'s own port is reachable from outside the container"
+    ),
+}
+
+log = logging.getLogger("serve.settings")
 
 
 class SettingsError(StartupError):
     """A setting has a value that cannot be used; `serve` exits with this message."""
 
 
-def _bool(name: str, raw: str) -> bool:
-    value = raw.strip().lower()
-    if value in ("1", "true", "yes", "on"):
+# ----- how an environment string becomes a value (other values, from flags or code, pass through) -----
+
+
+def _boolean(value: object) -> object:
+    if not isinstance(value, str):
+        return value
+    word = value.strip().lower()
+    if word in ("1", "true", "yes", "on"):
         return True
-    if value in ("0", "false", "no", "off"):
+    if word in ("0", "false", "no", "off"):
         return False
-    raise SettingsError(f"{name}={raw!r} is not a boolean (use true or false)")
+    raise ValueError("is not a boolean (use true or false)")
 
 
-def _int(name: str, raw: str, minimum: int = 0) -> int:
+def _exactly_true(value: object) -> object:
+    """SageMaker's switches (docs/contract.md §1.3): on iff the value is exactly ``true``; anything else is off."""
+    return value == "true" if isinstance(value, str) else value
+
+
+def _integer(value: object) -> object:
+    if not isinstance(value, str):
+        return value
     try:
-        value = int(raw.strip())
+        return int(value.strip())
     except ValueError:
-        raise SettingsError(f"{name}={raw!r} is not an integer") from None
-    if value < minimum:
-        raise SettingsError(f"{name}={raw!r} must be >= {minimum}")
-    return value
+        raise ValueError("is not an integer") from None
 
 
-def _float(name: str, raw: str) -> float:
+def _number(value: object) -> object:
+    if not isinstance(value, str):
+        return value
     try:
-        value = float(raw.strip())
+        return float(value.strip())
     except ValueError:
-        raise SettingsError(f"{name}={raw!r} is not a number") from None
-    if value <= 0:
-        raise SettingsError(f"{name}={raw!r} must be > 0")
-    return value
+        raise ValueError("is not a number") from None
 
 
-def _port(name: str, raw: str) -> int:
-    value = _int(name, raw, minimum=1)
-    if value > 65535:
-        raise SettingsError(f"{name}={raw!r} is not a TCP port")
-    return value
+def _word(change: Callable[[str], str]) -> Callable[[object], object]:
+    def convert(value: object) -> object:
+        return change(value.strip()) if isinstance(value, str) else value
+
+    return convert
 
 
-def _port_range(name: str, raw: str) -> tuple[int, int]:
-    lo, sep, hi = raw.strip().partition("-")
+def _port_range(value: object) -> object:
+    if not isinstance(value, str):
+        return value
+    low, sep, high = value.strip().partition("-")
     if not sep:
-        raise SettingsError(f"{name}={raw!r} must look like LOW-HIGH")
-    low, high = _port(name, lo), _port(name, hi)
-    if low > high:
-        raise SettingsError(f"{name}={raw!r}: LOW is above HIGH")
-    return low, high
+        raise ValueError("must look like LOW-HIGH")
+    return (_integer(low), _integer(high))
 
 
-@dataclass(frozen=True)
-class TritonOptions:
-    """What `serve` passes on to tritonserver (CONTRACT.md §1.4 native variables)."""
-
-    model_namespacing: bool | None = None
-    allow_grpc: bool = False
-    grpc_port: int | None = None
-    allow_metrics: bool = False
-    metrics_port: int | None = None
-    buffer_manager_thread_count: int | None = None
-    # `--sagemaker-thread-count` sized Triton's own SageMaker listener; ours is uvicorn, so the value
-    # is kept only for compatibility and sizes Triton's loopback HTTP threads instead.
-    thread_count: int | None = None
-    log_verbose: int = 0
-    log_info: bool | None = None
-    log_warning: bool | None = None
-    log_error: bool | None = None
-    shm_default_byte_size: int = 16 * MIB
-    shm_growth_byte_size: int = 1 * MIB
-    tensorflow_version: str | None = None
-    model_load_gpu_limit: float | None = None
-    additional_args: tuple[str, ...] = ()
+def _ordered(value: tuple[int, int] | None) -> tuple[int, int] | None:
+    if value is not None and value[0] > value[1]:
+        raise ValueError("LOW is above HIGH")
+    return value
 
 
-@dataclass(frozen=True)
-class Settings:
+def _verbosity(value: object) -> object:
+    """Native passes the value to ``--log-verbose``, which takes true, false or a level."""
+    if isinstance(value, str) and value.strip().lower() in ("true", "false"):
+        return int(value.strip().lower() == "true")
+    return _integer(value)
+
+
+def _ping_mode(value: object) -> object:
+    """``live`` (any case) selects live mode; any other value means ``ready``, the mode that asks more of
+    Triton, so a misspelt value can never make `/ping` report healthy sooner."""
+    if isinstance(value, str):
+        return "live" if value.strip().lower() == "live" else "ready"
+    return value
+
+
+def _shell_words(value: object) -> object:
+    if not isinstance(value, str):
+        return value
+    try:
+        return tuple(shlex.split(value))
+    except ValueError as exc:
+        raise ValueError(f"cannot be split shell-style: {exc}") from None
+
+
+Boolean = Annotated[bool, BeforeValidator(_boolean)]
+Switch = Annotated[bool, BeforeValidator(_exactly_true)]
+Integer = Annotated[int, BeforeValidator(_integer)]
+Number = Annotated[float, BeforeValidator(_number)]
+PortNumber = Annotated[int, annotated_types.Interval(ge=PORT_MIN, le=PORT_MAX)]
+PortRange = Annotated[tuple[PortNumber, PortNumber], BeforeValidator(_port_range), AfterValidator(_ordered)]
+
+
+def _setting(
+    env: str | tuple[str, ...],
+    doc: str,
+    default: Any = None,
+    *,
+    default_factory: Callable[[dict[str, Any]], Any] | None = None,
+    shown: str | None = None,
+    flag: bool = False,
+    refusal: str | None = None,
+    ge: int | None = None,
+    gt: float | None = None,
+    le: int | None = None,
+) -> Any:
+    """One setting: its variable (several: the first one set wins), meaning, default and bounds.
+
+    ``shown`` is the default as the docs state it, where the value alone would not say it; ``flag``: a
+    `serve` option of the same name overrides it; ``refusal`` words the start of the error for a bad
+    value (``{variable}`` and ``{value}`` are filled in).
+    """
+    extra: dict[str, JsonValue] = {"env": [env] if isinstance(env, str) else list(env), "flag": flag}
+    if shown is not None:
+        extra["shown"] = shown
+    if refusal is not None:
+        extra["refusal"] = refusal
+    if default_factory is not None:
+        return Field(default_factory=default_factory, description=doc, json_schema_extra=extra, ge=ge, gt=gt, le=le)
+    return Field(default, description=doc, json_schema_extra=extra, ge=ge, gt=gt, le=le)
+
+
+class TritonOptions(BaseModel):
+    """What `serve` passes on to tritonserver (docs/contract.md §1.4 native variables)."""
+
+    # Frozen: the settings are built once and shared.
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    model_namespacing: Boolean | None = _setting(
+        "SAGEMAKER_TRITON_DISABLE_MODEL_NAMESPACING",
+        # Native passes the value straight to --model-namespacing, so "false" disables it.
+        "`--model-namespacing=<value>` (as native: `false` turns namespacing off)",
+        shown="Triton's",
+    )
+    grpc_port: Integer | None = _setting(
+        "SAGEMAKER_TRITON_GRPC_PORT",
+        "Triton's gRPC port, always on and loopback only (streaming goes through it)",
+        shown="picked",
+        ge=PORT_MIN,
+        le=PORT_MAX,
+    )
+    allow_metrics: Boolean = _setting(
+        "SAGEMAKER_TRITON_ALLOW_METRICS", "Triton's metrics endpoint, loopback only", False
+    )
+    metrics_port: Integer | None = _setting(
+        "SAGEMAKER_TRITON_METRICS_PORT", "port of Triton's metrics endpoint", shown="picked", ge=PORT_MIN, le=PORT_MAX
+    )
+    buffer_manager_thread_count: Integer | None = _setting(
+        "SAGEMAKER_TRITON_BUFFER_MANAGER_THREAD_COUNT", "`--buffer-manager-thread-count`", shown="Triton's", ge=0
+    )
+    # Native's `--sagemaker-thread-count` sized Triton's own SageMaker listener; ours is uvicorn, so the value
+    # is kept for compatibility and sizes Triton's loopback HTTP threads instead.
+    thread_count: Integer | None = _setting(
+        "SAGEMAKER_TRITON_THREAD_COUNT", "sizes Triton's loopback HTTP threads", shown="Triton's", ge=1
+    )
+    log_verbose: Annotated[int, BeforeValidator(_verbosity)] = _setting(
+        "SAGEMAKER_TRITON_LOG_VERBOSE",
+        # docs/contract.md §6 B18: native turns verbose on by default (a log line per request).
+        "Triton `--log-verbose`: `true`, `false` or a level (native's default is on: a line per request)",
+        0,
+        ge=0,
+    )
+    log_info: Boolean | None = _setting(
+        "SAGEMAKER_TRITON_LOG_INFO", "Triton `--log-info`", shown="from `SMTRITON_LOG_LEVEL`"
+    )
+    log_warning: Boolean | None = _setting(
+        "SAGEMAKER_TRITON_LOG_WARNING", "Triton `--log-warning`", shown="from `SMTRITON_LOG_LEVEL`"
+    )
+    log_error: Boolean | None = _setting("SAGEMAKER_TRITON_LOG_ERROR", "Triton `--log-error`", shown="Triton's")
+    shm_default_byte_size: Integer = _setting(
+        "SAGEMAKER_TRITON_SHM_DEFAULT_BYTE_SIZE", "Python backend shared memory: initial size", 16 * MIB, ge=1
+    )
+    shm_growth_byte_size: Integer = _setting(
+        "SAGEMAKER_TRITON_SHM_GROWTH_BYTE_SIZE", "Python backend shared memory: growth step", 1 * MIB, ge=1
+    )
+    tensorflow_version: Annotated[str | None, BeforeValidator(_word(str))] = _setting(
+        "SAGEMAKER_TRITON_TENSORFLOW_VERSION", "`--backend-config=tensorflow,version=<value>`"
+    )
+    model_load_gpu_limit: Number | None = _setting(
+        "SAGEMAKER_TRITON_MODEL_LOAD_GPU_LIMIT", "`--model-load-gpu-limit` for every GPU (a fraction)", gt=0
+    )
+    additional_args: Annotated[tuple[str, ...], BeforeValidator(_shell_words)] = _setting(
+        "SAGEMAKER_TRITON_ADDITIONAL_ARGS", "extra tritonserver flags, split shell-style", ()
+    )
+
+
+class Settings(BaseSettings):
     """The whole configuration of one `serve` process."""
 
-    host: str = "0.0.0.0"
-    port: int = DEFAULT_PORT
-    multi_model: bool = False
-    model_repository: Path = SME_MODEL_DIR
-    model_root: Path = MME_MODEL_ROOT
-    memory_reserve_bytes: int = 512 * MIB
-    gpu_memory_reserve_bytes: int = 1024 * MIB
-    model_memory_factor: float = 1.0
-    model_memory_budget_bytes: int | None = None
-    max_concurrent_loads: int = 2
-    default_model: str | None = None
-    ping_mode: Literal["ready", "live"] = "ready"
-    inference_type: InferenceType = "infer"
-    safe_port_range: tuple[int, int] | None = None
-    batch: bool = False
-    batch_strategy: Literal["MULTI_RECORD", "SINGLE_RECORD"] | None = None
-    max_concurrent_transforms: int | None = None
-    max_payload_in_mb: int | None = None
-    max_payload_bytes: int = 100 * MIB
-    max_header_bytes: int = 64 * 1024
-    transcode_json_min_bytes: int = 64 * 1024
-    tritonserver: Path | None = None
-    triton: TritonOptions = field(default_factory=TritonOptions)
-    work_dir: Path | None = None
-    metrics_port: int | None = None
-    metrics_host: str = "127.0.0.1"
-    log_level: str = "info"
-    log_format: Literal["json", "text"] = "json"
-    access_log: bool = False
-    startup_timeout_s: float = 1800.0
-    request_timeout_s: float = 60.0
-    shutdown_timeout_s: float = 25.0
-    triton_exit_timeout_s: float = 10.0
+    model_config = SettingsConfigDict(frozen=True, extra="forbid")
+
+    host: str = _setting("SMTRITON_HOST", "address `serve` binds", "0.0.0.0", flag=True)
+    port: Integer = _setting(
+        "SAGEMAKER_BIND_TO_PORT", "port `serve` listens on", DEFAULT_PORT, flag=True, ge=PORT_MIN, le=PORT_MAX
+    )
+    multi_model: Switch = _setting(
+        "SAGEMAKER_MULTI_MODEL", "exactly `true` selects a multi-model endpoint", False, flag=True
+    )
+    model_repository: Path = _setting(
+        "SMTRITON_MODEL_REPOSITORY", "model repository a single-model endpoint serves", SME_MODEL_DIR, flag=True
+    )
+    model_root: Path = _setting(
+        "SMTRITON_MODEL_ROOT", "multi-model endpoints: load urls must lie under it", MME_MODEL_ROOT, flag=True
+    )
+    memory_reserve_bytes: Integer = _setting(
+        "SMTRITON_MEMORY_RESERVE_BYTES",
+        "multi-model: a load that would leave less host memory than this gets 507",
+        512 * MIB,
+        ge=0,
+    )
+    gpu_memory_reserve_bytes: Integer = _setting(
+        "SMTRITON_GPU_MEMORY_RESERVE_BYTES",
+        "multi-model, on GPU hosts: a load gets 507 when no GPU has this much free (NVML)",
+        1024 * MIB,
+        ge=0,
+    )
+    model_memory_factor: Number = _setting(
+        "SMTRITON_MODEL_MEMORY_FACTOR", "multi-model: memory a load needs = archive size times factor", 1.0, gt=0
+    )
+    model_memory_budget_bytes: Integer | None = _setting(
+        "SMTRITON_MODEL_MEMORY_BUDGET_BYTES",
+        "multi-model: a load gets 507 when the estimates of the models loaded and loading would pass this",
+        shown="off",
+        ge=1,
+    )
+    max_concurrent_loads: Integer = _setting(
+        "SMTRITON_MAX_CONCURRENT_LOADS", "multi-model: loads running at once (others wait)", 2, ge=1
+    )
+    default_model: str | None = _setting(
+        "SAGEMAKER_TRITON_DEFAULT_MODEL_NAME", "model `/invocations` serves", shown="the only model", flag=True
+    )
+    ping_mode: Annotated[Literal["ready", "live"], BeforeValidator(_ping_mode)] = _setting(
+        # docs/contract.md §6 B1: native `serve` never exported the mode; both variables are honoured here.
+        ("SAGEMAKER_TRITON_OVERRIDE_PING_MODE", "SAGEMAKER_TRITON_PING_MODE"),
+        "`live`: `/ping` needs Triton live only; any other value means `ready`",
+        "ready",
+    )
+    inference_type: Annotated[InferenceType, BeforeValidator(_word(str))] = _setting(
+        "SAGEMAKER_TRITON_INFERENCE_TYPE",
+        "`infer`, `generate` or `generate_stream`: what `/invocations` calls",
+        "infer",
+        # NVIDIA's `serve` words this refusal so; their tests look for it.
+        refusal="ERROR: Invalid {variable} '{value}'",
+    )
+    safe_port_range: PortRange | None = _setting(
+        "SAGEMAKER_SAFE_PORT_RANGE",
+        "`LOW-HIGH` (ports 1 to 65535): Triton's loopback ports are picked inside it",
+        shown="any free port",
+    )
+    batch: Switch = _setting(
+        "SAGEMAKER_BATCH",
+        "exactly `true` under batch transform: request timeout 600 s, payload limit `SAGEMAKER_MAX_PAYLOAD_IN_MB`",
+        False,
+    )
+    batch_strategy: Annotated[Literal["MULTI_RECORD", "SINGLE_RECORD"] | None, BeforeValidator(_word(str.upper))] = (
+        _setting(
+            "SAGEMAKER_BATCH_STRATEGY",
+            "`MULTI_RECORD` or `SINGLE_RECORD`, answered by `/execution-parameters`",
+            shown="`MULTI_RECORD`",
+        )
+    )
+    max_concurrent_transforms: Integer | None = _setting(
+        "SAGEMAKER_MAX_CONCURRENT_TRANSFORMS",
+        "answered by `/execution-parameters`",
+        shown="the model's instance count",
+        ge=1,
+    )
+    max_payload_in_mb: Integer | None = _setting(
+        "SAGEMAKER_MAX_PAYLOAD_IN_MB",
+        "batch transform's payload limit in MB, answered by `/execution-parameters`; 0: unbounded (chunked)",
+        shown="unset: `/execution-parameters` answers 6",
+        ge=0,
+    )
+    max_payload_bytes: Integer = _setting(
+        "SMTRITON_MAX_PAYLOAD_BYTES",
+        "request body limit; larger → 413 before the body is read. "
+        "With `SAGEMAKER_BATCH=true`, a positive `SAGEMAKER_MAX_PAYLOAD_IN_MB` wins",
+        default_factory=lambda data: (data.get("max_payload_in_mb") or 100) * MIB,
+        shown="100 MiB, or `SAGEMAKER_MAX_PAYLOAD_IN_MB`",
+        ge=1,
+    )
+    max_header_bytes: Integer = _setting(
+        "SMTRITON_MAX_HEADER_BYTES", "request headers larger than this → 431", 64 * 1024, ge=1024
+    )
+    transcode_json_min_bytes: Integer = _setting(
+        "SMTRITON_TRANSCODE_JSON_MIN_BYTES",
+        "JSON requests this large are re-encoded binary before Triton sees them; 0: never",
+        64 * 1024,
+        ge=0,
+    )
+    tritonserver: Path | None = _setting(
+        "TRITONSERVER",
+        "tritonserver binary to use",
+        shown="`/opt/tritonserver/bin/tritonserver`, else the wheel's",
+    )
+    triton: TritonOptions = Field(default_factory=TritonOptions)
+    work_dir: Path | None = _setting(
+        "SMTRITON_WORK_DIR", "where `serve` keeps its scratch (backend directory, MME repository)", shown="system temp"
+    )
+    metrics_port: Integer | None = _setting(
+        "SMTRITON_METRICS_PORT",
+        "Prometheus `/metrics` on this port (front metrics and Triton's, re-exported)",
+        shown="off",
+        ge=PORT_MIN,
+        le=PORT_MAX,
+    )
+    metrics_host: str = _setting("SMTRITON_METRICS_HOST", "address of the metrics port", "127.0.0.1")
+    log_level: Annotated[LogLevel, BeforeValidator(_word(str.lower))] = _setting(
+        "SMTRITON_LOG_LEVEL", "`debug`, `info`, `warning` or `error`; Triton's too", "info", flag=True
+    )
+    log_format: Annotated[Literal["json", "text"], BeforeValidator(_word(str.lower))] = _setting(
+        "SMTRITON_LOG_FORMAT", "`json`: one JSON object per line (CloudWatch); `text` for humans", "json"
+    )
+    access_log: Boolean = _setting("SMTRITON_ACCESS_LOG", "access log (never `/ping`)", False)
+    startup_timeout_s: Number = _setting(
+        "SMTRITON_STARTUP_TIMEOUT_S", "seconds Triton's start and a model load may take", 1800.0, gt=0
+    )
+    request_timeout_s: Number = _setting(
+        "SMTRITON_REQUEST_TIMEOUT_S",
+        "seconds an inference may take upstream, then 504",
+        default_factory=lambda data: 600.0 if data.get("batch") else 60.0,
+        shown="60; 600 with `SAGEMAKER_BATCH=true`",
+        gt=0,
+    )
+    shutdown_timeout_s: Number = _setting(
+        "SMTRITON_SHUTDOWN_TIMEOUT_S", "seconds of draining after SIGTERM (inside SageMaker's 30)", 25.0, gt=0
+    )
+    triton_exit_timeout_s: Number = _setting(
+        "SMTRITON_TRITON_EXIT_TIMEOUT_S",
+        "seconds Triton may drain, then its process group gets SIGKILL",
+        10.0,
+        gt=0,
+    )
+
+    @field_validator("max_payload_bytes")
+    @classmethod
+    def _batch_payload_wins(cls, value: int, info: ValidationInfo) -> int:
+        """Batch transform's MaxPayloadInMB is the limit under SAGEMAKER_BATCH, whatever else is set;
+        0 means chunked, unbounded, to SageMaker, and leaves the limit as it is."""
+        batch_mb = info.data.get("max_payload_in_mb") or 0
+        return batch_mb * MIB if info.data.get("batch") and batch_mb > 0 else value
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        """Keyword arguments only: the environment is read by `from_env`, from the mapping it is given
+        (never os.environ behind the caller's back), and there is no .env file or secrets directory."""
+        return (init_settings,)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str], **overrides: object) -> Settings:
-        """Build the settings from an environment mapping; keyword overrides (CLI flags) win."""
-        settings = cls(
-            host=env.get("SMTRITON_HOST", cls.host),
-            port=_port("SAGEMAKER_BIND_TO_PORT", env["SAGEMAKER_BIND_TO_PORT"])
-            if env.get("SAGEMAKER_BIND_TO_PORT")
-            else DEFAULT_PORT,
-            # CONTRACT.md §1.3: MME iff the value is exactly "true".
-            multi_model=env.get("SAGEMAKER_MULTI_MODEL") == "true",
-            model_repository=Path(env.get("SMTRITON_MODEL_REPOSITORY", str(SME_MODEL_DIR))),
-            model_root=Path(env.get("SMTRITON_MODEL_ROOT", str(MME_MODEL_ROOT))),
-            memory_reserve_bytes=_int(
-                "SMTRITON_MEMORY_RESERVE_BYTES", env.get("SMTRITON_MEMORY_RESERVE_BYTES", str(512 * MIB))
-            ),
-            gpu_memory_reserve_bytes=_int(
-                "SMTRITON_GPU_MEMORY_RESERVE_BYTES", env.get("SMTRITON_GPU_MEMORY_RESERVE_BYTES", str(1024 * MIB))
-            ),
-            model_memory_factor=_float("SMTRITON_MODEL_MEMORY_FACTOR", env.get("SMTRITON_MODEL_MEMORY_FACTOR", "1.0")),
-            model_memory_budget_bytes=_int(
-                "SMTRITON_MODEL_MEMORY_BUDGET_BYTES", env["SMTRITON_MODEL_MEMORY_BUDGET_BYTES"], minimum=1
-            )
-            if env.get("SMTRITON_MODEL_MEMORY_BUDGET_BYTES")
-            else None,
-            max_concurrent_loads=_int(
-                "SMTRITON_MAX_CONCURRENT_LOADS", env.get("SMTRITON_MAX_CONCURRENT_LOADS", "2"), minimum=1
-            ),
-            default_model=env.get("SAGEMAKER_TRITON_DEFAULT_MODEL_NAME") or None,
-            ping_mode=_ping_mode(env),
-            inference_type=_inference_type(env.get("SAGEMAKER_TRITON_INFERENCE_TYPE", "infer")),
-            safe_port_range=_port_range("SAGEMAKER_SAFE_PORT_RANGE", env["SAGEMAKER_SAFE_PORT_RANGE"])
-            if env.get("SAGEMAKER_SAFE_PORT_RANGE")
-            else None,
-            batch=env.get("SAGEMAKER_BATCH") == "true",
-            batch_strategy=_batch_strategy(env.get("SAGEMAKER_BATCH_STRATEGY")),
-            max_concurrent_transforms=_int(
-                "SAGEMAKER_MAX_CONCURRENT_TRANSFORMS", env["SAGEMAKER_MAX_CONCURRENT_TRANSFORMS"], minimum=1
-            )
-            if env.get("SAGEMAKER_MAX_CONCURRENT_TRANSFORMS")
-            else None,
-            max_payload_in_mb=_int("SAGEMAKER_MAX_PAYLOAD_IN_MB", env["SAGEMAKER_MAX_PAYLOAD_IN_MB"])
-            if env.get("SAGEMAKER_MAX_PAYLOAD_IN_MB")
-            else None,
-            max_payload_bytes=_max_payload(env),
-            max_header_bytes=_int(
-                "SMTRITON_MAX_HEADER_BYTES", env.get("SMTRITON_MAX_HEADER_BYTES", "65536"), minimum=1024
-            ),
-            transcode_json_min_bytes=_int(
-                "SMTRITON_TRANSCODE_JSON_MIN_BYTES", env.get("SMTRITON_TRANSCODE_JSON_MIN_BYTES", "65536")
-            ),
-            tritonserver=Path(env["TRITONSERVER"]) if env.get("TRITONSERVER") else None,
-            triton=_triton_options(env),
-            work_dir=Path(env["SMTRITON_WORK_DIR"]) if env.get("SMTRITON_WORK_DIR") else None,
-            metrics_port=_port("SMTRITON_METRICS_PORT", env["SMTRITON_METRICS_PORT"])
-            if env.get("SMTRITON_METRICS_PORT")
-            else None,
-            metrics_host=env.get("SMTRITON_METRICS_HOST", "127.0.0.1"),
-            log_level=env.get("SMTRITON_LOG_LEVEL", "info").lower(),
-            log_format="text" if env.get("SMTRITON_LOG_FORMAT", "json").strip().lower() == "text" else "json",
-            access_log=_bool("SMTRITON_ACCESS_LOG", env["SMTRITON_ACCESS_LOG"])
-            if env.get("SMTRITON_ACCESS_LOG")
-            else False,
-            startup_timeout_s=_float("SMTRITON_STARTUP_TIMEOUT_S", env.get("SMTRITON_STARTUP_TIMEOUT_S", "1800")),
-            request_timeout_s=_float(
-                "SMTRITON_REQUEST_TIMEOUT_S",
-                env.get("SMTRITON_REQUEST_TIMEOUT_S", "600" if env.get("SAGEMAKER_BATCH") == "true" else "60"),
-            ),
-            shutdown_timeout_s=_float("SMTRITON_SHUTDOWN_TIMEOUT_S", env.get("SMTRITON_SHUTDOWN_TIMEOUT_S", "25")),
-            triton_exit_timeout_s=_float(
-                "SMTRITON_TRITON_EXIT_TIMEOUT_S", env.get("SMTRITON_TRITON_EXIT_TIMEOUT_S", "10")
-            ),
-        )
-        given = {k: v for k, v in overrides.items() if v is not None}
-        for key in ("model_repository", "model_root"):
-            if key in given:
-                given[key] = Path(str(given[key]))
-        settings = replace(settings, **given)  # type: ignore[arg-type]
-        if settings.log_level not in ("debug", "info", "warning", "error"):
-            raise SettingsError(f"log level {settings.log_level!r} is not one of debug, info, warning, error")
-        return settings
+        """Build the settings from an environment mapping; keyword overrides (CLI flags; None: not given) win."""
+        flags = {name: value for name, value in overrides.items() if value is not None}
+        unknown = set(flags) - {name for name, field in cls.model_fields.items() if _extra(field).get("flag")}
+        if unknown:
+            raise TypeError(f"not settings a flag may override: {sorted(unknown)}")
+        source = _Environment(cls, env)
+        try:
+            return cls(**(source() | flags))
+        except ValidationError as exc:
+            raise SettingsError(_explain(exc, source, flags)) from None
 
 
-def _ping_mode(env: Mapping[str, str]) -> Literal["ready", "live"]:
-    # B1: native `serve` never exported the mode; both variables are honoured here, override first.
-    raw = env.get("SAGEMAKER_TRITON_OVERRIDE_PING_MODE") or env.get("SAGEMAKER_TRITON_PING_MODE") or "ready"
-    return "live" if raw.strip().lower() == "live" else "ready"
+class _Environment(PydanticBaseSettingsSource):
+    """The schema's variables in one environment mapping, keyed like the fields (Triton's options nested)."""
+
+    def __init__(self, settings_cls: type[BaseSettings], env: Mapping[str, str]) -> None:
+        super().__init__(settings_cls)
+        self.env = env
+        self.origin: dict[tuple[str, ...], str] = {}  # field path -> the variable its value came from
+
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
+        for variable in _variables(field):
+            if self.env.get(variable):  # empty means unset
+                return self.env[variable], variable, False
+        return None, field_name, False
+
+    def __call__(self) -> dict[str, Any]:
+        values: dict[str, Any] = {}
+        for path, field in _fields(self.settings_cls):
+            value, variable, _ = self.get_field_value(field, path[-1])
+            if value is None:
+                continue
+            self.origin[path] = variable
+            group = values
+            for key in path[:-1]:
+                group = group.setdefault(key, {})
+            group[path[-1]] = value
+        return values
 
 
-def _inference_type(raw: str) -> InferenceType:
-    value = raw.strip()
-    if value not in ("infer", "generate", "generate_stream"):
-        raise SettingsError(f"SAGEMAKER_TRITON_INFERENCE_TYPE={raw!r} must be one of infer, generate, generate_stream")
-    return value  # type: ignore[return-value]
+def _extra(field: FieldInfo) -> dict[str, Any]:
+    return field.json_schema_extra if isinstance(field.json_schema_extra, dict) else {}
 
 
-def _max_payload(env: Mapping[str, str]) -> int:
-    """Batch transform's MaxPayloadInMB wins under SAGEMAKER_BATCH; else ours; else 100 MiB."""
-    batch_mb = 0
-    if env.get("SAGEMAKER_MAX_PAYLOAD_IN_MB"):
-        # 0 means chunked, unbounded, to SageMaker; the default bound stays then.
-        batch_mb = _int("SAGEMAKER_MAX_PAYLOAD_IN_MB", env["SAGEMAKER_MAX_PAYLOAD_IN_MB"], minimum=0)
-    if env.get("SAGEMAKER_BATCH") == "true" and batch_mb > 0:
-        return batch_mb * MIB
-    if env.get("SMTRITON_MAX_PAYLOAD_BYTES"):
-        return _int("SMTRITON_MAX_PAYLOAD_BYTES", env["SMTRITON_MAX_PAYLOAD_BYTES"], minimum=1)
-    return batch_mb * MIB if batch_mb > 0 else 100 * MIB
+def _variables(field: FieldInfo) -> tuple[str, ...]:
+    """The variables a field is read from, in order of precedence; none for a group of fields."""
+    names = _extra(field).get("env", [])
+    return tuple(str(name) for name in names) if isinstance(names, list) else ()
 
 
-def _batch_strategy(raw: str | None) -> Literal["MULTI_RECORD", "SINGLE_RECORD"] | None:
-    if not raw:
-        return None
-    value = raw.strip().upper()
-    if value not in ("MULTI_RECORD", "SINGLE_RECORD"):
-        raise SettingsError(f"SAGEMAKER_BATCH_STRATEGY={raw!r} must be MULTI_RECORD or SINGLE_RECORD")
-    return value  # type: ignore[return-value]
+def _fields(model: type[BaseModel], prefix: tuple[str, ...] = ()) -> Iterator[tuple[tuple[str, ...], FieldInfo]]:
+    """Every field read from the environment, as (path, field), in declaration order."""
+    for name, field in model.model_fields.items():
+        if isinstance(field.annotation, type) and issubclass(field.annotation, BaseModel):
+            yield from _fields(field.annotation, (*prefix, name))
+        elif _variables(field):
+            yield (*prefix, name), field
 
 
-def _opt(env: Mapping[str, str], name: str) -> str | None:
-    value = env.get(name)
-    return value.strip() if value and value.strip() else None
+def _field_at(path: tuple[str, ...]) -> FieldInfo | None:
+    return dict(_fields(Settings)).get(path)
 
 
-def _triton_options(env: Mapping[str, str]) -> TritonOptions:
-    def b(name: str) -> bool | None:
-        raw = _opt(env, name)
-        return None if raw is None else _bool(name, raw)
+def _detail(error: ErrorDetails) -> str:
+    ctx = error.get("ctx", {})
+    kind = error["type"]
+    if kind == "value_error":
+        return str(ctx["error"])
+    if kind == "literal_error":
+        return f"must be {ctx['expected']}"
+    for bound, word in (("ge", ">="), ("gt", ">"), ("le", "<=")):
+        if bound in ctx:
+            return f"must be {word} {ctx[bound]:g}"
+    return error["msg"]
 
-    def i(name: str) -> int | None:
-        raw = _opt(env, name)
-        return None if raw is None else _int(name, raw)
 
-    def p(name: str) -> int | None:
-        raw = _opt(env, name)
-        return None if raw is None else _port(name, raw)
+def _explain(exc: ValidationError, source: _Environment, flags: Mapping[str, object]) -> str:
+    """One line per refused value, naming the variable (or flag) and the value as it was given."""
+    lines = []
+    for error in exc.errors():
+        if error["type"] == "default_factory_not_called":
+            continue  # a default that depends on a refused value; that value has its own line
+        path = tuple(part for part in error["loc"] if isinstance(part, str))
+        detail = _detail(error)
+        field = _field_at(path)
+        if path and path[0] in flags:
+            lines.append(f"--{path[0].replace('_', '-')}={flags[path[0]]}: {detail}")
+        elif path in source.origin and field is not None:
+            variable = source.origin[path]
+            refusal = str(_extra(field).get("refusal", "{variable}={value!r}"))
+            lines.append(f"{refusal.format(variable=variable, value=source.env[variable])}: {detail}")
+        else:
+            lines.append(f"{'.'.join(path) or 'settings'}: {detail}")
+    return "\n".join(lines)
 
-    verbose_raw = _opt(env, "SAGEMAKER_TRITON_LOG_VERBOSE")
-    if verbose_raw is None:
-        log_verbose = 0  # B18: native turns verbose on by default (a log line per request).
-    elif verbose_raw.lower() in ("true", "false"):
-        log_verbose = int(verbose_raw.lower() == "true")
-    else:
-        log_verbose = _int("SAGEMAKER_TRITON_LOG_VERBOSE", verbose_raw)
-    gpu_limit = _opt(env, "SAGEMAKER_TRITON_MODEL_LOAD_GPU_LIMIT")
-    namespacing = b("SAGEMAKER_TRITON_DISABLE_MODEL_NAMESPACING")
-    return TritonOptions(
-        # Native passes the value straight to --model-namespacing (so "false" disables it).
-        model_namespacing=namespacing,
-        allow_grpc=bool(b("SAGEMAKER_TRITON_ALLOW_GRPC")),
-        grpc_port=p("SAGEMAKER_TRITON_GRPC_PORT"),
-        allow_metrics=bool(b("SAGEMAKER_TRITON_ALLOW_METRICS")),
-        metrics_port=p("SAGEMAKER_TRITON_METRICS_PORT"),
-        buffer_manager_thread_count=i("SAGEMAKER_TRITON_BUFFER_MANAGER_THREAD_COUNT"),
-        thread_count=i("SAGEMAKER_TRITON_THREAD_COUNT"),
-        log_verbose=log_verbose,
-        log_info=b("SAGEMAKER_TRITON_LOG_INFO"),
-        log_warning=b("SAGEMAKER_TRITON_LOG_WARNING"),
-        log_error=b("SAGEMAKER_TRITON_LOG_ERROR"),
-        shm_default_byte_size=i("SAGEMAKER_TRITON_SHM_DEFAULT_BYTE_SIZE") or 16 * MIB,
-        shm_growth_byte_size=i("SAGEMAKER_TRITON_SHM_GROWTH_BYTE_SIZE") or 1 * MIB,
-        tensorflow_version=_opt(env, "SAGEMAKER_TRITON_TENSORFLOW_VERSION"),
-        model_load_gpu_limit=_float("SAGEMAKER_TRITON_MODEL_LOAD_GPU_LIMIT", gpu_limit) if gpu_limit else None,
-        additional_args=tuple(shlex.split(env.get("SAGEMAKER_TRITON_ADDITIONAL_ARGS", ""))),
+
+# ----- what else the schema answers ------------------------------------------------------------------
+
+
+def known_variables() -> frozenset[str]:
+    """Every variable `serve` recognises: the schema's and those accepted without effect."""
+    return frozenset(v for _, field in _fields(Settings) for v in _variables(field)) | WITHOUT_EFFECT.keys()
+
+
+def variables_without_effect(env: Mapping[str, str]) -> list[tuple[str, str]]:
+    """(variable, why) for each variable set in ``env`` that `serve` accepts but does not act on."""
+    return [(name, why) for name, why in WITHOUT_EFFECT.items() if env.get(name)]
+
+
+def warn_without_effect(env: Mapping[str, str]) -> None:
+    """Log a warning per variable set that has no effect, so a deployment relying on one learns why."""
+    for name, why in variables_without_effect(env):
+        log.warning("%s is set but has no effect: %s", name, why)
+
+
+def _shown(field: FieldInfo) -> str:
+    shown = _extra(field).get("shown")
+    if shown is not None:
+        return str(shown)
+    value = field.get_default(call_default_factory=False)
+    if value is None or value == ():
+        return "—"
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, int) and value >= 1024:
+        for unit, size in (("GiB", 1024 * MIB), ("MiB", MIB), ("KiB", 1024)):
+            if value % size == 0:
+                return f"{value // size} {unit}"
+    if isinstance(value, int | float):
+        return f"{value:g}"
+    return f"`{value}`"
+
+
+def _bounds(field: FieldInfo) -> str:
+    ge = next((m.ge for m in field.metadata if isinstance(m, annotated_types.Ge)), None)
+    gt = next((m.gt for m in field.metadata if isinstance(m, annotated_types.Gt)), None)
+    le = next((m.le for m in field.metadata if isinstance(m, annotated_types.Le)), None)
+    if ge is not None and le is not None:
+        return f"{ge} to {le}"
+    if ge is not None:
+        return f"≥ {ge}"
+    if gt is not None:
+        return f"> {gt}"
+    return ""
+
+
+def markdown() -> str:
+    """docs/settings.md: every variable, its default, bounds and meaning, generated from the schema."""
+    rows: dict[bool, list[str]] = {True: [], False: []}
+    for path, field in _fields(Settings):
+        names = _variables(field)
+        meaning = str(field.description)
+        if len(names) > 1:
+            meaning += "; the first one set wins"
+        if _extra(field).get("flag"):
+            meaning += f"; also `--{path[-1].replace('_', '-')}`"
+        variables = ", ".join(f"`{name}`" for name in names)
+        row = f"| {variables} | {_shown(field)} | {_bounds(field)} | {meaning} |"
+        rows[names[0].startswith("SAGEMAKER_")].append(row)
+    header = ["| variable | default | bounds | meaning |", "| --- | --- | --- | --- |"]
+    ignored = [f"| `{name}` | {why} |" for name, why in WITHOUT_EFFECT.items()]
+    return "\n".join(
+        [
+            "# Settings",
+            "",
+            "<!-- Generated from smtriton/serve/settings.py: python -m smtriton.serve.settings --markdown"
+            " > docs/settings.md -->",
+            "",
+            "`serve` reads these environment variables once, at start-up; a value it does not understand stops it",
+            "with a message naming the variable. An empty value means the variable is not set. Flags of `serve`",
+            "(local runs) override the variables they name.",
+            "",
+            "## SageMaker's variables",
+            "",
+            "Their meaning is that of SageMaker's Triton container; values are parsed, never word-split into the",
+            "Triton command line.",
+            "",
+            *header,
+            *rows[True],
+            "",
+            "## `serve`'s own",
+            "",
+            *header,
+            *rows[False],
+            "",
+            "## Accepted, without effect",
+            "",
+            "Recognised, so that a deployment setting one is not told it is unknown; `serve` logs a warning at",
+            "start-up saying why it does nothing.",
+            "",
+            "| variable | why |",
+            "| --- | --- |",
+            *ignored,
+            "",
+        ]
     )
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if args != ["--markdown"]:
+        print("usage: python -m smtriton.serve.settings --markdown > docs/settings.md", file=sys.stderr)
+        return 2
+    sys.stdout.write(markdown())
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -23,6 +23,7 @@ from smtriton.aws.deploy import (
     validate,
 )
 from smtriton.aws.docker_image import sagemaker_triton_image
+from smtriton.serve.settings import known_variables
 
 IMAGE = "123456789012.dkr.ecr.us-east-1.amazonaws.com/smtriton:1"
 ROLE = "arn:aws:iam::123456789012:role/sagemaker"
@@ -186,6 +187,17 @@ def test_gpu_mme_warns_unless_built_on_sagemakers_triton_image():
 def test_unknown_serve_variables_are_warned_about():
     (warning,) = validate(sme(environment={"SAGEMAKER_TRITON_LOG_VERBOS": "1", "MY_APP_SETTING": "x"}))
     assert "SAGEMAKER_TRITON_LOG_VERBOS" in warning
+
+
+def test_the_variables_serve_knows_are_those_of_its_settings_schema():
+    known = known_variables()
+    assert {"SAGEMAKER_BIND_TO_PORT", "SAGEMAKER_TRITON_GRPC_PORT", "SMTRITON_LOG_FORMAT", "TRITONSERVER"} <= known
+    assert validate(sme(environment=dict.fromkeys(known, ""))) == []
+
+
+def test_variables_without_effect_are_warned_about():
+    (warning,) = validate(sme(environment={"SAGEMAKER_TRITON_ALLOW_GRPC": "true"}))
+    assert warning.startswith("SAGEMAKER_TRITON_ALLOW_GRPC has no effect")
 
 
 def test_gpu_instances_and_resource_names():

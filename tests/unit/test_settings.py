@@ -1,10 +1,28 @@
-"""SageMaker variables keep their meaning (CONTRACT.md §1.4) but are parsed, never word-split."""
+"""SageMaker variables keep their meaning (docs/contract.md §1.4) but are parsed, never word-split; one schema
+declares every setting, and the docs, the deploy-time check and the start-up object all come from it."""
 
+import inspect
+import logging
 from pathlib import Path
 
+import annotated_types
 import pytest
+from pydantic import ValidationError
 
-from smtriton.serve.settings import MIB, Settings, SettingsError
+from smtriton.serve import cli
+from smtriton.serve.settings import (
+    MIB,
+    WITHOUT_EFFECT,
+    Settings,
+    SettingsError,
+    _fields,
+    _variables,
+    known_variables,
+    markdown,
+    warn_without_effect,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_defaults_match_the_sagemaker_container_contract():
@@ -13,7 +31,7 @@ def test_defaults_match_the_sagemaker_container_contract():
     assert s.model_repository == Path("/opt/ml/model")
     assert s.multi_model is False
     assert s.ping_mode == "ready"
-    assert s.triton.log_verbose == 0  # B18: native defaults to verbose
+    assert s.triton.log_verbose == 0  # docs/contract.md §6 B18: native defaults to verbose
     assert s.max_payload_bytes == 100 * MIB
     assert s.request_timeout_s == 60
 
@@ -91,13 +109,153 @@ def test_batch_payload_and_timeout_follow_batch_variables():
         {"SMTRITON_REQUEST_TIMEOUT_S": "-1"},
         {"SMTRITON_LOG_LEVEL": "loud"},
         {"SMTRITON_TRANSCODE_JSON_MIN_BYTES": "-5"},
+        # Once read leniently (xml became json, a shared-memory size of 0 the default); refused now.
+        {"SMTRITON_LOG_FORMAT": "xml"},
+        {"SMTRITON_ACCESS_LOG": "maybe"},
+        {"SAGEMAKER_TRITON_LOG_VERBOSE": "loud"},
+        {"SAGEMAKER_BATCH_STRATEGY": "ALL"},
+        {"SAGEMAKER_TRITON_ADDITIONAL_ARGS": "--log-format 'ISO 8601"},
+        {"SAGEMAKER_TRITON_SHM_DEFAULT_BYTE_SIZE": "0"},
+        {"SMTRITON_MODEL_MEMORY_FACTOR": "nan"},
     ],
 )
 def test_bad_values_are_refused_with_the_variable_named(env):
-    with pytest.raises(SettingsError, match=next(iter(env)).replace("SMTRITON_LOG_LEVEL", "log level")):
+    ((variable, value),) = env.items()
+    with pytest.raises(SettingsError, match=variable) as refused:
         Settings.from_env(env)
+    assert value in str(refused.value)
 
 
 def test_json_transcoding_threshold_defaults_to_64_kib_and_zero_turns_it_off():
     assert Settings.from_env({}).transcode_json_min_bytes == 64 * 1024
     assert Settings.from_env({"SMTRITON_TRANSCODE_JSON_MIN_BYTES": "0"}).transcode_json_min_bytes == 0
+
+
+def test_an_invalid_inference_type_is_refused_in_nvidia_s_words():
+    with pytest.raises(SettingsError) as refused:
+        Settings.from_env({"SAGEMAKER_TRITON_INFERENCE_TYPE": "predict"})
+    message = str(refused.value)
+    assert message.startswith("ERROR: Invalid SAGEMAKER_TRITON_INFERENCE_TYPE 'predict'")
+    assert "generate_stream" in message
+
+
+def test_every_refused_value_gets_its_own_line():
+    with pytest.raises(SettingsError) as refused:
+        Settings.from_env({"SAGEMAKER_TRITON_GRPC_PORT": "0", "SMTRITON_MAX_CONCURRENT_LOADS": "x"})
+    lines = str(refused.value).splitlines()
+    assert len(lines) == 2
+    assert any(line.startswith("SAGEMAKER_TRITON_GRPC_PORT='0'") for line in lines)
+    assert any(line.startswith("SMTRITON_MAX_CONCURRENT_LOADS='x'") for line in lines)
+
+
+def test_a_bad_flag_is_refused_with_the_flag_named():
+    with pytest.raises(SettingsError, match="--port=0"):
+        Settings.from_env({}, port=0)
+    assert Settings.from_env({}, log_level="DEBUG").log_level == "debug"
+
+
+# Every bound the schema declares: (variable, the first value refused, the last value accepted).
+BOUNDS = [
+    ("SAGEMAKER_BIND_TO_PORT", "0", "1"),
+    ("SAGEMAKER_BIND_TO_PORT", "65536", "65535"),
+    ("SMTRITON_MEMORY_RESERVE_BYTES", "-1", "0"),
+    ("SMTRITON_GPU_MEMORY_RESERVE_BYTES", "-1", "0"),
+    ("SMTRITON_MODEL_MEMORY_FACTOR", "0", "0.01"),
+    ("SMTRITON_MODEL_MEMORY_BUDGET_BYTES", "0", "1"),
+    ("SMTRITON_MAX_CONCURRENT_LOADS", "0", "1"),
+    ("SAGEMAKER_MAX_CONCURRENT_TRANSFORMS", "0", "1"),
+    ("SAGEMAKER_MAX_PAYLOAD_IN_MB", "-1", "0"),
+    ("SMTRITON_MAX_PAYLOAD_BYTES", "0", "1"),
+    ("SMTRITON_MAX_HEADER_BYTES", "1023", "1024"),
+    ("SMTRITON_TRANSCODE_JSON_MIN_BYTES", "-1", "0"),
+    ("SMTRITON_METRICS_PORT", "0", "1"),
+    ("SMTRITON_METRICS_PORT", "65536", "65535"),
+    ("SMTRITON_STARTUP_TIMEOUT_S", "0", "0.5"),
+    ("SMTRITON_REQUEST_TIMEOUT_S", "0", "0.5"),
+    ("SMTRITON_SHUTDOWN_TIMEOUT_S", "0", "0.5"),
+    ("SMTRITON_TRITON_EXIT_TIMEOUT_S", "0", "0.5"),
+    ("SAGEMAKER_TRITON_GRPC_PORT", "0", "1"),
+    ("SAGEMAKER_TRITON_GRPC_PORT", "65536", "65535"),
+    ("SAGEMAKER_TRITON_METRICS_PORT", "0", "1"),
+    ("SAGEMAKER_TRITON_METRICS_PORT", "65536", "65535"),
+    ("SAGEMAKER_TRITON_BUFFER_MANAGER_THREAD_COUNT", "-1", "0"),
+    ("SAGEMAKER_TRITON_THREAD_COUNT", "0", "1"),
+    ("SAGEMAKER_TRITON_LOG_VERBOSE", "-1", "0"),
+    ("SAGEMAKER_TRITON_SHM_DEFAULT_BYTE_SIZE", "0", "1"),
+    ("SAGEMAKER_TRITON_SHM_GROWTH_BYTE_SIZE", "0", "1"),
+    ("SAGEMAKER_TRITON_MODEL_LOAD_GPU_LIMIT", "0", "0.5"),
+    ("SAGEMAKER_SAFE_PORT_RANGE", "0-10", "1-10"),
+    ("SAGEMAKER_SAFE_PORT_RANGE", "10-65536", "10-65535"),
+]
+
+
+@pytest.mark.parametrize(("variable", "refused", "accepted"), BOUNDS)
+def test_each_bound_is_enforced_with_the_variable_named(variable, refused, accepted):
+    with pytest.raises(SettingsError, match=f"^{variable}={refused!r}: must be"):
+        Settings.from_env({variable: refused})
+    Settings.from_env({variable: accepted})
+
+
+def test_every_bound_in_the_schema_has_a_test():
+    bounded = {
+        _variables(field)[0]
+        for _, field in _fields(Settings)
+        if any(isinstance(m, annotated_types.Ge | annotated_types.Gt | annotated_types.Le) for m in field.metadata)
+    }
+    assert bounded | {"SAGEMAKER_SAFE_PORT_RANGE"} == {variable for variable, _, _ in BOUNDS}
+
+
+def test_empty_values_mean_unset():
+    env = {name: "" for name in known_variables()}
+    assert Settings.from_env(env) == Settings()
+
+
+def test_batch_transform_payload_limit_wins_only_when_positive():
+    both = {"SAGEMAKER_MAX_PAYLOAD_IN_MB": "50", "SMTRITON_MAX_PAYLOAD_BYTES": "1000"}
+    assert Settings.from_env({**both, "SAGEMAKER_BATCH": "true"}).max_payload_bytes == 50 * MIB
+    assert Settings.from_env(both).max_payload_bytes == 1000
+    assert Settings.from_env({"SAGEMAKER_MAX_PAYLOAD_IN_MB": "50"}).max_payload_bytes == 50 * MIB
+    unbounded = Settings.from_env({"SAGEMAKER_BATCH": "true", "SAGEMAKER_MAX_PAYLOAD_IN_MB": "0"})
+    assert (unbounded.max_payload_bytes, unbounded.max_payload_in_mb) == (100 * MIB, 0)
+    assert Settings.from_env({"SAGEMAKER_BATCH": "true", "SMTRITON_REQUEST_TIMEOUT_S": "5"}).request_timeout_s == 5
+
+
+def test_settings_are_immutable_and_copied_with_changes():
+    s = Settings.from_env({})
+    with pytest.raises(ValidationError):
+        s.port = 1  # type: ignore[misc]
+    assert s.model_copy(update={"port": 1}).port == 1
+    assert Settings(port=9000, triton={"grpc_port": 9001}).triton.grpc_port == 9001
+
+
+def test_allow_grpc_is_recognised_but_warned_about_as_without_effect(caplog):
+    env = {"SAGEMAKER_TRITON_ALLOW_GRPC": "true"}
+    assert not hasattr(Settings.from_env(env).triton, "allow_grpc")
+    assert "SAGEMAKER_TRITON_ALLOW_GRPC" in known_variables()
+    with caplog.at_level(logging.WARNING, logger="serve.settings"):
+        warn_without_effect(env)
+        warn_without_effect({"SAGEMAKER_TRITON_ALLOW_GRPC": ""})
+    (record,) = caplog.records
+    assert record.levelno == logging.WARNING
+    assert "SAGEMAKER_TRITON_ALLOW_GRPC" in record.getMessage() and "no effect" in record.getMessage()
+    assert "loopback" in record.getMessage()
+
+
+def test_flags_are_the_settings_serve_takes_as_options():
+    options = set(inspect.signature(cli.serve).parameters) - {"mode"}
+    flagged = {name for name, field in Settings.model_fields.items() if (field.json_schema_extra or {}).get("flag")}
+    assert options == flagged
+    with pytest.raises(TypeError):
+        Settings.from_env({}, request_timeout_s=5)
+
+
+def test_docs_settings_md_is_generated_from_the_schema():
+    assert (ROOT / "docs" / "settings.md").read_text() == markdown(), (
+        "docs/settings.md is out of date: python -m smtriton.serve.settings --markdown > docs/settings.md"
+    )
+
+
+def test_docs_name_every_variable():
+    text = (ROOT / "docs" / "settings.md").read_text()
+    for name in known_variables() | set(WITHOUT_EFFECT):
+        assert f"`{name}`" in text, name

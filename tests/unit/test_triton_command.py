@@ -33,9 +33,9 @@ def test_command_binds_loopback_only_with_explicit_model_control(tmp_path):
     assert not any(arg.startswith("--load-model") for arg in cmd)
 
 
-def test_grpc_and_metrics_bind_loopback_when_allowed(tmp_path):
+def test_grpc_and_metrics_bind_loopback(tmp_path):
     inst = _installation(tmp_path, ("python",), stub=False)
-    settings = Settings.from_env({"SAGEMAKER_TRITON_ALLOW_GRPC": "true", "SAGEMAKER_TRITON_ALLOW_METRICS": "true"})
+    settings = Settings.from_env({"SAGEMAKER_TRITON_ALLOW_METRICS": "true"})
     cmd = build_command(inst, settings, Path("/repo"), Path("/b"), Ports(http=1, grpc=2, metrics=3))
     assert {"--grpc-address=127.0.0.1", "--grpc-port=2", "--metrics-address=127.0.0.1", "--metrics-port=3"} <= set(cmd)
 
