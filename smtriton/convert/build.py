@@ -134,7 +134,8 @@ def build_model(
 def _build_into(
     model_dir: Path, spec: ModelSpec, say: Callable[[str], None], version: str = VERSION_DIR, with_config: bool = True
 ) -> ParityReport | None:
-    from smtriton.convert.config import model_config, write_config
+    from smtriton import model_config
+    from smtriton.convert.config import recipe_config
 
     version_dir = model_dir / version
     version_dir.mkdir()
@@ -143,7 +144,7 @@ def _build_into(
         shutil.copyfile(source_file(spec), version_dir / PYTHON_MODEL_FILE)
         outputs = tuple(o.declared for o in spec.outputs if o.declared is not None)
         if with_config:
-            write_config(model_config(spec, outputs), model_dir)
+            model_config.write(recipe_config(spec, outputs), model_dir)
         return None
 
     # Heavy imports only here: an up-to-date repository never loads torch.
@@ -175,7 +176,7 @@ def _build_into(
     if not report.passed:
         raise ParityError(spec.name, report)
     if with_config:
-        write_config(model_config(spec, outputs), model_dir)
+        model_config.write(recipe_config(spec, outputs), model_dir)
     return report
 
 
