@@ -1,7 +1,10 @@
-"""Triton data types and their numpy / torch counterparts, in one table.
+"""Triton data types and their numpy / torch / model-config counterparts, in one table.
 
-Recipes and configs speak Triton's names (``FP32``, ``INT64``, ``BYTES``); numpy and torch are
-looked up from here so that every module agrees on the mapping.
+Triton's names (``FP32``, ``INT64``, ``BYTES``) are the key everywhere: recipes, signatures, requests.
+The numpy side is tritonclient's own mapping (what Triton's clients put on the wire: BYTES travels as
+numpy object arrays of ``bytes``, BF16 as ``ml_dtypes.bfloat16``). Importing this module imports
+nothing: numpy and tritonclient.utils load on the first numpy question and torch only for a torch one,
+so the Python backends inside Triton's stub and the builder's up-to-date check stay light.
 """
 
 from __future__ import annotations
@@ -12,26 +15,16 @@ if TYPE_CHECKING:
     import numpy as np
     import torch
 
-# Triton name -> numpy dtype name. BYTES travels as numpy object arrays of ``bytes``.
-NUMPY_NAMES: dict[str, str] = {
-    "BOOL": "bool",
-    "UINT8": "uint8",
-    "INT8": "int8",
-    "INT16": "int16",
-    "INT32": "int32",
-    "INT64": "int64",
-    "FP16": "float16",
-    "FP32": "float32",
-    "FP64": "float64",
-    "BYTES": "object",
-}
+# Every tensor data type of Triton's inference protocol.
+TRITON_DTYPES: tuple[str, ...] = (
+    "BOOL", "UINT8", "UINT16", "UINT32", "UINT64", "INT8", "INT16", "INT32", "INT64",
+    "FP16", "FP32", "FP64", "BF16", "BYTES",
+)  # fmt: skip
+# What the build tools (recipes, exporters, generated configs) handle: torch and ONNX have each one.
+BUILD_DTYPES: tuple[str, ...] = ("BOOL", "UINT8", "INT8", "INT16", "INT32", "INT64", "FP16", "FP32", "FP64", "BYTES")
 
-INTEGER = frozenset({"UINT8", "INT8", "INT16", "INT32", "INT64"})
-FLOAT = frozenset({"FP16", "FP32", "FP64"})
-
-
-def is_known(dtype: str) -> bool:
-    return dtype in NUMPY_NAMES
+INTEGER = frozenset({"UINT8", "UINT16", "UINT32", "UINT64", "INT8", "INT16", "INT32", "INT64"})
+FLOAT = frozenset({"FP16", "FP32", "FP64"})  # BF16 is no numpy float (only ml_dtypes')
 
 
 def config_type(dtype: str) -> str:
@@ -39,10 +32,46 @@ def config_type(dtype: str) -> str:
     return "TYPE_STRING" if dtype == "BYTES" else f"TYPE_{dtype}"
 
 
-def numpy_dtype(dtype: str) -> np.dtype[Any]:
-    import numpy as np
+def from_config_type(config_type: str) -> str:
+    """``TYPE_FP32`` -> ``FP32``; ``TYPE_STRING`` -> ``BYTES``; raises for names that are no Triton type."""
+    name = "BYTES" if config_type == "TYPE_STRING" else config_type.removeprefix("TYPE_")
+    if name not in TRITON_DTYPES:
+        raise ValueError(f"config data type {config_type} is not a Triton tensor type")
+    return name
 
-    return np.dtype(NUMPY_NAMES[dtype])
+
+def numpy_dtype(dtype: str) -> np.dtype[Any]:
+    """The numpy dtype a Triton tensor of ``dtype`` travels as (BYTES: object)."""
+    import numpy as np
+    from tritonclient.utils import triton_to_np_dtype
+
+    found = triton_to_np_dtype(dtype)
+    if found is None:
+        raise ValueError(f"{dtype!r} is not a Triton data type")
+    return np.dtype(found)
+
+
+def from_numpy(dtype: Any) -> str:
+    """Triton name of a numpy dtype (``float32`` -> ``FP32``; object or bytes -> ``BYTES``)."""
+    import numpy as np
+    from tritonclient.utils import np_to_triton_dtype
+
+    name = np_to_triton_dtype(np.dtype(dtype))
+    if name is None:
+        raise ValueError(f"numpy dtype {np.dtype(dtype)} has no Triton equivalent")
+    return str(name)
+
+
+def from_numpy_name(name: str) -> str:
+    """Triton name of a numpy dtype name the build tools handle (``float32`` -> ``FP32``; ``object``
+    -> ``BYTES``); raises for the others (``uint16``, ``complex64``, ``float8_e4m3fn``, ...)."""
+    try:
+        triton = from_numpy(name)
+    except (TypeError, ValueError):  # no numpy dtype by that name, or no Triton one for it
+        triton = None
+    if triton is None or triton not in BUILD_DTYPES:
+        raise ValueError(f"dtype {name} has no Triton equivalent in this tool")
+    return triton
 
 
 def torch_dtype(dtype: str) -> torch.dtype:
@@ -50,27 +79,12 @@ def torch_dtype(dtype: str) -> torch.dtype:
 
     if dtype == "BYTES":
         raise ValueError("BYTES tensors have no torch dtype")
-    return getattr(torch, NUMPY_NAMES[dtype])
-
-
-def from_numpy_name(name: str) -> str:
-    """Triton name of a numpy dtype name (``float32`` -> ``FP32``; ``object`` -> ``BYTES``)."""
-    for triton, numpy_name in NUMPY_NAMES.items():
-        if numpy_name == name:
-            return triton
-    raise ValueError(f"dtype {name} has no Triton equivalent in this tool")
-
-
-def from_config_type(config_type: str) -> str:
-    """``TYPE_FP32`` -> ``FP32``; ``TYPE_STRING`` -> ``BYTES``; raises for types this tool does not map."""
-    name = "BYTES" if config_type == "TYPE_STRING" else config_type.removeprefix("TYPE_")
-    if name not in NUMPY_NAMES:
-        raise ValueError(f"config data type {config_type} is not supported by this tool")
-    return name
+    found: torch.dtype = getattr(torch, numpy_dtype(dtype).name)
+    return found
 
 
 def from_torch(dtype: torch.dtype) -> str:
-    """Triton name of a torch dtype; raises for dtypes Triton configs cannot express here."""
+    """Triton name of a torch dtype; raises for dtypes the build tools cannot express."""
     try:
         return from_numpy_name(str(dtype).removeprefix("torch."))
     except ValueError:

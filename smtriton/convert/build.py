@@ -17,10 +17,14 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from smtriton.convert.parity import ParityReport
 from smtriton.convert.recipe import DEFAULT_RECIPE, ModelSpec, Recipe, load_recipe, source_file
 from smtriton.convert.stamp import is_up_to_date, read_stamp, stamp_inputs, write_stamp
+
+if TYPE_CHECKING:
+    from smtriton.convert.export import Exporter
 
 try:
     import fcntl
@@ -131,10 +135,24 @@ def build_model(
     return ModelResult(spec.name, spec.format, "built", time.perf_counter() - started, final, parity)
 
 
+def exporter_for(fmt: str) -> Exporter:
+    """The exporter for a recipe format; imported only here, so unrelated toolchains are never loaded."""
+    if fmt == "onnx":
+        from smtriton.convert.export_onnx import OnnxExporter
+
+        return OnnxExporter()
+    if fmt == "torchscript":
+        from smtriton.convert.export_torchscript import TorchScriptExporter
+
+        return TorchScriptExporter()
+    raise ValueError(f"no exporter for format {fmt!r}")
+
+
 def _build_into(
     model_dir: Path, spec: ModelSpec, say: Callable[[str], None], version: str = VERSION_DIR, with_config: bool = True
 ) -> ParityReport | None:
-    from smtriton.convert.config import model_config, write_config
+    from smtriton import model_config
+    from smtriton.convert.config import recipe_config
 
     version_dir = model_dir / version
     version_dir.mkdir()
@@ -143,11 +161,10 @@ def _build_into(
         shutil.copyfile(source_file(spec), version_dir / PYTHON_MODEL_FILE)
         outputs = tuple(o.declared for o in spec.outputs if o.declared is not None)
         if with_config:
-            write_config(model_config(spec, outputs), model_dir)
+            model_config.write(recipe_config(spec, outputs), model_dir)
         return None
 
     # Heavy imports only here: an up-to-date repository never loads torch.
-    from smtriton.convert.export import get_exporter
     from smtriton.convert.parity import ParityError, compare, parity_cases
     from smtriton.convert.sample_inputs import random_inputs
     from smtriton.convert.signature import probe_outputs
@@ -157,7 +174,7 @@ def _build_into(
     module = load_module(spec)
     say("probing outputs")
     outputs = probe_outputs(module, spec)
-    exporter = get_exporter(spec.format)
+    exporter = exporter_for(spec.format)
     artifact = version_dir / exporter.filename
     say(f"exporting {exporter.filename}")
     # Trace at sizes > 1 so no dynamic axis is specialised to a broadcastable 1.
@@ -175,7 +192,7 @@ def _build_into(
     if not report.passed:
         raise ParityError(spec.name, report)
     if with_config:
-        write_config(model_config(spec, outputs), model_dir)
+        model_config.write(recipe_config(spec, outputs), model_dir)
     return report
 
 

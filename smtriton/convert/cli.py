@@ -390,9 +390,10 @@ def convert_tensorrt(
     that built it. Writes model.plan, the sidecar model.plan.json (TensorRT version, GPU, compute
     capability, profiles, precision) and config.pbtxt (instance group KIND_GPU).
     """
+    from smtriton import model_config
     from smtriton.convert import trt_build
     from smtriton.convert.artifacts import SignatureError, find_artifact, onnx_signature
-    from smtriton.convert.config import ConfigOptions, signature_config, write_config
+    from smtriton.convert.config import ConfigOptions, signature_config
     from smtriton.convert.recipe import DynamicBatching, InstanceGroup, load_recipe
     from smtriton.convert.trt_plan import ProfileError, parse_profile, profile_from_axes, read_sidecar, sidecar_path
 
@@ -467,8 +468,8 @@ def convert_tensorrt(
                 dynamic_batching=DynamicBatching() if mbs > 0 else None,
                 instance_groups=(InstanceGroup(1, "KIND_GPU"),),
             )
-            path = write_config(signature_config(model_name, ("platform", "tensorrt_plan"), signature, options_cfg),
-                                output / model_name)  # fmt: skip
+            plan_config = signature_config(model_name, ("platform", "tensorrt_plan"), signature, options_cfg)
+            path = model_config.write(plan_config, output / model_name)
             console.print(f"  config: {path}", highlight=False)
     except (trt_build.TensorRTError, ProfileError, SignatureError, RecipeError, ValueError) as exc:
         raise fail(str(exc), 1) from None
@@ -546,11 +547,11 @@ def config_command(
 
     Built through Triton's ModelConfig protobuf and written in its text format, never templated.
     """
-    from google.protobuf import text_format
-
+    from smtriton import model_config
     from smtriton.convert.artifacts import PLATFORM_OF_FILE, Signature, TensorSig, artifact_signature, find_artifact
-    from smtriton.convert.config import CONFIG_FILE, ConfigOptions, signature_config, write_config
+    from smtriton.convert.config import ConfigOptions, signature_config
     from smtriton.convert.recipe import DynamicBatching, InstanceGroup
+    from smtriton.model_config import CONFIG_FILE
 
     with _config_errors():
         artifact = find_artifact(model_dir, version)
@@ -590,11 +591,11 @@ def config_command(
         )
         config = signature_config(name or model_dir.name, PLATFORM_OF_FILE[artifact.name], signature, options)
     if stdout:
-        typer.echo(text_format.MessageToString(config), nl=False)
+        typer.echo(model_config.to_text(config), nl=False)
         return
     if (model_dir / CONFIG_FILE).exists() and not force:
         raise fail(f"{model_dir / CONFIG_FILE} exists; --force overwrites it, --stdout prints instead")
-    path = write_config(config, model_dir)
+    path = model_config.write(config, model_dir)
     console.print(f"[green]✓[/] {path} (from the {signature.source}, max_batch_size {mbs})", highlight=False)
     if mbs == 0 and all(t.shape and t.is_dynamic(0) for t in (*signature.inputs, *signature.outputs)):
         console.print("  every tensor starts with a dynamic axis: --max-batch-size N lets Triton batch them")

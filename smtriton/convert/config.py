@@ -1,4 +1,5 @@
-"""``config.pbtxt`` generation: a dict parsed into Triton's ModelConfig protobuf, written as text format.
+"""``config.pbtxt`` generation: a dict parsed into Triton's ModelConfig protobuf (written by
+:mod:`smtriton.model_config` in protobuf's text format).
 
 Never templated: ``ParseDict`` rejects a misspelt field or a wrong enum the moment it is built, and
 ``text_format`` writes exactly what Triton parses. Two sources: a recipe entry with its probed outputs
@@ -9,20 +10,16 @@ signature declares.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-from google.protobuf import json_format, text_format
-from tritonclient.grpc import model_config_pb2
+from google.protobuf import json_format
 
 from smtriton import dtypes
 from smtriton.convert.artifacts import Signature, TensorSig
 from smtriton.convert.recipe import BATCH_AXIS, DynamicBatching, InstanceGroup, ModelSpec, TensorSpec
-
-ModelConfig = model_config_pb2.ModelConfig
+from smtriton.model_config import ModelConfig
 
 # Recipe format -> (ModelConfig field, value). Triton maps each platform to its backend.
 PLATFORMS: dict[str, tuple[str, str]] = {
@@ -30,8 +27,6 @@ PLATFORMS: dict[str, tuple[str, str]] = {
     "torchscript": ("platform", "pytorch_libtorch"),
     "python": ("backend", "python"),
 }
-
-CONFIG_FILE = "config.pbtxt"
 
 
 def config_dims(tensor: TensorSpec, max_batch_size: int) -> list[int]:
@@ -124,9 +119,7 @@ def options_dict(options: ConfigOptions, inputs: Sequence[tuple[str, str, list[i
     return config
 
 
-def signature_config(
-    name: str, platform: tuple[str, str], signature: Signature, options: ConfigOptions
-) -> model_config_pb2.ModelConfig:
+def signature_config(name: str, platform: tuple[str, str], signature: Signature, options: ConfigOptions) -> ModelConfig:
     """A config whose I/O is exactly the artifact's signature; ``platform`` = (field, value)."""
     mbs = options.max_batch_size
     if mbs < 0:
@@ -180,27 +173,11 @@ def _io(tensor: TensorSpec, max_batch_size: int) -> dict[str, Any]:
     }
 
 
-def build_config(data: dict[str, Any]) -> model_config_pb2.ModelConfig:
+def build_config(data: dict[str, Any]) -> ModelConfig:
     """Parse the dict into the protobuf; unknown fields or enum values raise ParseError."""
     return json_format.ParseDict(data, ModelConfig())
 
 
-def model_config(spec: ModelSpec, outputs: Sequence[TensorSpec]) -> model_config_pb2.ModelConfig:
+def recipe_config(spec: ModelSpec, outputs: Sequence[TensorSpec]) -> ModelConfig:
+    """The config of a recipe entry, with the outputs probed from its torch model."""
     return build_config(config_dict(spec, outputs))
-
-
-def write_config(config: model_config_pb2.ModelConfig, model_dir: str | Path) -> Path:
-    """Write ``<model_dir>/config.pbtxt`` atomically (temp file, then rename)."""
-    path = Path(model_dir) / CONFIG_FILE
-    tmp = path.with_name(f".{CONFIG_FILE}.tmp")
-    tmp.write_text(text_format.MessageToString(config), encoding="utf-8")
-    os.replace(tmp, path)
-    return path
-
-
-def read_config(path: str | Path) -> model_config_pb2.ModelConfig:
-    """Parse a ``config.pbtxt`` (or a model directory holding one)."""
-    path = Path(path)
-    if path.is_dir():
-        path = path / CONFIG_FILE
-    return text_format.Parse(path.read_text(encoding="utf-8"), ModelConfig())

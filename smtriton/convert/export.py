@@ -1,8 +1,9 @@
-"""The exporter interface: one implementation per artifact format, chosen by the recipe's ``format``.
+"""The exporter interface: one implementation per artifact format (``export_onnx``,
+``export_torchscript``), chosen by the recipe's ``format`` in :func:`smtriton.convert.build.exporter_for`.
 
 Kept narrow (export a module, load the artifact back as a numpy runner) so that new formats, such as
-an AOTInductor ``model.pt2`` beside TorchScript, plug in without touching the builder or the parity
-check.
+an AOTInductor ``model.pt2`` beside TorchScript, plug in with one line in that dispatcher and no change
+to the build steps or the parity check. This module imports none of them, so none imports it back.
 """
 
 from __future__ import annotations
@@ -58,16 +59,3 @@ def quiet_tracing_logs() -> Iterator[None]:
         yield
     finally:
         logger.setLevel(level)
-
-
-def get_exporter(fmt: str) -> Exporter:
-    """The exporter for a recipe format; imported lazily so unrelated toolchains are never loaded."""
-    if fmt == "onnx":
-        from smtriton.convert.export_onnx import OnnxExporter
-
-        return OnnxExporter()
-    if fmt == "torchscript":
-        from smtriton.convert.export_torchscript import TorchScriptExporter
-
-        return TorchScriptExporter()
-    raise ValueError(f"no exporter for format {fmt!r}")

@@ -313,8 +313,8 @@ def _parse_output(t: Mapping[str, Any], where: str, required: bool) -> OutputSpe
 
 
 def _parse_dtype(value: str, where: str) -> str:
-    if not dtypes.is_known(value):
-        raise RecipeError(f"{where}: dtype must be one of {', '.join(dtypes.NUMPY_NAMES)}, not {value!r}")
+    if value not in dtypes.BUILD_DTYPES:
+        raise RecipeError(f"{where}: dtype must be one of {', '.join(dtypes.BUILD_DTYPES)}, not {value!r}")
     return value
 
 

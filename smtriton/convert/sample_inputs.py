@@ -37,6 +37,6 @@ def random_inputs(
             picks = rng.integers(0, len(_WORDS), size=(*shape, 2))
             flat = [f"{_WORDS[a]} {_WORDS[b]}".strip().encode() for a, b in picks.reshape(-1, 2)]
             arrays[spec.name] = np.array(flat, dtype=np.object_).reshape(shape)
-        else:  # pragma: no cover - dtypes.NUMPY_NAMES and this function move together
+        else:  # pragma: no cover - dtypes.BUILD_DTYPES and this function move together
             raise ValueError(f"{spec.name}: no random generator for {spec.dtype}")
     return arrays

@@ -32,10 +32,11 @@ TOOL_DISTRIBUTIONS = (
 
 # This builder's modules: a change to any of them may change the artifacts.
 BUILDER_MODULES = (
-    "smtriton.dtypes", "smtriton.convert.artifacts", "smtriton.convert.build", "smtriton.convert.config",
-    "smtriton.convert.export", "smtriton.convert.export_onnx", "smtriton.convert.export_torchscript",
-    "smtriton.convert.onnx_tools", "smtriton.convert.recipe", "smtriton.convert.sample_inputs",
-    "smtriton.convert.signature", "smtriton.convert.stamp", "smtriton.convert.torch_model",
+    "smtriton.dtypes", "smtriton.model_config", "smtriton.convert.artifacts", "smtriton.convert.build",
+    "smtriton.convert.config", "smtriton.convert.export", "smtriton.convert.export_onnx",
+    "smtriton.convert.export_torchscript", "smtriton.convert.onnx_tools", "smtriton.convert.recipe",
+    "smtriton.convert.sample_inputs", "smtriton.convert.signature", "smtriton.convert.stamp",
+    "smtriton.convert.torch_model",
 )  # fmt: skip
 
 

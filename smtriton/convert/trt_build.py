@@ -26,6 +26,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from smtriton import dtypes
 from smtriton.convert.artifacts import Signature, TensorSig, onnx_signature
 from smtriton.convert.trt_plan import (
     HARDWARE_LEVELS,
@@ -491,7 +492,7 @@ def verification_cases(
         for which in ("min", "opt", "max"):
             specs = [
                 TensorSpec(name, dtypes_by_name[name], tuple(shapes[which]), ranges.get(name, (0, 2)))
-                if dtypes_by_name[name] not in ("FP16", "FP32", "FP64", "BOOL", "BYTES")
+                if dtypes_by_name[name] in dtypes.INTEGER
                 else TensorSpec(name, dtypes_by_name[name], tuple(shapes[which]))
                 for name, shapes in profile.items()
             ]

@@ -25,10 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from google.protobuf import text_format
-from tritonclient.grpc import model_config_pb2
-
-from smtriton.convert.config import CONFIG_FILE
+from smtriton import model_config
+from smtriton.model_config import CONFIG_FILE, ConfigParseError, ModelConfig
 from smtriton.repo.validate import MODEL_NAME
 
 # 1980-01-01T00:00:00Z, as wheels and zip files use: tar tools warn about a zero ("implausibly old") time.
@@ -164,26 +162,20 @@ def _ensemble_members(repo: Path, name: str, seen: set[str] | None = None) -> li
     return sorted(set(members))
 
 
-def _read_config(model_dir: Path) -> model_config_pb2.ModelConfig:
-    path = model_dir / CONFIG_FILE
+def _read_config(model_dir: Path) -> ModelConfig:
     try:
-        return text_format.Parse(path.read_text(encoding="utf-8"), model_config_pb2.ModelConfig())
-    except text_format.ParseError as exc:
-        raise PackageError(f"{path}: does not parse (run smtriton validate): {exc}") from None
+        return model_config.read(model_dir / CONFIG_FILE)
+    except ConfigParseError as exc:
+        raise PackageError(f"{exc.path}: does not parse (run smtriton validate): {exc.reason}") from None
 
 
 def renamed_config(model_dir: Path, new_name: str | None, renames: Mapping[str, str]) -> bytes | None:
     """The config text with the model's name and its ensemble steps renamed; None when nothing changes."""
     config = _read_config(model_dir)
-    changed = False
-    if new_name is not None and (config.name or model_dir.name) != new_name:
-        config.name = new_name
-        changed = True
-    for step in config.ensemble_scheduling.step:
-        if step.model_name in renames:
-            step.model_name = renames[step.model_name]
-            changed = True
-    return text_format.MessageToString(config).encode() if changed else None
+    if new_name is not None and model_config.served_name(config, model_dir) == new_name:
+        new_name = None  # already served under that name (an empty name means the directory's)
+    changed = model_config.rename(config, new_name, renames)
+    return model_config.to_text(config).encode() if changed else None
 
 
 def _skipped(name: str) -> bool:

@@ -20,10 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from google.protobuf import text_format
-from tritonclient.grpc import model_config_pb2
-
-from smtriton import dtypes
+from smtriton import dtypes, model_config
 from smtriton.convert.artifacts import (
     DEFAULT_FILENAMES,
     Signature,
@@ -33,7 +30,6 @@ from smtriton.convert.artifacts import (
     onnx_signature,
     torchscript_signature,
 )
-from smtriton.convert.config import CONFIG_FILE
 from smtriton.convert.trt_plan import (
     RuntimeInfo,
     SidecarError,
@@ -42,6 +38,7 @@ from smtriton.convert.trt_plan import (
     read_sidecar,
     sha256_file,
 )
+from smtriton.model_config import CONFIG_FILE, ConfigParseError, ModelConfig
 
 # serve's rule for model names (CONTRACT.md: MME names), used for every repository.
 MODEL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,254}$")
@@ -74,7 +71,7 @@ class Problem:
 @dataclass
 class _Model:
     directory: Path
-    config: model_config_pb2.ModelConfig | None
+    config: ModelConfig | None
     versions: list[str] = field(default_factory=list)
 
     @property
@@ -83,7 +80,7 @@ class _Model:
 
     @property
     def name(self) -> str:
-        return (self.config.name if self.config is not None and self.config.name else "") or self.directory.name
+        return self.directory.name if self.config is None else model_config.served_name(self.config, self.directory)
 
 
 def validate_repository(
@@ -110,7 +107,7 @@ def validate_repository(
     for model in models:
         _check_model(model, problems, mme=mme, runtime=runtime, load_torchscript=load_torchscript)
     for model in models:
-        if model.config is not None and model.config.platform == "ensemble":
+        if model.config is not None and model_config.is_ensemble(model.config):
             _check_ensemble(model, by_dir, problems)
     if mme:
         _check_unique_names(models, problems)
@@ -128,15 +125,15 @@ def _load(directory: Path, problems: list[Problem]) -> _Model:
         problems.append(Problem(path, "missing: every model needs a config.pbtxt (smtriton config writes one)"))
         return _Model(directory, None, versions)
     try:
-        config = text_format.Parse(path.read_text(encoding="utf-8"), model_config_pb2.ModelConfig())
-    except (text_format.ParseError, UnicodeDecodeError) as exc:
-        problems.append(Problem(path, f"does not parse as a Triton ModelConfig: {exc}"))
+        config = model_config.read(path)
+    except ConfigParseError as exc:
+        problems.append(Problem(path, f"does not parse as a Triton ModelConfig: {exc.reason}"))
         return _Model(directory, None, versions)
     return _Model(directory, config, versions)
 
 
-def _kind(config: model_config_pb2.ModelConfig) -> str | None:
-    if config.platform == "ensemble":
+def _kind(config: ModelConfig) -> str | None:
+    if model_config.is_ensemble(config):
         return "ensemble"
     backend = PLATFORM_BACKENDS.get(config.platform) or config.backend
     return KIND_OF_BACKEND.get(backend)
@@ -208,7 +205,7 @@ def _check_model(
         _check_artifact(kind, artifact, config, add, runtime, load_torchscript)
 
 
-def _check_io_declarations(config: model_config_pb2.ModelConfig, kind: str | None, add: Any) -> None:
+def _check_io_declarations(config: ModelConfig, kind: str | None, add: Any) -> None:
     for what, tensors in (("input", config.input), ("output", config.output)):
         if not tensors:
             if kind in ("onnx", "tensorrt"):
@@ -220,7 +217,7 @@ def _check_io_declarations(config: model_config_pb2.ModelConfig, kind: str | Non
             if t.name in seen:
                 add(f"{what} {t.name!r} is declared twice")
             seen.add(t.name)
-            if t.data_type == model_config_pb2.TYPE_INVALID:
+            if model_config.data_type_name(t.data_type) == "TYPE_INVALID":
                 add(f"{what} {t.name!r} has no data_type")
             if not t.dims and not t.HasField("reshape"):
                 add(f"{what} {t.name!r} has no dims")
@@ -231,7 +228,7 @@ def _check_io_declarations(config: model_config_pb2.ModelConfig, kind: str | Non
 def _check_artifact(
     kind: str,
     artifact: Path,
-    config: model_config_pb2.ModelConfig,
+    config: ModelConfig,
     add: Any,
     runtime: RuntimeInfo | None,
     load_torchscript: bool,
@@ -259,7 +256,7 @@ def _check_artifact(
         _compare_io(config, signature, f"{ARTIFACT_NAMES[kind]} {rel}", add)
 
 
-def _check_plan(artifact: Path, config: model_config_pb2.ModelConfig, add: Any, runtime: RuntimeInfo | None) -> Any:
+def _check_plan(artifact: Path, config: ModelConfig, add: Any, runtime: RuntimeInfo | None) -> Any:
     rel = f"{artifact.parent.name}/{artifact.name}"
     try:
         sidecar = read_sidecar(artifact)
@@ -285,7 +282,7 @@ def _check_plan(artifact: Path, config: model_config_pb2.ModelConfig, add: Any, 
     return Signature.from_dict({"inputs": sidecar.inputs, "outputs": sidecar.outputs}, "TensorRT sidecar")
 
 
-def _check_torchscript_arity(artifact: Path, config: model_config_pb2.ModelConfig, add: Any) -> None:
+def _check_torchscript_arity(artifact: Path, config: ModelConfig, add: Any) -> None:
     """Without a stored signature, at least the number of forward() arguments can be checked."""
     try:
         import torch
@@ -316,11 +313,7 @@ def _check_python_model(artifact: Path, add: Any) -> None:
         add("defines no class TritonPythonModel, which the Python backend instantiates", artifact)
 
 
-def _config_type(dtype: str) -> str:
-    return dtypes.config_type(dtype)
-
-
-def _compare_io(config: model_config_pb2.ModelConfig, signature: Signature, what: str, add: Any) -> None:
+def _compare_io(config: ModelConfig, signature: Signature, what: str, add: Any) -> None:
     mbs = config.max_batch_size
     pairs = (("input", config.input, signature.inputs), ("output", config.output, signature.outputs))
     for kind, declared, actual in pairs:
@@ -331,9 +324,9 @@ def _compare_io(config: model_config_pb2.ModelConfig, signature: Signature, what
             if sig is None:
                 add(f"{kind} {io.name!r} is not an {kind} of the {what} ({kind}s: {names})")
                 continue
-            type_name = model_config_pb2.DataType.Name(io.data_type)
-            if type_name != _config_type(sig.dtype):
-                add(f"{kind} {io.name!r}: config data_type {type_name}, the {what} has {_config_type(sig.dtype)}")
+            type_name = model_config.data_type_name(io.data_type)
+            if type_name != dtypes.config_type(sig.dtype):
+                add(f"{kind} {io.name!r}: config data_type {type_name}, the {what} has {dtypes.config_type(sig.dtype)}")
             dims = list(io.reshape.shape) if io.HasField("reshape") else list(io.dims)
             _compare_dims(kind, io.name, dims, sig, mbs, what, add)
         if kind == "input":
@@ -409,8 +402,8 @@ def _check_ensemble(model: _Model, by_dir: dict[str, _Model], problems: list[Pro
                 add(f"{where}: tensor {value!r} is neither an ensemble input nor produced by a step")
             elif value in inputs and key in member_in and inputs[value].data_type != member_in[key].data_type:
                 add(
-                    f"{where}: ensemble input {value!r} is {model_config_pb2.DataType.Name(inputs[value].data_type)}, "
-                    f"{step.model_name} input {key!r} is {model_config_pb2.DataType.Name(member_in[key].data_type)}"
+                    f"{where}: ensemble input {value!r} is {model_config.data_type_name(inputs[value].data_type)}, "
+                    f"{step.model_name} input {key!r} is {model_config.data_type_name(member_in[key].data_type)}"
                 )
         for key in step.output_map:
             if key not in member_out:

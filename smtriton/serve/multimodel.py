@@ -22,9 +22,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import orjson
-from google.protobuf import text_format
-from tritonclient.grpc import model_config_pb2
 
+from smtriton import model_config
+from smtriton.model_config import CONFIG_FILE, ConfigParseError
 from smtriton.serve.errors import (
     BadRequest,
     Conflict,
@@ -42,7 +42,6 @@ from smtriton.serve.triton.client import TritonClient
 log = logging.getLogger("serve.mme")
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,254}")
-_ENSEMBLE = re.compile(rb'platform\s*:\s*"ensemble"')
 # CONTRACT.md §4.6: native's OOM patterns (case-sensitive substrings), extended with the allocation
 # failures of the ONNX Runtime and PyTorch backends.
 OOM_PATTERNS = (
@@ -131,14 +130,14 @@ def confine_url(url: object, model_root: Path) -> Path:
 
 
 def find_layout(root: Path, target_model: str | None) -> ArchiveLayout:
-    if (root / "config.pbtxt").is_file():
+    if (root / CONFIG_FILE).is_file():
         return ArchiveLayout(entry=root, others=(), ensemble=False)
-    dirs = sorted(p for p in root.iterdir() if p.is_dir() and (p / "config.pbtxt").is_file())
+    dirs = sorted(p for p in root.iterdir() if p.is_dir() and (p / CONFIG_FILE).is_file())
     if not dirs:
         raise BadRequest(f"failed to register '{root.name}', repository not found: no config.pbtxt in the archive")
     if len(dirs) == 1:
         return ArchiveLayout(entry=dirs[0], others=(), ensemble=False)
-    ensembles = [d for d in dirs if _ENSEMBLE.search((d / "config.pbtxt").read_bytes())]
+    ensembles = [d for d in dirs if _is_ensemble(d)]
     if len(ensembles) == 1:
         return ArchiveLayout(ensembles[0], tuple(d for d in dirs if d != ensembles[0]), ensemble=True)
     by_name = {d.name: d for d in dirs}
@@ -149,6 +148,14 @@ def find_layout(root: Path, target_model: str | None) -> ArchiveLayout:
     if choice is None:
         raise BadRequest(f"ambiguous model archive: {', '.join(sorted(by_name))}")
     return ArchiveLayout(choice, tuple(d for d in dirs if d != choice), ensemble=False)
+
+
+def _is_ensemble(model_dir: Path) -> bool:
+    """A config that does not parse is no ensemble here: staging the model reports it."""
+    try:
+        return model_config.is_ensemble(model_config.read(model_dir))
+    except ConfigParseError:
+        return False
 
 
 def triton_name_for(model_name: str, target_model: str | None) -> tuple[str, str]:
@@ -164,21 +171,18 @@ def triton_name_for(model_name: str, target_model: str | None) -> tuple[str, str
 
 def stage_model(source: Path, triton_name: str, renames: dict[str, str], managed: Path) -> Path:
     """Stage one model directory in the managed repository under ``triton_name``."""
-    config = model_config_pb2.ModelConfig()
     try:
-        text_format.Parse((source / "config.pbtxt").read_text(), config)
-    except (text_format.ParseError, UnicodeDecodeError) as exc:
-        raise BadRequest(f"{source.name}/config.pbtxt does not parse: {exc}") from None
-    config.name = triton_name
-    for step in config.ensemble_scheduling.step:
-        step.model_name = renames.get(step.model_name, step.model_name)
+        config = model_config.read(source)
+    except ConfigParseError as exc:
+        raise BadRequest(f"{source.name}/{CONFIG_FILE} does not parse: {exc.reason}") from None
+    model_config.rename(config, triton_name, renames)
     target = managed / triton_name
     if target.exists() or target.is_symlink():
         raise Conflict(f"failed to register '{triton_name}', there is a conflicting mapping for '{triton_name}'")
     target.mkdir()
-    (target / "config.pbtxt").write_text(text_format.MessageToString(config))
+    model_config.write(config, target)
     for item in source.iterdir():
-        if item.name != "config.pbtxt":
+        if item.name != CONFIG_FILE:
             (target / item.name).symlink_to(item.resolve(), target_is_directory=item.is_dir())
     return target
 

@@ -17,9 +17,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from google.protobuf import text_format
-from tritonclient.grpc import model_config_pb2
-
+from smtriton import model_config
+from smtriton.model_config import ConfigParseError, ModelConfig
 from smtriton.serve.gpu import gpu_models
 from smtriton.serve.tensorrt_plan import RuntimeInfo, SidecarError, check_compatibility, read_sidecar, sidecar_path
 
@@ -80,22 +79,20 @@ def detect_runtime() -> Runtime:
     return RuntimeInfo(version, name, capability)
 
 
-def read_config(model_dir: Path) -> model_config_pb2.ModelConfig | None:
+def read_config(model_dir: Path) -> ModelConfig | None:
     """The model's config.pbtxt as Triton's ModelConfig; None if it is missing or does not parse
     (Triton, or MME staging, reports that itself)."""
-    config = model_config_pb2.ModelConfig()
     try:
-        text_format.Parse((model_dir / "config.pbtxt").read_text(), config)
-    except (OSError, UnicodeDecodeError, text_format.ParseError):
+        return model_config.read(model_dir / model_config.CONFIG_FILE)
+    except (OSError, ConfigParseError):
         return None
-    return config
 
 
 def _version_dirs(model_dir: Path) -> list[Path]:
     return sorted((p for p in model_dir.iterdir() if p.is_dir() and p.name.isdigit()), key=lambda p: int(p.name))
 
 
-def served_versions(config: model_config_pb2.ModelConfig, model_dir: Path) -> list[Path]:
+def served_versions(config: ModelConfig, model_dir: Path) -> list[Path]:
     """The version directories Triton loads under the config's version policy (default: the latest);
     a plan in a version it skips cannot stop the model from serving."""
     versions = _version_dirs(model_dir)
@@ -109,7 +106,7 @@ def served_versions(config: model_config_pb2.ModelConfig, model_dir: Path) -> li
     return versions[-latest:] if latest > 0 else []
 
 
-def is_tensorrt(config: model_config_pb2.ModelConfig, model_dir: Path) -> bool:
+def is_tensorrt(config: ModelConfig, model_dir: Path) -> bool:
     """Served by the tensorrt backend: by platform or backend, or (neither given) by the plan Triton's
     auto-complete would find."""
     if config.platform or config.backend:

@@ -19,18 +19,16 @@ import numpy as np
 import orjson
 import simdjson
 
-# datatype -> (simdjson buffer kind, numpy type): "d" doubles, "i" int64, "u" uint64.
+from smtriton import dtypes
+
+# numpy kind -> simdjson buffer kind: "d" doubles, "i" int64, "u" uint64.
+_BUFFER_KIND = {"f": "d", "i": "i", "u": "u"}
+# Sent as they came: BOOL and BYTES are no numbers, and Triton refuses FP16 and BF16 data in JSON.
+_NOT_TRANSCODED = frozenset({"BOOL", "BYTES", "FP16", "BF16"})
+# datatype -> (simdjson buffer kind, numpy type), built once: a request only looks it up.
 _NUMERIC: dict[str, tuple[str, type[np.generic]]] = {
-    "FP32": ("d", np.float32),
-    "FP64": ("d", np.float64),
-    "INT8": ("i", np.int8),
-    "INT16": ("i", np.int16),
-    "INT32": ("i", np.int32),
-    "INT64": ("i", np.int64),
-    "UINT8": ("u", np.uint8),
-    "UINT16": ("u", np.uint16),
-    "UINT32": ("u", np.uint32),
-    "UINT64": ("u", np.uint64),
+    name: (_BUFFER_KIND[dtype.kind], dtype.type)
+    for name, dtype in ((n, dtypes.numpy_dtype(n)) for n in dtypes.TRITON_DTYPES if n not in _NOT_TRANSCODED)
 }
 _WIDE = {"d": np.float64, "i": np.int64, "u": np.uint64}
 # Parameters that already say where an input's data is: such a request is not plain JSON.

@@ -10,9 +10,9 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
+from smtriton import model_config
 from smtriton.cli import app
 from smtriton.convert.artifacts import onnx_signature, torchscript_signature
-from smtriton.convert.config import read_config
 from smtriton.repo.validate import validate_repository
 
 pytestmark = pytest.mark.integration
@@ -69,7 +69,7 @@ def test_factory_model_to_simplified_fp16_onnx(tmp_path):
         ("scale", "FP32", ("batch", 1)),
     ]
     assert [(t.name, t.dtype) for t in signature.outputs] == [("scores", "FP32")]
-    config = read_config(repo / "scorer")
+    config = model_config.read(repo / "scorer")
     assert config.max_batch_size == 4 and [list(i.dims) for i in config.input] == [[-1], [1]]
     assert validate_repository(repo) == []
 
@@ -144,5 +144,5 @@ export = {{ opset = 17 }}
     # The same entry as TorchScript: ONNX export options are dropped, the entry's names already conform.
     code, output = cli("convert", "torchscript", recipe, "-o", tmp_path / "repo", "--name", "scorer_ts")
     assert code == 0, output
-    assert read_config(Path(tmp_path / "repo" / "scorer_ts")).platform == "pytorch_libtorch"
+    assert model_config.read(Path(tmp_path / "repo" / "scorer_ts")).platform == "pytorch_libtorch"
     assert validate_repository(tmp_path / "repo") == []

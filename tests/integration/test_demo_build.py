@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from smtriton import model_config
 from smtriton.convert.build import BuildReport, build_repository
-from smtriton.convert.config import read_config
 from smtriton.convert.recipe import DEFAULT_RECIPE, load_recipe
 from smtriton.convert.reference import load_reference
 
@@ -43,24 +43,24 @@ def test_exported_artifacts_match_torch_within_tolerance(built, name):
 
 
 def test_configs_follow_backend_conventions(built):
-    image = read_config(built.output / "resnet_onnx")
+    image = model_config.read(built.output / "resnet_onnx")
     assert image.platform == "onnxruntime_onnx" and image.max_batch_size == 8
     assert [(i.name, list(i.dims)) for i in image.input] == [("pixel_values", [3, 224, 224])]
     assert [(o.name, list(o.dims)) for o in image.output] == [("logits", [1000])]
     assert image.HasField("dynamic_batching")
 
-    ts = read_config(built.output / "resnet_torchscript")
+    ts = model_config.read(built.output / "resnet_torchscript")
     assert ts.platform == "pytorch_libtorch"
     assert [i.name for i in ts.input] == ["INPUT__0"] and [o.name for o in ts.output] == ["OUTPUT__0"]
 
-    text = read_config(built.output / "text_encoder")
+    text = model_config.read(built.output / "text_encoder")
     assert [(i.name, list(i.dims)) for i in text.input] == [("input_ids", [-1]), ("attention_mask", [-1])]
     assert [(o.name, list(o.dims)) for o in text.output] == [
         ("last_hidden_state", [-1, 128]),
         ("pooler_output", [128]),
     ]
 
-    upper = read_config(built.output / "string_upper")
+    upper = model_config.read(built.output / "string_upper")
     assert upper.backend == "python" and (built.output / "string_upper" / "1" / "model.py").is_file()
 
 

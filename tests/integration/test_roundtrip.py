@@ -16,8 +16,8 @@ import pytest
 import requests
 from typer.testing import CliRunner
 
+from smtriton import model_config
 from smtriton.cli import app
-from smtriton.convert.config import read_config
 from smtriton.convert.reference import load_reference
 from smtriton.local.endpoint import safe_extract
 from tests.integration.conftest import start_serve
@@ -63,14 +63,14 @@ def repository(tmp_path_factory) -> Path:
 
 
 def test_configs_come_from_the_artifacts(repository):
-    onnx_config = read_config(repository / "resnet_onnx")
+    onnx_config = model_config.read(repository / "resnet_onnx")
     assert [(i.name, list(i.dims)) for i in onnx_config.input] == [("pixel_values", [3, 224, 224])]
     assert [(o.name, list(o.dims)) for o in onnx_config.output] == [("logits", [1000])]
     assert len(onnx_config.model_warmup) == 1
-    ts_config = read_config(repository / "resnet_torchscript")
+    ts_config = model_config.read(repository / "resnet_torchscript")
     assert ts_config.max_batch_size == 8  # recorded in model.pt's signature at export
     assert [i.name for i in ts_config.input] == ["INPUT__0"] and [o.name for o in ts_config.output] == ["OUTPUT__0"]
-    text = read_config(repository / "text_encoder")
+    text = model_config.read(repository / "text_encoder")
     assert [(o.name, list(o.dims)) for o in text.output] == [("last_hidden_state", [-1, 128]), ("pooler_output", [128])]
 
 
@@ -99,7 +99,7 @@ def extracted(sme_archives, tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("opt_ml_model") / "model"
     safe_extract(sme_archives[0], root)
     assert sorted(p.name for p in root.iterdir()) == ["encoder", "resnet_onnx", "resnet_torchscript"]
-    assert read_config(root / "encoder").name == "encoder"
+    assert model_config.read(root / "encoder").name == "encoder"
     return root
 
 

@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
+from smtriton import model_config
 from smtriton.cli import app
 from smtriton.convert import build
 from smtriton.convert.build import build_repository, replace_dir, staged_dir
-from smtriton.convert.config import read_config
 from smtriton.demo.triton_models.string_upper import reference, upper
 
 RECIPE = """
@@ -38,7 +38,7 @@ def test_python_model_is_built_then_skipped(recipe, tmp_path):
     first = build_repository(recipe, out)
     assert [(r.name, r.status) for r in first.results] == [("upper", "built")]
     assert (out / "upper" / "1" / "model.py").read_text().startswith('"""Triton Python-backend model')
-    config = read_config(out / "upper")
+    config = model_config.read(out / "upper")
     assert config.backend == "python" and config.max_batch_size == 8
 
     second = build_repository(recipe, out)
@@ -56,7 +56,7 @@ def test_changed_entry_or_deleted_artifact_triggers_rebuild(recipe, tmp_path):
     build_repository(recipe, out)
     recipe.write_text(RECIPE.replace("delay_microseconds = 100", "delay_microseconds = 50"))
     assert build_repository(recipe, out).results[0].status == "built"
-    assert read_config(out / "upper").dynamic_batching.max_queue_delay_microseconds == 50
+    assert model_config.read(out / "upper").dynamic_batching.max_queue_delay_microseconds == 50
     (out / "upper" / "1" / "model.py").unlink()
     assert build_repository(recipe, out).results[0].status == "built"
     assert build_repository(recipe, out, force=True).results[0].status == "built"

@@ -6,10 +6,11 @@ import pytest
 from onnx import TensorProto
 from typer.testing import CliRunner
 
+from smtriton import model_config
 from smtriton.cli import app
 from smtriton.convert.artifacts import TensorSig, find_artifact, onnx_signature
 from smtriton.convert.cli import parse_pairs, parse_size, parse_tensor
-from smtriton.convert.config import ConfigError, ConfigOptions, read_config, signature_config
+from smtriton.convert.config import ConfigError, ConfigOptions, signature_config
 from smtriton.convert.recipe import DynamicBatching, InstanceGroup, RecipeError
 from tests.unit.test_repo_validate import tiny_onnx
 
@@ -96,14 +97,14 @@ def test_config_command_writes_and_refuses_to_overwrite(tmp_path):
     runner = CliRunner()
     result = runner.invoke(app, ["config", str(model), "--max-batch-size", "8", "--instance-kind", "KIND_CPU"])
     assert result.exit_code == 0, result.output
-    config = read_config(model)
+    config = model_config.read(model)
     assert config.name == "clf" and config.max_batch_size == 8 and config.HasField("dynamic_batching")
     again = runner.invoke(app, ["config", str(model)])
     assert again.exit_code == 2 and "--force overwrites it" in again.output
     unbatched = runner.invoke(app, ["config", str(model), "--force"])
     assert unbatched.exit_code == 0
     assert "--max-batch-size N lets Triton batch them" in unbatched.output
-    assert list(read_config(model).input[0].dims) == [-1, 4]
+    assert list(model_config.read(model).input[0].dims) == [-1, 4]
 
 
 def test_config_command_needs_a_signature_or_a_description(tmp_path):

@@ -9,7 +9,8 @@ import pytest
 from google.protobuf import json_format
 from tritonclient.grpc import model_config_pb2
 
-from smtriton.convert.config import build_config, config_dict, model_config, read_config, write_config
+from smtriton import model_config
+from smtriton.convert.config import build_config, config_dict, recipe_config
 from smtriton.convert.recipe import TensorSpec, parse_recipe
 
 if sys.version_info >= (3, 11):
@@ -39,8 +40,8 @@ def spec_from(text: str):
 
 
 def write_and_read(spec, outputs, tmp_path):
-    write_config(model_config(spec, outputs), tmp_path)
-    return read_config(tmp_path / "config.pbtxt")
+    model_config.write(recipe_config(spec, outputs), tmp_path)
+    return model_config.read(tmp_path / "config.pbtxt")
 
 
 def test_batched_model_drops_batch_axis_and_marks_other_axes_dynamic(tmp_path):
@@ -101,11 +102,11 @@ output = [{ name = "UPPER", dtype = "BYTES", shape = ["batch", 1] }]
         .replace('"attention_mask"', '"INPUT__1"')
         .replace('"hidden"', '"OUTPUT__0"')
     )
-    assert model_config(ts, [TensorSpec("OUTPUT__0", "FP32", ("batch", 2))]).platform == "pytorch_libtorch"
+    assert recipe_config(ts, [TensorSpec("OUTPUT__0", "FP32", ("batch", 2))]).platform == "pytorch_libtorch"
 
 
 def test_written_file_is_protobuf_text_not_a_template(tmp_path):
-    path = write_config(model_config(spec_from(TEXT), [TensorSpec("hidden", "FP32", ("batch", 4))]), tmp_path)
+    path = model_config.write(recipe_config(spec_from(TEXT), [TensorSpec("hidden", "FP32", ("batch", 4))]), tmp_path)
     text = path.read_text()
     assert 'platform: "onnxruntime_onnx"' in text
     assert "data_type: TYPE_INT64" in text

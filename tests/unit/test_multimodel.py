@@ -75,7 +75,7 @@ def test_archive_layouts(tmp_path):
         multimodel.find_layout(tmp_path, None)
     assert multimodel.find_layout(tmp_path, "x/b.tar.gz").entry.name == "b"
     (tmp_path / "e").mkdir()
-    (tmp_path / "e" / "config.pbtxt").write_text('name: "e"\\nplatform:"ensemble"')
+    (tmp_path / "e" / "config.pbtxt").write_text('name: "e"\nplatform:"ensemble"')
     layout = multimodel.find_layout(tmp_path, None)
     assert layout.ensemble and layout.entry.name == "e" and len(layout.others) == 2
 

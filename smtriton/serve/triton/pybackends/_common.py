@@ -22,22 +22,13 @@ from typing import Any
 
 import numpy as np
 
+from smtriton import dtypes
+
 # Config data types the Python-based backends accept, with their numpy dtype. Absent on purpose:
 # TYPE_STRING (needs a separate object-array path no stand-in implements) and TYPE_BF16 (numpy has no
-# bfloat16). Both are refused at load time with a message saying so.
+# bfloat16 of its own). Both are refused at load time with a message saying so.
 CONFIG_TO_NUMPY: dict[str, np.dtype[Any]] = {
-    "TYPE_BOOL": np.dtype(np.bool_),
-    "TYPE_UINT8": np.dtype(np.uint8),
-    "TYPE_UINT16": np.dtype(np.uint16),
-    "TYPE_UINT32": np.dtype(np.uint32),
-    "TYPE_UINT64": np.dtype(np.uint64),
-    "TYPE_INT8": np.dtype(np.int8),
-    "TYPE_INT16": np.dtype(np.int16),
-    "TYPE_INT32": np.dtype(np.int32),
-    "TYPE_INT64": np.dtype(np.int64),
-    "TYPE_FP16": np.dtype(np.float16),
-    "TYPE_FP32": np.dtype(np.float32),
-    "TYPE_FP64": np.dtype(np.float64),
+    dtypes.config_type(name): dtypes.numpy_dtype(name) for name in dtypes.TRITON_DTYPES if name not in ("BYTES", "BF16")
 }
 
 NUMPY_TO_CONFIG: dict[np.dtype[Any], str] = {v: k for k, v in CONFIG_TO_NUMPY.items()}
