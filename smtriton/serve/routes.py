@@ -122,7 +122,7 @@ class DataRoutes:
             path: str = scope["path"]
             method = scope["method"]
             if path == "/ping":
-                if method in ("GET", "HEAD"):
+                if method == "GET":
                     status = 200 if self.plane.healthy else 503
                     await send({"type": "http.response.start", "status": status, "headers": _PLAIN_EMPTY})
                     await send(_BODY_END)

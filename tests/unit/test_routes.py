@@ -59,12 +59,13 @@ def call(plane, method: str, path: str, body: bytes = b"", headers=()) -> tuple[
 
 
 @pytest.mark.parametrize(("healthy", "status"), [(True, 200), (False, 503)])
-@pytest.mark.parametrize("method", ["GET", "HEAD"])
-def test_ping_answers_health_with_an_empty_body(method, healthy, status):
-    assert call(FakePlane(healthy=healthy), method, "/ping")[::2] == (status, b"")
+def test_ping_answers_health_with_an_empty_body(healthy, status):
+    assert call(FakePlane(healthy=healthy), "GET", "/ping")[::2] == (status, b"")
 
 
-@pytest.mark.parametrize(("method", "path"), [("POST", "/ping"), ("GET", "/invocations"), ("PUT", "/invocations")])
+@pytest.mark.parametrize(
+    ("method", "path"), [("POST", "/ping"), ("HEAD", "/ping"), ("GET", "/invocations"), ("PUT", "/invocations")]
+)
 def test_wrong_methods_on_the_data_routes_are_405_in_json(method, path):
     status, headers, payload = call(FakePlane(), method, path)
     assert (status, headers[b"content-type"], json.loads(payload)) == (
