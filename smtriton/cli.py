@@ -15,6 +15,7 @@ from rich.table import Table
 from smtriton.aws import cli as aws_cli
 from smtriton.convert.cli import config_command, convert_app
 from smtriton.convert.recipe import DEFAULT_RECIPE, RecipeError
+from smtriton.errors import ToolError
 from smtriton.local.cli import local_endpoint
 from smtriton.repo.cli import package_app, validate_command
 
@@ -122,4 +123,9 @@ app.command("invoke")(aws_cli.invoke_command)
 
 
 def main() -> None:
-    app()
+    """The `smtriton` command: a tool's error is one line on stderr and exit status 2 (usage) or 1."""
+    try:
+        app()
+    except ToolError as exc:
+        console.print(f"[red]error:[/] {escape(str(exc))}", soft_wrap=True, highlight=False)
+        raise SystemExit(exc.exit_code) from None

@@ -15,11 +15,13 @@ from pathlib import Path
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
+from smtriton.errors import ToolUsageError
+
 CONFIG_FILE = "config.pbtxt"
 ModelConfig = model_config_pb2.ModelConfig
 
 
-class ConfigParseError(ValueError):
+class ConfigParseError(ToolUsageError, ValueError):
     """A ``config.pbtxt`` that is not a ModelConfig in text format (or not UTF-8 text).
 
     ``path`` is the file and ``reason`` protobuf's (or the decoder's) own message, so that each caller

@@ -19,6 +19,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from smtriton.aws.docker_image import is_sagemaker_triton_image
+from smtriton.errors import ToolError
 
 Progress = Callable[[str], None]
 
@@ -33,7 +34,7 @@ ASYNC_REQUEST_TIMEOUT_S = 3600  # asynchronous inference allows up to one hour p
 ASYNC_MAX_PAYLOAD_BYTES = 1024**3  # and up to 1 GB of payload
 
 
-class DeployError(RuntimeError):
+class DeployError(ToolError, RuntimeError):
     """The deployment is invalid, or SageMaker reported a failure."""
 
 

@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, Protocol
 
+from smtriton.errors import ToolError
+
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 DOCKERFILE = PROJECT_ROOT / "Dockerfile"
 
@@ -41,7 +43,7 @@ ECR_HOST = re.compile(r"^(?P<account>\d{12})\.dkr\.ecr\.(?P<region>[a-z0-9-]+)\.
 LABEL_BASE = "org.opencontainers.image.base.name"
 
 
-class DockerError(RuntimeError):
+class DockerError(ToolError, RuntimeError):
     """A docker command failed, or docker (with buildx) is not usable here."""
 
 

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from smtriton import dtypes
+from smtriton.errors import ToolUsageError
 
 # A dimension: int = fixed size, str = named dynamic axis, None = dynamic without a name.
 SigDim = int | str | None
@@ -45,7 +46,7 @@ PLATFORM_OF_FILE: dict[str, tuple[str, str]] = {
 }
 
 
-class SignatureError(ValueError):
+class SignatureError(ToolUsageError, ValueError):
     """The artifact cannot be read, or declares something a Triton config cannot express."""
 
 

@@ -19,6 +19,7 @@ from google.protobuf import json_format
 from smtriton import dtypes
 from smtriton.convert.artifacts import Signature, TensorSig
 from smtriton.convert.recipe import BATCH_AXIS, DynamicBatching, InstanceGroup, ModelSpec, TensorSpec
+from smtriton.errors import ToolUsageError
 from smtriton.model_config import ModelConfig
 
 # Recipe format -> (ModelConfig field, value). Triton maps each platform to its backend.
@@ -74,7 +75,7 @@ class ConfigOptions:
 ACCELERATORS = {"tensorrt": "gpu_execution_accelerator", "openvino": "cpu_execution_accelerator"}
 
 
-class ConfigError(ValueError):
+class ConfigError(ToolUsageError, ValueError):
     """The options and the artifact's signature do not make a valid Triton config."""
 
 

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Protocol
 import numpy as np
 
 from smtriton.convert.recipe import ModelSpec, TensorSpec
+from smtriton.errors import ToolError
 
 if TYPE_CHECKING:
     import torch
@@ -24,7 +25,7 @@ if TYPE_CHECKING:
 Runner = Callable[[Mapping[str, np.ndarray]], dict[str, np.ndarray]]
 
 
-class ExportError(RuntimeError):
+class ExportError(ToolError, RuntimeError):
     """The exported artifact does not match the recipe (names, dtypes) or the exporter failed."""
 
 

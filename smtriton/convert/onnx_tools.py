@@ -10,8 +10,10 @@ from pathlib import Path
 
 import onnx
 
+from smtriton.errors import ToolError
 
-class OnnxToolError(RuntimeError):
+
+class OnnxToolError(ToolError, RuntimeError):
     """A rewrite could not run (missing optional dependency) or produced an invalid graph."""
 
 

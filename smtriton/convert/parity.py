@@ -18,6 +18,7 @@ import numpy as np
 
 from smtriton.convert.recipe import ModelSpec
 from smtriton.convert.sample_inputs import random_inputs
+from smtriton.errors import ToolError
 
 Runner = Callable[[Mapping[str, np.ndarray]], Mapping[str, np.ndarray]]
 
@@ -78,7 +79,7 @@ class ParityReport:
         return cls(data["atol"], data["rtol"], data["cases"], outputs, list(data.get("problems", [])))
 
 
-class ParityError(RuntimeError):
+class ParityError(ToolError, RuntimeError):
     def __init__(self, model: str, report: ParityReport) -> None:
         super().__init__(f"model {model!r}: exported artifact differs from the torch model\n{report.summary()}")
         self.report = report

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from smtriton import dtypes
+from smtriton.errors import ToolUsageError
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -37,7 +38,7 @@ _FACTORY = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 _TORCHSCRIPT_NAME = re.compile(r"^.+__(\d+)$")
 
 
-class RecipeError(ValueError):
+class RecipeError(ToolUsageError, ValueError):
     """A recipe that cannot be built; the message names the file and the model."""
 
 

@@ -39,9 +39,10 @@ from smtriton.convert.trt_plan import (
     sha256_file,
     write_sidecar,
 )
+from smtriton.errors import ToolError
 
 
-class TensorRTError(RuntimeError):
+class TensorRTError(ToolError, RuntimeError):
     """TensorRT is missing, or refused the network, the options or the plan."""
 
 

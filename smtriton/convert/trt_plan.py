@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from smtriton.errors import ToolUsageError
 from smtriton.serve.tensorrt_plan import (
     HARDWARE_LEVELS,
     PRECISIONS,
@@ -55,7 +56,7 @@ __all__ = [
 Shape = tuple[int, ...]
 
 
-class ProfileError(ValueError):
+class ProfileError(ToolUsageError, ValueError):
     """Profile ranges that are malformed or do not cover an input's dynamic dimensions."""
 
 

@@ -30,6 +30,7 @@ import aiohttp
 import orjson
 from fastapi import FastAPI, Request, Response
 
+from smtriton.errors import ToolUsageError
 from smtriton.serve.triton.ports import pick_port
 
 log = logging.getLogger("smtriton.local_endpoint")
@@ -38,7 +39,7 @@ TARGET = "X-Amzn-SageMaker-Target-Model"
 PASSED_HEADERS = ("Accept", "X-Amzn-SageMaker-Custom-Attributes", "X-Amzn-SageMaker-Inference-Id")
 
 
-class ArchiveError(ValueError):
+class ArchiveError(ToolUsageError, ValueError):
     """An archive that cannot be extracted safely, or that does not exist."""
 
 

@@ -26,6 +26,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from smtriton import model_config
+from smtriton.errors import ToolUsageError
 from smtriton.model_config import CONFIG_FILE, ConfigParseError, ModelConfig
 from smtriton.repo.validate import MODEL_NAME
 
@@ -36,7 +37,7 @@ COMPRESS_LEVEL = 6
 SME_ARCHIVE = "model.tar.gz"
 
 
-class PackageError(ValueError):
+class PackageError(ToolUsageError, ValueError):
     """The repository or the options cannot be packaged (unknown model, bad rename, link out)."""
 
 
