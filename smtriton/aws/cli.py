@@ -76,7 +76,7 @@ def _build_spec(tag: str, target: str, base_image: str | None, platform: str, bu
         raise typer.BadParameter(f"--target must be one of {', '.join(TARGETS)}")
     return BuildSpec(
         tag=tag,
-        target=target,  # type: ignore[arg-type]
+        target=target,
         base_image=base_image,
         platform=platform or None,
         build_args=_pairs(build_arg, "--build-arg"),

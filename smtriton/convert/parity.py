@@ -143,6 +143,6 @@ def _accumulate(stats: OutputParity, want: np.ndarray, got: np.ndarray, atol: fl
     max_abs = float(np.nan_to_num(diff, nan=np.inf).max())
     if max_abs > stats.max_abs or not stats.worst_case:
         stats.max_abs, stats.worst_case = max_abs, label
-    floor = atol / rtol if rtol > 0 else max(atol, np.finfo(np.float64).tiny)
+    floor = atol / rtol if rtol > 0 else max(atol, float(np.finfo(np.float64).tiny))
     rel = diff / np.maximum(np.abs(w), floor)
     stats.max_rel = max(stats.max_rel, float(np.nan_to_num(rel, nan=np.inf).max()))

@@ -277,7 +277,7 @@ def _tensor_sig(trt: ModuleType, tensor: Any, sig: TensorSig | None) -> TensorSi
 
 
 def _progress_monitor(trt: ModuleType, sink: BuildMonitor) -> Any:
-    class Monitor(trt.IProgressMonitor):  # type: ignore[misc,name-defined]
+    class Monitor(trt.IProgressMonitor):  # type: ignore[name-defined]
         """TensorRT calls these from its own threads; a failing sink must never abort the build."""
 
         def __init__(self) -> None:
@@ -400,7 +400,8 @@ def engine_signature(plan_path: Path, trt: ModuleType | None = None) -> Signatur
     engine = _deserialize(trt, plan_path)
     sidecar = read_sidecar(plan_path)
     recorded = {t["name"]: TensorSig.from_dict(t) for t in (sidecar.inputs + sidecar.outputs)} if sidecar else {}
-    inputs, outputs = [], []
+    inputs: list[TensorSig] = []
+    outputs: list[TensorSig] = []
     for i in range(engine.num_io_tensors):
         name = engine.get_tensor_name(i)
         dims = _named_dims(list(engine.get_tensor_shape(name)), recorded.get(name))

@@ -47,7 +47,7 @@ def resnet18() -> torch.nn.Module:
         depths=[2, 2, 2, 2],
         layer_type="basic",
         hidden_act="relu",
-        num_labels=1000,
+        num_labels=1000,  # type: ignore[call-arg]  # a PretrainedConfig keyword the subclass stubs omit
     )
     return ImageClassifier(ResNetForImageClassification(config)).eval()
 
@@ -65,6 +65,6 @@ def bert_tiny() -> torch.nn.Module:
         num_attention_heads=2,
         intermediate_size=256,
         max_position_embeddings=512,
-        attn_implementation="eager",
+        attn_implementation="eager",  # type: ignore[call-arg]  # a PretrainedConfig keyword the subclass stubs omit
     )
     return TextEncoder(BertModel(config)).eval()

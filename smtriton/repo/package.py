@@ -241,7 +241,7 @@ def _write(
         hashing = _HashingWriter(raw, digest)
         # filename="" and mtime=0: the gzip header carries neither a name nor a time.
         with (
-            gzip.GzipFile(filename="", mode="wb", fileobj=hashing, compresslevel=COMPRESS_LEVEL, mtime=0) as gz,  # type: ignore[arg-type]
+            gzip.GzipFile(filename="", mode="wb", fileobj=hashing, compresslevel=COMPRESS_LEVEL, mtime=0) as gz,
             tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tar,
         ):
             for arcname, source in entries:

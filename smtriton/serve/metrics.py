@@ -70,7 +70,7 @@ class Metrics:
         self.transcoded = Counter(
             "smtriton_transcoded_requests", "Large JSON requests re-encoded binary for Triton", registry=self.registry
         )
-        self.registry.register(_TritonCollector(lambda: self.triton_url()))  # type: ignore[arg-type]
+        self.registry.register(_TritonCollector(lambda: self.triton_url()))
         self._children: dict[tuple[str, str, int], tuple[Counter, Histogram]] = {}
 
     def serve(self, host: str, port: int) -> None:

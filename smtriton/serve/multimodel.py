@@ -17,7 +17,7 @@ import os
 import re
 import shutil
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -424,7 +424,7 @@ class ModelRegistry:
         remove_staged(self.managed, record.triton_names)
         log.info("unloaded model %s", name)
 
-    async def _unload_in_triton(self, triton_names: list[str], wait: bool) -> None:
+    async def _unload_in_triton(self, triton_names: Sequence[str], wait: bool) -> None:
         client = self._client()
         for triton_name in triton_names:
             try:

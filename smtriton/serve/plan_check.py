@@ -110,8 +110,8 @@ def is_tensorrt(config: ModelConfig, model_dir: Path) -> bool:
     """Served by the tensorrt backend: by platform or backend, or (neither given) by the plan Triton's
     auto-complete would find."""
     if config.platform or config.backend:
-        return config.platform == "tensorrt_plan" or config.backend == "tensorrt"
-    filename = config.default_model_filename or PLAN_FILENAME
+        return bool(config.platform == "tensorrt_plan" or config.backend == "tensorrt")
+    filename: str = config.default_model_filename or PLAN_FILENAME
     return filename.endswith(".plan") and any((v / filename).is_file() for v in _version_dirs(model_dir))
 
 

@@ -40,7 +40,7 @@ def _json_tensor(tensor: dict[str, Any], datatype: str, shape: list[int]) -> byt
             flat = np.array(data, dtype=np.object_).reshape(-1)
             items = [v.encode() if isinstance(v, str) else bytes(v) for v in flat]
             array = np.array(items, dtype=np.object_).reshape(shape)
-            return serialize_byte_tensor(array).tobytes()
+            return bytes(serialize_byte_tensor(array).tobytes())
         dtype = triton_to_np_dtype(datatype)
         if dtype is None:
             raise BadRequest(f"input '{tensor.get('name')}' has unknown datatype '{datatype}'")

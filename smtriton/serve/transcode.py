@@ -13,7 +13,7 @@ invalid JSON) goes to Triton as it came, and Triton answers it with its own word
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import orjson
@@ -22,15 +22,24 @@ import simdjson
 from smtriton import dtypes
 
 # numpy kind -> simdjson buffer kind: "d" doubles, "i" int64, "u" uint64.
-_BUFFER_KIND = {"f": "d", "i": "i", "u": "u"}
+_BUFFER_KIND: dict[str, Literal["d", "i", "u"]] = {"f": "d", "i": "i", "u": "u"}
 # Sent as they came: BOOL and BYTES are no numbers, and Triton refuses FP16 and BF16 data in JSON.
 _NOT_TRANSCODED = frozenset({"BOOL", "BYTES", "FP16", "BF16"})
 # datatype -> (simdjson buffer kind, numpy type), built once: a request only looks it up.
-_NUMERIC: dict[str, tuple[str, type[np.generic]]] = {
+_NUMERIC: dict[str, tuple[Literal["d", "i", "u"], type[np.generic]]] = {
     name: (_BUFFER_KIND[dtype.kind], dtype.type)
     for name, dtype in ((n, dtypes.numpy_dtype(n)) for n in dtypes.TRITON_DTYPES if n not in _NOT_TRANSCODED)
 }
-_WIDE = {"d": np.float64, "i": np.int64, "u": np.uint64}
+
+
+def _limits(kind: str, numeric: type[np.generic]) -> tuple[Any, Any]:
+    info: Any = np.finfo(numeric) if kind == "d" else np.iinfo(numeric)  # type: ignore[arg-type]
+    return info.min, info.max
+
+
+# numpy type -> the (min, max) its values must lie within, built once.
+_LIMITS = {numeric: _limits(kind, numeric) for kind, numeric in _NUMERIC.values()}
+_WIDE: dict[str, type[np.generic]] = {"d": np.float64, "i": np.int64, "u": np.uint64}
 # Parameters that already say where an input's data is: such a request is not plain JSON.
 _DATA_ELSEWHERE = ("binary_data_size", "shared_memory_region", "shared_memory_byte_size", "shared_memory_offset")
 
@@ -107,7 +116,7 @@ def _tensor_bytes(header: dict[str, Any], data: Any) -> bytes:
         raise _Unsure
     if wide.size and dtype is not np.float64:
         # Out of the type's range Triton's own cast decides (and may differ): leave those to it.
-        limits = np.finfo(dtype) if kind == "d" else np.iinfo(dtype)
-        if wide.min() < limits.min or wide.max() > limits.max:
+        low, high = _LIMITS[dtype]
+        if wide.min() < low or wide.max() > high:
             raise _Unsure
     return wide.astype(dtype, copy=False).tobytes()

@@ -142,7 +142,8 @@ class TritonClient:
                 body = await resp.read()
                 if resp.status != 200:
                     raise UpstreamError(resp.status, error_text(body))
-                return orjson.loads(body)
+                config: dict[str, object] = orjson.loads(body)
+                return config
         except (asyncio.TimeoutError, aiohttp.ClientError):
             raise TritonUnavailable("Triton is not reachable") from None
 
@@ -203,6 +204,7 @@ def error_text(body: bytes) -> str:
         value = orjson.loads(body)
     except orjson.JSONDecodeError:
         return body.decode("utf-8", errors="replace")
-    if isinstance(value, dict) and isinstance(value.get("error"), str):
-        return value["error"]
+    message = value.get("error") if isinstance(value, dict) else None
+    if isinstance(message, str):
+        return message
     return body.decode("utf-8", errors="replace")

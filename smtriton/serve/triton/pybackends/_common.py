@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from numpy.typing import NDArray
 
 from smtriton import dtypes
 
@@ -225,32 +226,32 @@ def compare_dims(spec: ModelSpec, tensor: TensorSpec, model_shape: Sequence[int 
 
 # A backend's model call: full-batch inputs by config name, and the output names wanted (config
 # order) -> arrays by name.
-RunFn = Callable[[dict[str, np.ndarray], list[str]], Mapping[str, np.ndarray]]
+RunFn = Callable[[dict[str, NDArray[Any]], list[str]], Mapping[str, NDArray[Any]]]
 
 
 @dataclass
 class _Pending:
     index: int
-    inputs: dict[str, np.ndarray]
+    inputs: dict[str, NDArray[Any]]
     wanted: list[str]
     batch: int
 
 
-def group_key(inputs: Mapping[str, np.ndarray], batching: bool) -> tuple[Any, ...]:
+def group_key(inputs: Mapping[str, NDArray[Any]], batching: bool) -> tuple[Any, ...]:
     """Requests with equal keys can share one model call: same inputs present with the same non-batch
     shapes (dtypes are fixed by the config, which Triton already enforced)."""
     skip = 1 if batching else 0
     return tuple((name, arr.shape[skip:]) for name, arr in sorted(inputs.items()))
 
 
-def concat_inputs(parts: Sequence[Mapping[str, np.ndarray]]) -> dict[str, np.ndarray]:
+def concat_inputs(parts: Sequence[Mapping[str, NDArray[Any]]]) -> dict[str, NDArray[Any]]:
     """Concatenate along the batch dimension; a single request is passed through without a copy."""
     if len(parts) == 1:
         return dict(parts[0])
     return {name: np.concatenate([p[name] for p in parts], axis=0) for name in parts[0]}
 
 
-def split_outputs(outputs: Mapping[str, np.ndarray], batches: Sequence[int]) -> list[dict[str, np.ndarray]]:
+def split_outputs(outputs: Mapping[str, NDArray[Any]], batches: Sequence[int]) -> list[dict[str, NDArray[Any]]]:
     """Split full-batch outputs back into per-request pieces of ``batches`` rows each."""
     if len(batches) == 1:
         return [dict(outputs)]
@@ -264,7 +265,7 @@ def split_outputs(outputs: Mapping[str, np.ndarray], batches: Sequence[int]) -> 
     return [{name: arr[offsets[i] : offsets[i + 1]] for name, arr in outputs.items()} for i in range(len(batches))]
 
 
-def shape_output(spec: ModelSpec, tensor: TensorSpec, arr: np.ndarray) -> np.ndarray:
+def shape_output(spec: ModelSpec, tensor: TensorSpec, arr: NDArray[Any]) -> NDArray[Any]:
     """Check the dtype against the config (native error text) and undo an output ``reshape``."""
     if arr.dtype != tensor.dtype:
         got = NUMPY_TO_CONFIG.get(arr.dtype, str(arr.dtype))
@@ -325,7 +326,7 @@ def _message(spec: ModelSpec, exc: Exception) -> str:
 
 
 def _read_request(pb: Any, request: Any, index: int, spec: ModelSpec) -> _Pending:
-    inputs: dict[str, np.ndarray] = {}
+    inputs: dict[str, NDArray[Any]] = {}
     for t in spec.inputs:
         tensor = pb.get_input_tensor_by_name(request, t.name)
         if tensor is None:

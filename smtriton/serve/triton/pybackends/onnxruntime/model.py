@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
 import onnxruntime as ort
+from numpy.typing import NDArray
 
 from smtriton.serve.triton.pybackends import _common as common
 
@@ -69,7 +69,7 @@ class TritonPythonModel:
     def execute(self, requests: list[Any]) -> list[Any]:
         return common.execute(requests, self.spec, self._run)
 
-    def _run(self, inputs: dict[str, np.ndarray], wanted: list[str]) -> dict[str, np.ndarray]:
+    def _run(self, inputs: dict[str, NDArray[Any]], wanted: list[str]) -> dict[str, NDArray[Any]]:
         feed = {n: (a.reshape(()) if n in self.scalars else a) for n, a in inputs.items()}
         return dict(zip(wanted, self.session.run(wanted, feed), strict=True))
 

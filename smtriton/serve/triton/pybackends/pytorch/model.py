@@ -21,8 +21,8 @@ import warnings
 from collections.abc import Sequence
 from typing import Any
 
-import numpy as np
 import torch
+from numpy.typing import NDArray
 
 from smtriton.serve.triton.pybackends import _common as common
 
@@ -56,7 +56,7 @@ class TritonPythonModel:
         if not path.is_file():
             raise common.ModelLoadError(f"unable to load model '{spec.name}': no TorchScript file at {path}")
         try:
-            self.module = torch.jit.load(str(path), map_location=self.device).eval()
+            self.module = torch.jit.load(str(path), map_location=self.device).eval()  # type: ignore[no-untyped-call]
         except Exception as exc:
             raise common.ModelLoadError(
                 f"unable to load model '{spec.name}': torch.jit.load cannot read {path} (a TorchScript "
@@ -68,7 +68,7 @@ class TritonPythonModel:
     def execute(self, requests: list[Any]) -> list[Any]:
         return common.execute(requests, self.spec, self._run)
 
-    def _run(self, inputs: dict[str, np.ndarray], wanted: list[str]) -> dict[str, np.ndarray]:
+    def _run(self, inputs: dict[str, NDArray[Any]], wanted: list[str]) -> dict[str, NDArray[Any]]:
         tensors = {n: torch.from_numpy(a).to(self.device) for n, a in inputs.items()}
         args: list[Any]
         if self.dict_input:
@@ -81,7 +81,7 @@ class TritonPythonModel:
         with guard:
             result = self.module(*args)
         elements = _elements(result)
-        out: dict[str, np.ndarray] = {}
+        out: dict[str, NDArray[Any]] = {}
         for name in wanted:
             index = self.out_index[name]
             if index >= len(elements):
@@ -135,7 +135,7 @@ def _input_binding(spec: common.ModelSpec, module: Any) -> tuple[bool, dict[str,
     if all(n in arg_names for n in names):
         binding = {n: arg_names.index(n) for n in names}
     elif all(i is not None for i in indexed):
-        binding = {n: int(i) for n, i in zip(names, indexed, strict=True)}
+        binding = {n: i for n, i in zip(names, indexed, strict=True) if i is not None}
     else:
         binding = {n: i for i, n in enumerate(names)}
     _check_indices(spec, "input", binding, len(arg_names))
@@ -146,7 +146,7 @@ def _output_binding(spec: common.ModelSpec) -> dict[str, int]:
     names = [t.name for t in spec.outputs]
     indexed = [_index_suffix(n) for n in names]
     if names and all(i is not None for i in indexed):
-        binding = {n: int(i) for n, i in zip(names, indexed, strict=True)}
+        binding = {n: i for n, i in zip(names, indexed, strict=True) if i is not None}
     else:
         binding = {n: i for i, n in enumerate(names)}
     _check_indices(spec, "output", binding, None)
