@@ -11,7 +11,7 @@ from rich.table import Table
 
 console = Console(highlight=False, width=max(shutil.get_terminal_size((200, 50)).columns, 160))
 
-# DESIGN.md §6: ours/anchor throughput at c=16, per scenario.
+# docs/design.md §6: ours/anchor throughput at c=16, per scenario.
 THROUGHPUT_TARGETS = {
     "tiny_json": 0.6,
     "tiny_octet": 0.6,
@@ -118,7 +118,7 @@ def _order(results: dict, scenario: str) -> int:
 
 
 def targets(results: dict) -> list[list[str]]:
-    """DESIGN.md §6 targets against this run."""
+    """docs/design.md §6 targets against this run."""
     rows = results.get("rows", [])
     index = _index(rows)
     top = max((r["connections"] for r in rows), default=16)
@@ -248,7 +248,7 @@ def show(results: dict) -> None:
         )
     for server, m in mme_loads(results).items():
         console.print(_mme_line(server, m))
-    t = Table(title="targets (DESIGN.md §6)")
+    t = Table(title="targets (docs/design.md §6)")
     for h in ("what", "target", "measured", "met"):
         t.add_column(h)
     for row in targets(results):

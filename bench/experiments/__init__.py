@@ -8,7 +8,7 @@ name: (how it is started, target, uvicorn/processes workers)
 """
 
 EXPERIMENTS: dict[str, tuple[str, str, int]] = {
-    # The DESIGN.md reference: raw ASGI app, aiohttp pool to Triton.
+    # The reference pass-through of docs/design.md §5: raw ASGI app, aiohttp pool to Triton.
     "asgi-aiohttp": ("uvicorn", "bench.experiments.asgi_aiohttp:app", 1),
     # Raw ASGI app, a minimal asyncio/httptools keep-alive client to Triton.
     "asgi-lean": ("uvicorn", "bench.experiments.asgi_lean:app", 1),

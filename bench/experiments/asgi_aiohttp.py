@@ -1,4 +1,4 @@
-"""Raw ASGI (no FastAPI/Starlette) + one aiohttp session to Triton: DESIGN.md's reference pass-through."""
+"""Raw ASGI (no FastAPI/Starlette) + one aiohttp session to Triton: the reference pass-through of docs/design.md §5."""
 
 from __future__ import annotations
 

@@ -8,7 +8,7 @@
 # the image's libnvinfer plus `smtriton[tensorrt]` into the throwaway container, and runs
 # `smtriton convert tensorrt` there. Results land in REPOSITORY on the host.
 #
-#   scripts/build_tensorrt_in_image.sh IMAGE REPOSITORY SOURCE [convert tensorrt options...]
+#   smtriton/convert/build_tensorrt_in_image.sh IMAGE REPOSITORY SOURCE [convert tensorrt options...]
 #
 #   IMAGE       the serving image (smtriton build-image), e.g. smtriton:latest
 #   REPOSITORY  model repository on the host; the plan is written to REPOSITORY/<name>/<version>/
@@ -16,7 +16,7 @@
 #
 # e.g. (on a g5 instance, for endpoints on ml.g5.*):
 #   smtriton convert onnx -m text_encoder -o model_repository
-#   scripts/build_tensorrt_in_image.sh smtriton:latest model_repository model_repository/text_encoder \
+#   smtriton/convert/build_tensorrt_in_image.sh smtriton:latest model_repository model_repository/text_encoder \
 #       --model text_encoder --precision fp16 --timing-cache model_repository/.timing-cache
 #   smtriton validate model_repository && smtriton package sme model_repository
 #

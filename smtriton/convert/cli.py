@@ -386,7 +386,7 @@ def convert_tensorrt(
     """Build a TensorRT plan from ONNX (TensorRT 10.x or 11.x, on this host's GPU), verify it, write config.
 
     Run it where the plan will be served: inside the serving image on the same GPU type
-    (scripts/build_tensorrt_in_image.sh), since a plan only loads with the TensorRT version and GPU
+    (smtriton/convert/build_tensorrt_in_image.sh), since a plan only loads with the TensorRT version and GPU
     that built it. Writes model.plan, the sidecar model.plan.json (TensorRT version, GPU, compute
     capability, profiles, precision) and config.pbtxt (instance group KIND_GPU).
     """

@@ -8,7 +8,7 @@ an FP16-cast ONNX (inputs/outputs kept FP32) made here with :func:`smtriton.conv
 
 ``tensorrt`` is imported lazily (:func:`load_tensorrt`); device buffers use ``cuda-python``
 (``smtriton[tensorrt]``), never pycuda. Build inside the serving image so that builder and runtime
-TensorRT match (``scripts/build_tensorrt_in_image.sh``); the sidecar records what a runtime checks.
+TensorRT match (``smtriton/convert/build_tensorrt_in_image.sh``); the sidecar records what a runtime checks.
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ def load_tensorrt() -> ModuleType:
     except ImportError as exc:
         raise TensorRTError(
             "the tensorrt Python package is not importable here; build plans inside the serving image "
-            f"(scripts/build_tensorrt_in_image.sh), where TensorRT matches the runtime ({exc})"
+            f"(smtriton/convert/build_tensorrt_in_image.sh), where TensorRT matches the runtime ({exc})"
         ) from None
     return tensorrt
 

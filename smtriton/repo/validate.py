@@ -40,7 +40,7 @@ from smtriton.convert.trt_plan import (
 )
 from smtriton.model_config import CONFIG_FILE, ConfigParseError, ModelConfig
 
-# serve's rule for model names (CONTRACT.md: MME names), used for every repository.
+# serve's rule for model names (docs/contract.md §2.4, loading a model), used for every repository.
 MODEL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,254}$")
 PLATFORM_BACKENDS = {  # platform -> backend Triton resolves it to
     "onnxruntime_onnx": "onnxruntime",

@@ -1,4 +1,4 @@
-"""SageMaker content types <-> Triton's KServe binary extension (CONTRACT.md §3).
+"""SageMaker content types <-> Triton's KServe binary extension (docs/contract.md §3).
 
 The two encodings carry the same bytes; only the header that says where the JSON part ends differs:
 SageMaker puts it in the Content-Type (``...binary+json;json-header-size=N``), Triton in

@@ -1,11 +1,12 @@
-"""Multi-model endpoint registry: load, list, describe, unload, invoke (CONTRACT.md §2.4, §4).
+"""Multi-model endpoint registry: load, list, describe, unload, invoke (docs/contract.md §2.4, §4).
 
 Triton's public API can load and unload but not register another repository or rename a model, so
 `serve` owns one *managed repository* that Triton serves in explicit mode. Loading an archive stages
 each of its model directories there under its Triton name: a real ``config.pbtxt`` (parsed, renamed,
 ensemble steps re-pointed, written back through Triton's ModelConfig protobuf) and symlinks to
 everything else. Every later request resolves through the load record, never through a header
-(B7), and each ``model_name`` has a lock so loads and unloads of one model never interleave (B6).
+(docs/contract.md §6 B7), and each ``model_name`` has a lock so loads and unloads of one model never
+interleave (§6 B6).
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ from smtriton.serve.triton.client import TritonClient
 log = logging.getLogger("serve.mme")
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,254}")
-# CONTRACT.md §4.6: native's OOM patterns (case-sensitive substrings), extended with the allocation
+# docs/contract.md §4.6: native's OOM patterns (case-sensitive substrings), extended with the allocation
 # failures of the ONNX Runtime and PyTorch backends.
 OOM_PATTERNS = (
     "CUDA out of memory",
@@ -64,7 +65,7 @@ OOM_PATTERNS = (
     "std::bad_alloc",
     "DefaultCPUAllocator: can't allocate memory",
 )
-_OOM_WORD = re.compile(r"\bOOM\b")  # native matches "OOM" anywhere (B15); a whole word here
+_OOM_WORD = re.compile(r"\bOOM\b")  # native matches "OOM" anywhere (docs/contract.md §6 B15); a whole word here
 
 
 def is_oom(message: str) -> bool:
@@ -93,7 +94,7 @@ class ModelRecord:
 
 @dataclass(frozen=True)
 class ArchiveLayout:
-    """Model directories of one archive and the entry among them (CONTRACT.md §4.2)."""
+    """Model directories of one archive and the entry among them (docs/contract.md §4.2)."""
 
     entry: Path
     others: tuple[Path, ...]
@@ -216,7 +217,7 @@ def page(records: list[ModelRecord], token: str | None, limit_raw: str | None) -
 
 
 def parse_load_body(body: bytes) -> tuple[str, str]:
-    """(model_name, url) from a load request; anything malformed is 400 (native aborts: B3)."""
+    """(model_name, url) from a load request; anything malformed is 400 (native aborts: docs/contract.md §6 B3)."""
     try:
         value = orjson.loads(body)
     except orjson.JSONDecodeError:
@@ -254,7 +255,7 @@ def oom_kills() -> int:
 
 
 def is_oom_failure(message: str, kills_before: int) -> bool:
-    """An OOM by its message, or a Python stub that died while the OOM killer struck (B15)."""
+    """An OOM by its message, or a Python stub that died while the OOM killer struck (docs/contract.md §6 B15)."""
     return is_oom(message) or oom_kills() > kills_before
 
 

@@ -1,4 +1,4 @@
-"""Which model a single-model endpoint serves: the start-up rules of CONTRACT.md §1.5."""
+"""Which model a single-model endpoint serves: the start-up rules of docs/contract.md §1.5."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """One pooled async HTTP connection pool to Triton's loopback endpoint.
 
-aiohttp forwards raw bytes several times faster than httpx here (DESIGN.md §6); bodies go through
+aiohttp forwards raw bytes several times faster than httpx here (docs/design.md §5); bodies go through
 untouched, and only headers are rewritten by the caller.
 """
 
