@@ -16,7 +16,7 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
-from smtriton.serve import codec, streaming, transcode
+from smtriton.serve import codec, guard, streaming, transcode
 from smtriton.serve.errors import BadRequest, NotReady, ServeError
 from smtriton.serve.metrics import Metrics
 from smtriton.serve.multimodel import ModelRecord, ModelRegistry
@@ -139,22 +139,28 @@ class DataPlane:
         header_length = codec.request_header_length(content_type, len(body))
         client = self._ready_client(triton_name)
         if header_length is None and 0 < self.settings.transcode_json_min_bytes <= len(body):
-            binary = transcode.to_binary(body)
+            binary = transcode.to_binary(body)  # also refuses a body nested too deep
             if binary is not None:
                 body, header_length = binary
                 self.metrics.transcoded.inc()
+        elif header_length != 0:
+            guard.check_json_depth(body, header_length)
         if custom_attributes is not None:
             body, header_length = codec.add_request_parameter(body, header_length, CUSTOM_ATTRIBUTES, custom_attributes)
         return await client.infer(triton_name, body, header_length)
 
     async def generate(self, model: str, body: bytes) -> UpstreamResponse:
-        return await self._ready_client(model).generate(model, body)
+        client = self._ready_client(model)
+        guard.check_json_depth(body)
+        return await client.generate(model, body)
 
     @contextlib.asynccontextmanager
     async def generate_stream(self, model: str, body: bytes) -> AsyncIterator[tuple[UpstreamResponse, Any]]:
         """Triton's generate stream: its status and headers (with the error body when it failed), and
         the server-sent events as they arrive; leaving the context early drops the upstream request."""
-        async with self._ready_client(model).generate_stream(model, body) as upstream:
+        client = self._ready_client(model)
+        guard.check_json_depth(body)
+        async with client.generate_stream(model, body) as upstream:
             if upstream.status != 200:
                 payload = await upstream.read()
                 yield UpstreamResponse(upstream.status, upstream.headers.get("Content-Type", ""), None, payload), None

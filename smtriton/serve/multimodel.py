@@ -15,6 +15,7 @@ import asyncio
 import hashlib
 import logging
 import os
+import posixpath
 import re
 import shutil
 import time
@@ -77,7 +78,7 @@ class ModelRecord:
     """What a load decided; every later request on ``model_name`` resolves through this."""
 
     model_name: str
-    url: str
+    url: str  # as the model list shows it (:func:`listed_url`)
     target_model: str | None
     triton_name: str  # the entry model Triton serves
     triton_names: list[str]  # every Triton model staged for this archive, entry last
@@ -105,6 +106,15 @@ def validate_name(name: object, what: str) -> str:
     if not isinstance(name, str) or not _NAME.fullmatch(name) or name in (".", ".."):
         raise BadRequest(f"invalid {what}: must be 1-255 characters of letters, digits, '.', '_' or '-'")
     return name
+
+
+def listed_url(url: str, real: Path) -> str:
+    """The url as `GET /models` shows it, as NVIDIA's front end does: a url that is itself a model
+    directory (holds config.pbtxt) is registered as its parent repository, and listed so: the
+    ``/model`` that SageMaker appends is dropped. Any other url is listed as it was given."""
+    if not (real / CONFIG_FILE).is_file():
+        return url
+    return posixpath.dirname(url.rstrip("/")) or "/"
 
 
 def confine_url(url: object, model_root: Path) -> Path:
@@ -201,19 +211,25 @@ def page(records: list[ModelRecord], token: str | None, limit_raw: str | None) -
         raise BadRequest(f"invalid limit '{limit_raw}'") from None
     if not 1 <= limit <= 1000:
         raise BadRequest("limit must be between 1 and 1000")
-    start = 0
-    if token is not None:
-        try:
-            start = int(bytes.fromhex(token).decode())
-        except (ValueError, UnicodeDecodeError):
-            raise BadRequest(f"invalid next_page_token '{token}'") from None
-        if start < 0 or start > len(records):
-            raise BadRequest(f"invalid next_page_token '{token}'")
+    start = 0 if token is None else _page_start(token, len(records))
     chunk = records[start : start + limit]
     body: dict[str, object] = {"models": [r.describe() for r in chunk]}
     if start + limit < len(records):
         body["nextPageToken"] = str(start + limit).encode().hex()
     return body
+
+
+def _page_start(token: str, count: int) -> int:
+    """Where a page token we issued continues; a token we did not issue (NVIDIA's front end takes any)
+    must not fail the platform's listing: it starts from the beginning, and is logged."""
+    try:
+        start = int(bytes.fromhex(token).decode())
+    except (ValueError, UnicodeDecodeError):
+        start = -1
+    if 0 <= start <= count:
+        return start
+    log.info("next_page_token %r was not issued here; listing from the beginning", token[:64])
+    return 0
 
 
 def parse_load_body(body: bytes) -> tuple[str, str]:
@@ -362,7 +378,8 @@ class ModelRegistry:
             for other in layout.others:
                 staged.append(stage_model(other, renames.get(other.name, other.name), {}, self.managed).name)
             staged.append(stage_model(layout.entry, triton_name, renames, self.managed).name)
-            record = ModelRecord(name, url, target_model, triton_name, staged, shown, estimate=needed)
+            listed = listed_url(url, real)
+            record = ModelRecord(name, listed, target_model, triton_name, staged, shown, estimate=needed)
             await self._load_in_triton(record)
             record.decoupled = await self._client().is_decoupled(triton_name)
         except BaseException:

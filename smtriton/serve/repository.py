@@ -43,7 +43,8 @@ def resolve_default_model(repository: Path, default_model: str | None) -> str:
             "ERROR: More than 1 model directory found in model repository. "
             "Set SAGEMAKER_TRITON_DEFAULT_MODEL_NAME (or --default-model) to one of: " + ", ".join(models)
         )
-    log.warning("No SAGEMAKER_TRITON_DEFAULT_MODEL_NAME provided; serving the only model, %s", models[0])
+    # NVIDIA's words first (their tests look for them), then which model is served.
+    log.warning("WARNING: No SAGEMAKER_TRITON_DEFAULT_MODEL_NAME provided; serving the only model, %s", models[0])
     return models[0]
 
 

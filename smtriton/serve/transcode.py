@@ -20,6 +20,7 @@ import orjson
 import simdjson
 
 from smtriton import dtypes
+from smtriton.serve import guard
 
 # numpy kind -> simdjson buffer kind: "d" doubles, "i" int64, "u" uint64.
 _BUFFER_KIND: dict[str, Literal["d", "i", "u"]] = {"f": "d", "i": "i", "u": "u"}
@@ -49,15 +50,22 @@ class _Unsure(Exception):
 
 
 def to_binary(body: bytes) -> tuple[bytes, int] | None:
-    """``(binary body, JSON header length)`` for a plain JSON inference request, else None."""
+    """``(binary body, JSON header length)`` for a plain JSON inference request, else None.
+
+    Raises for a body that could crash Triton's parser (:func:`smtriton.serve.guard.refuse_unparsed`):
+    the parse here is the depth check of the large bodies that come this way.
+    """
     try:
         document = simdjson.Parser().parse(body)
         try:
             return _encode(document)
         finally:
             del document
-    except Exception:  # _Unsure, invalid JSON, wrong types, 64-bit overflow...: an optimisation only,
-        return None  # so whatever it cannot do, Triton does with its own error message
+    except (RuntimeError, ValueError) as exc:  # simdjson could not parse it
+        guard.refuse_unparsed(body, exc)
+        return None
+    except Exception:  # _Unsure, wrong types, 64-bit overflow...: an optimisation only, so
+        return None  # whatever it cannot do, Triton does with its own error message
 
 
 def _encode(document: Any) -> tuple[bytes, int]:

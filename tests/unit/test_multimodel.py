@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 
 from smtriton.serve import edge, multimodel
@@ -60,9 +62,25 @@ def test_pages_walk_the_list_with_opaque_tokens():
     assert [m["modelName"] for m in first["models"]] == ["m0", "m1"]
     second = multimodel.page(records, first["nextPageToken"], "2")
     third = multimodel.page(records, second["nextPageToken"], "2")
-    assert [m["modelName"] for m in third["models"]] == ["m4"] and "nextPageToken" not in third
-    with pytest.raises(BadRequest):
-        multimodel.page(records, "zz", None)
+    assert [m["modelName"] for m in third["models"]] == ["m4"]
+    assert "nextPageToken" not in third
+
+
+@pytest.mark.parametrize("token", ["0", "zz", "", "ffff", "3939"])
+def test_a_page_token_not_issued_here_lists_from_the_beginning(token, caplog):
+    caplog.set_level(logging.INFO, logger="serve.mme")
+    records = [multimodel.ModelRecord(f"m{i}", f"/u{i}", None, f"m{i}", [f"m{i}"], f"m{i}") for i in range(3)]
+    assert multimodel.page(records, token, None) == multimodel.page(records, None, None)
+    assert "was not issued here" in caplog.text
+
+
+def test_a_url_that_is_a_model_directory_is_listed_as_its_repository(tmp_path):
+    model = tmp_path / "abc" / "model"
+    model.mkdir(parents=True)
+    assert multimodel.listed_url("/opt/ml/models/abc/model", model) == "/opt/ml/models/abc/model"
+    (model / "config.pbtxt").write_text('name: "m"')
+    assert multimodel.listed_url("/opt/ml/models/abc/model", model) == "/opt/ml/models/abc"
+    assert multimodel.listed_url("/opt/ml/models/abc/model/", model) == "/opt/ml/models/abc"
 
 
 def test_archive_layouts(tmp_path):
