@@ -11,7 +11,7 @@ from smtriton.convert.artifacts import TensorSig, find_artifact, onnx_signature
 from smtriton.convert.cli import parse_pairs, parse_size, parse_tensor
 from smtriton.convert.config import ConfigError, ConfigOptions, read_config, signature_config
 from smtriton.convert.recipe import DynamicBatching, InstanceGroup, RecipeError
-from tests.unit.test_scripts_validate import tiny_onnx
+from tests.unit.test_repo_validate import tiny_onnx
 
 
 @pytest.mark.parametrize(
