@@ -15,12 +15,8 @@ import hashlib
 import logging
 import os
 import shutil
-import signal
-import subprocess
-import sys
 import tarfile
 import tempfile
-import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -30,11 +26,12 @@ import aiohttp
 import orjson
 from fastapi import FastAPI, Request, Response
 
-from smtriton.serve.triton.ports import pick_port
+from smtriton.local.serve_process import ServeProcess
 
 log = logging.getLogger("smtriton.local_endpoint")
 
 TARGET = "X-Amzn-SageMaker-Target-Model"
+SERVE_STOP_TIMEOUT_S = 40.0
 PASSED_HEADERS = ("Accept", "X-Amzn-SageMaker-Custom-Attributes", "X-Amzn-SageMaker-Inference-Id")
 
 
@@ -108,39 +105,6 @@ class LoadedModels:
     evictions: int = 0
 
 
-class ServeChild:
-    """The `serve` process behind the emulator, on a free loopback port."""
-
-    def __init__(self, args: list[str], log_file: Path, env: dict[str, str]) -> None:
-        self.port = pick_port(None, set())
-        self.url = f"http://127.0.0.1:{self.port}"
-        cmd = [sys.executable, "-m", "smtriton.serve", "--host", "127.0.0.1", "--port", str(self.port), *args]
-        self._log = open(log_file, "ab")  # noqa: SIM115 - closed in stop()
-        self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT, env={**os.environ, **env})
-
-    async def wait_healthy(self, session: aiohttp.ClientSession, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"serve exited with status {self.proc.returncode}")
-            with contextlib.suppress(aiohttp.ClientError):
-                async with session.get(f"{self.url}/ping") as resp:
-                    if resp.status == 200:
-                        return
-            await asyncio.sleep(0.2)
-        raise TimeoutError(f"serve did not become healthy within {timeout:.0f} s")
-
-    def stop(self, timeout: float = 40) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
-        self._log.close()
-
-
 def _model_error(status: int, message: bytes, endpoint: str) -> Response:
     """What SageMaker answers when the container fails: 424 ModelError carrying the original answer."""
     text = message.decode("utf-8", errors="replace")
@@ -177,15 +141,16 @@ def create_app(
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=600))
-        child = ServeChild(serve_args, work_dir / "serve.log", serve_env or {})
+        env = {**os.environ, **(serve_env or {})}
+        child = ServeProcess(serve_args, work_dir / "serve.log", env=env, append_log=True)
         state.update(session=session, child=child)
         try:
-            await child.wait_healthy(session, startup_timeout_s)
+            await asyncio.to_thread(child.wait_healthy, startup_timeout_s)
             log.info("endpoint %s ready at /endpoints/%s/invocations", endpoint_name, endpoint_name)
             yield
         finally:
             await session.close()
-            await asyncio.to_thread(child.stop)
+            await asyncio.to_thread(child.stop, SERVE_STOP_TIMEOUT_S)
 
     app = FastAPI(lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
 

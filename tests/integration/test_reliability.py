@@ -48,8 +48,8 @@ def test_sigterm_under_load_finishes_every_accepted_request(tmp_path, test_repos
             t.start()
         time.sleep(1.5)
         started = time.monotonic()
-        server.proc.send_signal(signal.SIGTERM)
-        code = server.proc.wait(40)
+        server.send_signal(signal.SIGTERM)
+        code = server.wait(40)
         elapsed = time.monotonic() - started
         stop.set()
         for t in threads:
@@ -210,7 +210,7 @@ def test_a_triton_that_dies_at_start_backs_off_and_ping_fails(tmp_path, test_rep
         assert requests.get(f"{server.url}/ping", timeout=2).status_code == 503
         attempts = server.log_text().count("tritonserver failed to start")
         assert 2 <= attempts <= 4, attempts  # back-off 1 s, 2 s, 4 s: no busy loop
-        assert server.proc.poll() is None
+        assert server.poll() is None
     finally:
         server.stop()
 
