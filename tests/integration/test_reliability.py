@@ -128,7 +128,7 @@ _bodies = st.one_of(
 )
 
 
-@settings(max_examples=1500, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(deadline=None, suppress_health_check=list(HealthCheck))
 @given(body=_bodies, content_type=_content_types, route=st.sampled_from(["/invocations", "/models/x/invoke"]))
 def test_fuzzed_requests_never_get_a_5xx(addsub_server, body, content_type, route):
     # Raw UTF-8 bytes: headers with non-Latin-1 text must reach the server too, not fail in the client.
@@ -215,7 +215,7 @@ def test_a_triton_that_dies_at_start_backs_off_and_ping_fails(tmp_path, test_rep
         server.stop()
 
 
-@settings(max_examples=500, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(deadline=None, suppress_health_check=list(HealthCheck))
 @given(
     name=st.text(min_size=1, max_size=40),
     # The HTTP client itself refuses CR, LF and NUL in a header (an injection attempt never leaves it).

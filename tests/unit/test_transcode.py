@@ -151,7 +151,7 @@ def _requests(draw) -> bytes:
     return _sometimes(draw, st.integers(0, len(text)).map(lambda cut: text[:cut]), text)  # truncated too
 
 
-@settings(max_examples=1500, deadline=None)
+@settings(deadline=None)
 @given(_requests())
 def test_any_request_is_either_left_alone_or_re_encoded_exactly(body):
     binary = to_binary(body)
