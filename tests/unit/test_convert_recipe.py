@@ -86,6 +86,10 @@ def test_unknown_model_name_lookup_lists_models():
         (("max_batch_size = 8", "max_batch_size = 8\naxes = { sequence = [3] }"), "no shape uses"),
         (("max_batch_size = 8", "max_batch_size = 0\ndynamic_batching = true"), "needs max_batch_size > 0"),
         (("max_batch_size = 8", "max_batch_size = 8\nexport = { method = 'trace' }"), "unknown key"),
+        (("max_batch_size = 8", "max_batch_size = 8\nsource = 'model.py'"), "`source` is for python models only"),
+        (('format = "onnx"', 'format = "python"\nsource = "model.py"'), "`factory` does not apply to python"),
+        (('shape = ["batch", 3', 'shape = ["batch", "batch"'), "'batch' may only be the first dimension"),
+        (('output = [{ name = "logits" }]', 'output = [{ name = "y" }, { name = "y" }]'), "duplicate output names"),
     ],
 )
 def test_mistakes_are_reported_with_model_name(change, message):
