@@ -37,7 +37,8 @@ def test_target_models_with_paths_get_a_safe_triton_name_and_keep_their_shown_na
     assert multimodel.triton_name_for("h", "m.tar.gz") == ("m.tar.gz", "m.tar.gz")
     safe, shown = multimodel.triton_name_for("h", "team/resnet.tar.gz")
     assert shown == "team/resnet.tar.gz"
-    assert "/" not in safe and safe.startswith("team_resnet.tar.gz-")
+    assert "/" not in safe
+    assert safe.startswith("team_resnet.tar.gz-")
 
 
 def test_rename_in_response_recomputes_the_header_length():
@@ -53,7 +54,8 @@ def test_pages_walk_the_list_with_opaque_tokens():
     assert [m["modelName"] for m in first["models"]] == ["m0", "m1"]
     second = multimodel.page(records, first["nextPageToken"], "2")
     third = multimodel.page(records, second["nextPageToken"], "2")
-    assert [m["modelName"] for m in third["models"]] == ["m4"] and "nextPageToken" not in third
+    assert [m["modelName"] for m in third["models"]] == ["m4"]
+    assert "nextPageToken" not in third
     with pytest.raises(BadRequest):
         multimodel.page(records, "zz", None)
 
@@ -70,7 +72,9 @@ def test_archive_layouts(tmp_path):
     (tmp_path / "e").mkdir()
     (tmp_path / "e" / "config.pbtxt").write_text('name: "e"\\nplatform:"ensemble"')
     layout = multimodel.find_layout(tmp_path, None)
-    assert layout.ensemble and layout.entry.name == "e" and len(layout.others) == 2
+    assert layout.ensemble
+    assert layout.entry.name == "e"
+    assert len(layout.others) == 2
 
 
 def test_an_invoke_failure_is_oom_once_per_oom_kill(monkeypatch, tmp_path):
