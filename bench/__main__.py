@@ -322,7 +322,7 @@ def _profile(setup: TritonSetup, args: argparse.Namespace, work: Path) -> list[d
     for model, repository, group in _by_model(args.scenarios):
         server = Server(args.profile_server, setup, repository, model, work)
         with running(server):
-            front = server.procs[-1].pid  # the Python front (the last process started)
+            front = server.front_pid
             for s in group:
                 body = work / f"{s.name}.body"
                 run_wrk(server, "/invocations", c, args.warmup or 1, body, s.content_type)

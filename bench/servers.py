@@ -19,7 +19,6 @@ import http.client
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -27,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench.experiments import EXPERIMENTS
+from smtriton.local.serve_process import ServeProcess, free_port
 from smtriton.serve.settings import Settings
 from smtriton.serve.triton.backends import assemble_backends
 from smtriton.serve.triton.installation import TritonInstallation, find_triton
@@ -37,12 +37,6 @@ START_TIMEOUT_S = 180.0
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 PROXY = ("uvicorn", "bench.proxy_app:app", 1)
 KINDS = ("anchor", "ours", "proxy")  # and x-<name>: a prototype front from bench/experiments
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind((LOOPBACK, 0))
-        return int(sock.getsockname()[1])
 
 
 def _die_with_parent(sig: int) -> None:  # pragma: no cover - runs between fork and exec
@@ -195,7 +189,8 @@ class Server:
         self.model = model
         self.log_dir = log_dir
         self.port = free_port()
-        self.procs: list[subprocess.Popen[bytes]] = []
+        self.procs: list[subprocess.Popen[bytes]] = []  # Triton and the front, for anchor and proxy
+        self.serve: ServeProcess | None = None  # for ours and serve's variants
         self._logs: list[object] = []
         self._work = log_dir / f"{kind}-work"
 
@@ -246,13 +241,15 @@ class Server:
                 module = "smtriton.serve" if self.kind == "ours" else EXPERIMENTS[self.kind.removeprefix("x-")][1]
                 if self.kind != "ours":
                     env["BENCH_GC_STATS"] = str(self.log_dir / f"{self.kind}-{self.model}-gc.json")
-                cmd = [sys.executable, "-m", module, "--host", LOOPBACK, "--port", str(self.port)]
                 if self.mme:
-                    cmd += ["--multi-model", "--model-root", str(self.repository)]
+                    args = ["--multi-model", "--model-root", str(self.repository)]
                 else:
-                    cmd += ["--model-repository", str(self.repository), "--default-model", self.model]
-                self._spawn("serve", cmd, env, signal.SIGTERM)
-                self._wait(self.port, "/ping", deadline)
+                    args = ["--model-repository", str(self.repository), "--default-model", self.model]
+                log = self.log_dir / f"{self.kind}-{self.model}-serve.log"
+                self.serve = ServeProcess(
+                    args, log, env=env, port=self.port, module=module, append_log=True, die_with_parent=True
+                )
+                self.serve.wait_healthy(deadline - time.monotonic(), interval=0.02)
             else:  # the proxy and the prototypes: a loopback Triton, then the front
                 triton_port = free_port()
                 cmd = self.setup.command(self.repository, self.model, triton_port)
@@ -272,17 +269,30 @@ class Server:
             raise
         return time.monotonic() - started
 
+    def _roots(self) -> list[int]:
+        """The pids this server started (each the root of a process tree), in start order."""
+        return [proc.pid for proc in self.procs] + ([self.serve.pid] if self.serve is not None else [])
+
+    @property
+    def front_pid(self) -> int:
+        """The Python front end (serve, the proxy or a prototype): the last process started."""
+        return self._roots()[-1]
+
     def pids(self) -> dict[str, list[int]]:
         """Live pids by role: ``front`` (the Python front end), ``triton`` (tritonserver and its stubs)."""
         roles: dict[str, list[int]] = {"front": [], "triton": []}
-        for proc in self.procs:
-            for pid in process_tree(proc.pid):
+        for root in self._roots():
+            for pid in process_tree(root):
                 roles["triton" if self.kind == "anchor" or "triton" in comm(pid) else "front"].append(pid)
         return roles
 
     def stop(self) -> None:
         """Front first (serve drains and stops its Triton), then every process left in every tree."""
-        alive = {pid: start_time(pid) for p in self.procs for pid in process_tree(p.pid)}
+        alive = {pid: start_time(pid) for root in self._roots() for pid in process_tree(root)}
+        if self.serve is not None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.serve.stop(30)
+            self.serve = None
         for proc in reversed(self.procs):
             if proc.poll() is None:
                 proc.send_signal(signal.SIGTERM)

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Create (or refresh) the project's virtualenv in .venv: CPU torch, the project with its local
-# Triton (nvidia-pytriton), conversion and test extras. A no-op when pyproject.toml is unchanged.
+# Triton (nvidia-pytriton), conversion and test extras, every version as requirements-dev.lock pins it
+# (the runtime ones as the image ships them). A no-op when pyproject.toml and the lock are unchanged.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -13,7 +14,7 @@ if [[ -z "$PYTHON" ]]; then
 fi
 VENV=${VENV:-.venv}
 stamp="$VENV/.smtriton-setup"
-want="$(sha256sum pyproject.toml | cut -d' ' -f1)"
+want="$(cat pyproject.toml requirements-dev.lock | sha256sum | cut -d' ' -f1)"
 if [[ -f "$stamp" && "$(cat "$stamp")" == "$want" ]]; then
   exit 0
 fi
@@ -23,7 +24,8 @@ echo "setting up $VENV with $($PYTHON --version)" >&2
 pip_args=(--quiet --disable-pip-version-check)
 [[ -d /opt/wheels ]] && pip_args+=(--find-links /opt/wheels)
 "$VENV/bin/python" -m pip install "${pip_args[@]}" --upgrade pip
-# Torch first, pinned to the CPU build: an unpinned `torch` would pull a multi-GB CUDA build.
-"$VENV/bin/python" -m pip install "${pip_args[@]}" "torch==${TORCH_VERSION:-2.13.0}"
-"$VENV/bin/python" -m pip install "${pip_args[@]}" -e ".[local,convert,test]"
+# Torch first, at the lock's version: pip takes the CPU build from /opt/wheels where it is there
+# (2.13.0+cpu sorts after 2.13.0); an unpinned `torch` would pull a multi-GB CUDA build.
+"$VENV/bin/python" -m pip install "${pip_args[@]}" -c requirements-dev.lock torch
+"$VENV/bin/python" -m pip install "${pip_args[@]}" -c requirements-dev.lock -e ".[local,convert,test]"
 echo "$want" > "$stamp"

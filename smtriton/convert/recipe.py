@@ -192,6 +192,50 @@ _MODEL_KEYS = {
 }  # fmt: skip
 
 
+def _check_origin(t: Mapping[str, Any], fmt: str, factory: str | None, source: str | None, where: str) -> None:
+    """Python models come from a `source` file; every other format from a torch `factory`."""
+    if fmt == "python":
+        if source is None:
+            raise RecipeError(f"{where}: python models need `source` (a module or a .py path)")
+        for key in ("factory", "checkpoint", "seed", "export", "parity"):
+            if key in t:
+                raise RecipeError(f"{where}: `{key}` does not apply to python models")
+    else:
+        if factory is None or not _FACTORY.match(factory):
+            raise RecipeError(f"{where}: `factory` must be 'package.module:function'")
+        if source is not None:
+            raise RecipeError(f"{where}: `source` is for python models only")
+
+
+def _check_tensor_names(kind: str, names: list[str], fmt: str, where: str) -> None:
+    """Unique names; for TorchScript, the PyTorch backend's positional NAME__index names."""
+    if len(set(names)) != len(names):
+        raise RecipeError(f"{where}: duplicate {kind} names")
+    if fmt != "torchscript":
+        return
+    for position, tensor_name in enumerate(names):
+        m = _TORCHSCRIPT_NAME.match(tensor_name)
+        if not m or int(m.group(1)) != position:
+            raise RecipeError(
+                f"{where}: TorchScript {kind} #{position + 1} must be named like "
+                f"{kind.upper()}__{position} (the PyTorch backend's NAME__index convention)"
+            )
+
+
+def _check_batch_axis(shapes: list[tuple[Dim, ...]], max_batch_size: int, where: str) -> None:
+    """The batch axis is Triton's first dimension: first in every shape when batching, nowhere else."""
+    if max_batch_size > 0:
+        for shape in shapes:
+            if not shape or shape[0] != BATCH_AXIS:
+                raise RecipeError(
+                    f"{where}: with max_batch_size > 0 every shape must start with {BATCH_AXIS!r} "
+                    f"(Triton's batch dimension), got {list(shape)}"
+                )
+    for shape in shapes:
+        if BATCH_AXIS in shape[1:]:
+            raise RecipeError(f"{where}: axis {BATCH_AXIS!r} may only be the first dimension")
+
+
 def model_from_table(t: Mapping[str, Any], base_dir: Path, where: str) -> ModelSpec:
     """One ``[[model]]`` table, checked; ``where`` prefixes every error. Command-line conversions build
     such a table from their options, so a model named on the command line obeys the recipe's rules."""
@@ -206,17 +250,7 @@ def model_from_table(t: Mapping[str, Any], base_dir: Path, where: str) -> ModelS
     factory = _get(t, "factory", str, where, None)
     source = _get(t, "source", str, where, None)
     checkpoint = _get(t, "checkpoint", str, where, None)
-    if fmt == "python":
-        if source is None:
-            raise RecipeError(f"{where}: python models need `source` (a module or a .py path)")
-        for key in ("factory", "checkpoint", "seed", "export", "parity"):
-            if key in t:
-                raise RecipeError(f"{where}: `{key}` does not apply to python models")
-    else:
-        if factory is None or not _FACTORY.match(factory):
-            raise RecipeError(f"{where}: `factory` must be 'package.module:function'")
-        if source is not None:
-            raise RecipeError(f"{where}: `source` is for python models only")
+    _check_origin(t, fmt, factory, source, where)
 
     max_batch_size = _get(t, "max_batch_size", int, where, 0)
     if max_batch_size < 0:
@@ -230,29 +264,11 @@ def model_from_table(t: Mapping[str, Any], base_dir: Path, where: str) -> ModelS
     if not inputs or not outputs:
         raise RecipeError(f"{where}: needs at least one [[model.input]] and one [[model.output]]")
     for kind, names in (("input", [x.name for x in inputs]), ("output", [x.name for x in outputs])):
-        if len(set(names)) != len(names):
-            raise RecipeError(f"{where}: duplicate {kind} names")
-        if fmt == "torchscript":
-            for position, tensor_name in enumerate(names):
-                m = _TORCHSCRIPT_NAME.match(tensor_name)
-                if not m or int(m.group(1)) != position:
-                    raise RecipeError(
-                        f"{where}: TorchScript {kind} #{position + 1} must be named like "
-                        f"{kind.upper()}__{position} (the PyTorch backend's NAME__index convention)"
-                    )
+        _check_tensor_names(kind, names, fmt, where)
 
     shapes = [x.shape for x in inputs] + [x.shape for x in outputs if x.shape is not None]
     used_axes = list(dict.fromkeys(d for shape in shapes for d in shape if isinstance(d, str)))
-    if max_batch_size > 0:
-        for shape in shapes:
-            if not shape or shape[0] != BATCH_AXIS:
-                raise RecipeError(
-                    f"{where}: with max_batch_size > 0 every shape must start with {BATCH_AXIS!r} "
-                    f"(Triton's batch dimension), got {list(shape)}"
-                )
-    for shape in shapes:
-        if BATCH_AXIS in shape[1:]:
-            raise RecipeError(f"{where}: axis {BATCH_AXIS!r} may only be the first dimension")
+    _check_batch_axis(shapes, max_batch_size, where)
 
     axes = _parse_axes(t.get("axes", {}), used_axes, max_batch_size, where)
     export = _parse_export(t.get("export", {}), fmt, where)

@@ -15,12 +15,8 @@ import hashlib
 import logging
 import os
 import shutil
-import signal
-import subprocess
-import sys
 import tarfile
 import tempfile
-import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -31,11 +27,12 @@ import orjson
 from fastapi import FastAPI, Request, Response
 
 from smtriton.errors import ToolUsageError
-from smtriton.serve.triton.ports import pick_port
+from smtriton.local.serve_process import ServeProcess
 
 log = logging.getLogger("smtriton.local_endpoint")
 
 TARGET = "X-Amzn-SageMaker-Target-Model"
+SERVE_STOP_TIMEOUT_S = 40.0
 PASSED_HEADERS = ("Accept", "X-Amzn-SageMaker-Custom-Attributes", "X-Amzn-SageMaker-Inference-Id")
 
 
@@ -109,39 +106,6 @@ class LoadedModels:
     evictions: int = 0
 
 
-class ServeChild:
-    """The `serve` process behind the emulator, on a free loopback port."""
-
-    def __init__(self, args: list[str], log_file: Path, env: dict[str, str]) -> None:
-        self.port = pick_port(None, set())
-        self.url = f"http://127.0.0.1:{self.port}"
-        cmd = [sys.executable, "-m", "smtriton.serve", "--host", "127.0.0.1", "--port", str(self.port), *args]
-        self._log = open(log_file, "ab")  # noqa: SIM115 - closed in stop()
-        self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT, env={**os.environ, **env})
-
-    async def wait_healthy(self, session: aiohttp.ClientSession, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"serve exited with status {self.proc.returncode}")
-            with contextlib.suppress(aiohttp.ClientError):
-                async with session.get(f"{self.url}/ping") as resp:
-                    if resp.status == 200:
-                        return
-            await asyncio.sleep(0.2)
-        raise TimeoutError(f"serve did not become healthy within {timeout:.0f} s")
-
-    def stop(self, timeout: float = 40) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
-        self._log.close()
-
-
 def _model_error(status: int, message: bytes, endpoint: str) -> Response:
     """What SageMaker answers when the container fails: 424 ModelError carrying the original answer."""
     text = message.decode("utf-8", errors="replace")
@@ -160,6 +124,84 @@ def _service_error(status: int, code: str, message: str) -> Response:
     return Response(orjson.dumps({"message": message}), status_code=status, headers={"x-amzn-ErrorType": f"{code}:"})
 
 
+@dataclass
+class _Serve:
+    """The running `serve` behind the emulator and the one HTTP session every route talks to it with."""
+
+    child: ServeProcess
+    session: aiohttp.ClientSession
+
+
+class _Placement:
+    """Multi-model placement as SageMaker does it: a TargetModel's archive is fetched and extracted once,
+    loaded with ``POST /models``, and the least recently used model is unloaded past capacity or on 507."""
+
+    def __init__(self, endpoint_name: str, work_dir: Path, source: ArchiveSource, loaded: LoadedModels) -> None:
+        self.endpoint_name = endpoint_name
+        self.work_dir = work_dir
+        self.model_root = work_dir / "models"
+        self.source = source
+        self.loaded = loaded
+        self.lock = asyncio.Lock()  # SageMaker serialises model placement on an instance; so do we
+
+    async def _unload_lru(self, serve: _Serve) -> bool:
+        if not self.loaded.order:
+            return False
+        victim, target = self.loaded.order.popitem(last=False)
+        async with serve.session.delete(f"{serve.child.url}/models/{victim}") as resp:
+            await resp.read()
+        shutil.rmtree(self.model_root / victim, ignore_errors=True)
+        self.loaded.evictions += 1
+        log.info("unloaded %s (least recently used) to make room", target)
+        return True
+
+    async def _extract(self, target: str, model_dir: Path) -> Response | None:
+        """Fetch and extract the archive into ``model_dir``; a 400 answer if it cannot be."""
+        try:
+            with tempfile.TemporaryDirectory(dir=self.work_dir) as scratch:
+                archive = await asyncio.to_thread(self.source.fetch, target, Path(scratch))
+                await asyncio.to_thread(safe_extract, archive, model_dir)
+        except (ArchiveError, tarfile.TarError, OSError) as exc:
+            shutil.rmtree(model_dir.parent, ignore_errors=True)
+            return _service_error(400, "ValidationError", f"Failed to download model data: {exc}")
+        return None
+
+    async def _load(self, serve: _Serve, name: str, target: str, model_dir: Path) -> Response | None:
+        """Load into serve, making room on memory pressure; the error answer if it fails."""
+        while True:
+            body = orjson.dumps({"model_name": name, "url": str(model_dir)})
+            headers = {"Content-Type": "application/json", TARGET: target}
+            async with serve.session.post(f"{serve.child.url}/models", data=body, headers=headers) as resp:
+                payload = await resp.read()
+                status = resp.status
+            if status == 507 and await self._unload_lru(serve):
+                continue  # memory pressure: make room and try again, as SageMaker does
+            if status != 200:
+                return _model_error(status, payload, self.endpoint_name)
+            return None
+
+    async def ensure_loaded(self, serve: _Serve, target: str) -> str | Response:
+        """The loaded model's name in serve, or the answer that says why it could not be loaded."""
+        name = model_hash(target)
+        if name in self.loaded.order:
+            self.loaded.order.move_to_end(name)
+            return name
+        async with self.lock:
+            if name in self.loaded.order:
+                return name
+            model_dir = self.model_root / name / "model"
+            if not model_dir.exists() and (refused := await self._extract(target, model_dir)) is not None:
+                return refused
+            while len(self.loaded.order) >= self.loaded.capacity and await self._unload_lru(serve):
+                pass
+            failed = await self._load(serve, name, target, model_dir)
+            if failed is not None:
+                return failed
+            self.loaded.order[name] = target
+            self.loaded.loads += 1
+            return name
+
+
 def create_app(
     endpoint_name: str,
     serve_args: list[str],
@@ -170,95 +212,47 @@ def create_app(
     startup_timeout_s: float = 600,
 ) -> FastAPI:
     """The emulator app; `source` None means a single-model endpoint (no TargetModel accepted)."""
-    model_root = work_dir / "models"
     loaded = LoadedModels(capacity)
-    lock = asyncio.Lock()  # SageMaker serialises model placement on an instance; so do we
-    state: dict[str, object] = {}
+    placement = _Placement(endpoint_name, work_dir, source, loaded) if source is not None else None
 
     @contextlib.asynccontextmanager
-    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+    async def lifespan(started: FastAPI) -> AsyncIterator[None]:
         session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=600))
-        child = ServeChild(serve_args, work_dir / "serve.log", serve_env or {})
-        state.update(session=session, child=child)
+        env = {**os.environ, **(serve_env or {})}
+        child = ServeProcess(serve_args, work_dir / "serve.log", env=env, append_log=True)
+        started.state.serve = _Serve(child, session)
         try:
-            await child.wait_healthy(session, startup_timeout_s)
+            await asyncio.to_thread(child.wait_healthy, startup_timeout_s)
             log.info("endpoint %s ready at /endpoints/%s/invocations", endpoint_name, endpoint_name)
             yield
         finally:
             await session.close()
-            await asyncio.to_thread(child.stop)
+            await asyncio.to_thread(child.stop, SERVE_STOP_TIMEOUT_S)
 
     app = FastAPI(lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
-
-    async def _unload_lru() -> bool:
-        session, child = state["session"], state["child"]
-        if not loaded.order:
-            return False
-        victim, target = loaded.order.popitem(last=False)
-        async with session.delete(f"{child.url}/models/{victim}") as resp:  # type: ignore[attr-defined]
-            await resp.read()
-        shutil.rmtree(model_root / victim, ignore_errors=True)
-        loaded.evictions += 1
-        log.info("unloaded %s (least recently used) to make room", target)
-        return True
-
-    async def _ensure_loaded(target: str) -> str | Response:
-        name = model_hash(target)
-        if name in loaded.order:
-            loaded.order.move_to_end(name)
-            return name
-        session, child = state["session"], state["child"]
-        async with lock:
-            if name in loaded.order:
-                return name
-            assert source is not None
-            model_dir = model_root / name / "model"
-            if not model_dir.exists():
-                try:
-                    with tempfile.TemporaryDirectory(dir=work_dir) as scratch:
-                        archive = await asyncio.to_thread(source.fetch, target, Path(scratch))
-                        await asyncio.to_thread(safe_extract, archive, model_dir)
-                except (ArchiveError, tarfile.TarError, OSError) as exc:
-                    shutil.rmtree(model_root / name, ignore_errors=True)
-                    return _service_error(400, "ValidationError", f"Failed to download model data: {exc}")
-            while len(loaded.order) >= loaded.capacity and await _unload_lru():
-                pass
-            while True:
-                body = orjson.dumps({"model_name": name, "url": str(model_dir)})
-                headers = {"Content-Type": "application/json", TARGET: target}
-                async with session.post(f"{child.url}/models", data=body, headers=headers) as resp:  # type: ignore[attr-defined]
-                    payload = await resp.read()
-                    status = resp.status
-                if status == 507 and await _unload_lru():
-                    continue  # memory pressure: make room and try again, as SageMaker does
-                if status != 200:
-                    return _model_error(status, payload, endpoint_name)
-                loaded.order[name] = target
-                loaded.loads += 1
-                return name
 
     @app.post("/endpoints/{name}/invocations")
     async def invoke(name: str, request: Request) -> Response:
         if name != endpoint_name:
             return _service_error(400, "ValidationError", f"Endpoint {name} of account 000000000000 not found.")
-        session, child = state["session"], state["child"]
+        serve: _Serve = request.app.state.serve
         body = await request.body()
         headers = {k: v for k in PASSED_HEADERS if (v := request.headers.get(k)) is not None}
         headers["Content-Type"] = request.headers.get("content-type", "application/octet-stream")
         target = request.headers.get(TARGET)
         if target is None:
-            if source is not None:
+            if placement is not None:
                 return _service_error(400, "ValidationError", "TargetModel is required for a multi-model endpoint")
-            url = f"{child.url}/invocations"  # type: ignore[attr-defined]
+            url = f"{serve.child.url}/invocations"
         else:
-            if source is None:
+            if placement is None:
                 return _service_error(400, "ValidationError", "TargetModel is only for multi-model endpoints")
-            loaded_name = await _ensure_loaded(target)
+            loaded_name = await placement.ensure_loaded(serve, target)
             if isinstance(loaded_name, Response):
                 return loaded_name
             headers[TARGET] = target
-            url = f"{child.url}/models/{loaded_name}/invoke"  # type: ignore[attr-defined]
-        async with session.post(url, data=body, headers=headers) as resp:  # type: ignore[attr-defined]
+            url = f"{serve.child.url}/models/{loaded_name}/invoke"
+        async with serve.session.post(url, data=body, headers=headers) as resp:
             payload = await resp.read()
             if resp.status != 200:
                 return _model_error(resp.status, payload, endpoint_name)

@@ -101,7 +101,8 @@ def test_demo_text_encoder_through_the_cli(tmp_path):
     assert built.exit_code == 0, built.output
     assert "parity ok" in built.output
     sidecar = read_sidecar(repo / "text_encoder_trt" / "1" / "model.plan")
-    assert sidecar is not None and sidecar.profiles[0]["input_ids"]["max"] == [16, 32]
+    assert sidecar is not None
+    assert sidecar.profiles[0]["input_ids"]["max"] == [16, 32]
     checked = runner.invoke(app, ["validate", str(repo), "--detect-runtime"])
     assert checked.exit_code == 0, checked.output
 

@@ -4,16 +4,15 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 
-START_TIMEOUT_S = 180
+from smtriton.local import serve_process
+from smtriton.local.serve_process import free_port
+
+__all__ = ["ServeProcess", "free_port", "metric_samples", "triton_pids"]
 
 
 def metric_samples(url: str | None) -> dict[tuple[str, tuple], float]:
@@ -25,12 +24,6 @@ def metric_samples(url: str | None) -> dict[tuple[str, tuple], float]:
         for family in text_string_to_metric_families(text)
         for s in family.samples
     }
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def triton_pids(marker: str) -> list[int]:
@@ -48,8 +41,9 @@ def triton_pids(marker: str) -> list[int]:
     return pids
 
 
-class ServeProcess:
-    """One `serve` child process speaking HTTP on 127.0.0.1:<port>."""
+class ServeProcess(serve_process.ServeProcess):
+    """serve as the tests start it: none of this environment's SageMaker or serve settings, a scratch
+    directory of its own next to its log, and a stop that never leaves a Triton behind."""
 
     def __init__(
         self,
@@ -64,51 +58,21 @@ class ServeProcess:
         # command line: the marker that finds this server's Triton and no other's.
         work_dir = log_path.parent / "work"
         self.marker = str(work_dir)
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.log_path = log_path
-        cmd = [sys.executable, "-m", "smtriton.serve", "--host", "127.0.0.1", "--port", str(self.port)]
-        if repository is not None:
-            cmd += ["--model-repository", str(repository)]
+        serve_args = ["--model-repository", str(repository)] if repository is not None else []
         if default_model:
-            cmd += ["--default-model", default_model]
-        cmd += args or []
+            serve_args += ["--default-model", default_model]
+        serve_args += args or []
         full_env = {k: v for k, v in os.environ.items() if not k.startswith(("SAGEMAKER_", "SMTRITON_"))}
         full_env["SMTRITON_WORK_DIR"] = str(work_dir)
         full_env.update(env or {})
         metrics_port = full_env.get("SMTRITON_METRICS_PORT")
         self.metrics_url = f"http://127.0.0.1:{metrics_port}/metrics" if metrics_port else None
-        self._log = open(log_path, "wb")  # noqa: SIM115 - closed in stop()
-        self.proc = subprocess.Popen(
-            cmd, stdout=self._log, stderr=subprocess.STDOUT, env=full_env, start_new_session=True
-        )
-
-    def log_text(self) -> str:
-        return self.log_path.read_text(errors="replace")
-
-    def wait_healthy(self, timeout: float = START_TIMEOUT_S) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"serve exited with {self.proc.returncode}:\n{self.log_text()[-4000:]}")
-            try:
-                if requests.get(f"{self.url}/ping", timeout=2).status_code == 200:
-                    return
-            except requests.ConnectionError:
-                pass
-            time.sleep(0.2)
-        raise TimeoutError(f"serve not healthy within {timeout} s:\n{self.log_text()[-4000:]}")
+        super().__init__(serve_args, log_path, env=full_env)
 
     def stop(self, timeout: float = 60) -> int:
-        """SIGTERM, bounded wait, then SIGKILL of the whole group; returns serve's exit status."""
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(10)
-        for pid in triton_pids(self.marker):  # never leave a Triton behind, even on failure
-            os.kill(pid, signal.SIGKILL)
-        self._log.close()
-        return self.proc.returncode
+        """serve's own stop, then SIGKILL to any Triton still serving this server's scratch directory."""
+        try:
+            return super().stop(timeout)
+        finally:
+            for pid in triton_pids(self.marker):  # never leave a Triton behind, even on failure
+                os.kill(pid, signal.SIGKILL)

@@ -82,9 +82,9 @@ def soak(seconds: float, concurrency: int, warmup: float = 5.0) -> SoakResult:
         url = f"{server.url}/invocations"
         result = SoakResult()
         asyncio.run(_load(url, warmup, concurrency, SoakResult()))  # allocator and pools reach steady state
-        result.rss_start_kib = rss_kib(server.proc.pid)
+        result.rss_start_kib = rss_kib(server.pid)
         asyncio.run(_load(url, seconds, concurrency, result))
-        result.rss_end_kib = rss_kib(server.proc.pid)
+        result.rss_end_kib = rss_kib(server.pid)
         return result
     finally:
         server.stop()

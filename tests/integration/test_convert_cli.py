@@ -59,7 +59,8 @@ def test_factory_model_to_simplified_fp16_onnx(tmp_path):
         "--max-batch-size", "4", "--axis", "sequence=3,9", "--simplify", "--fp16",
     )  # fmt: skip
     assert code == 0, output
-    assert "parity ok" in output and "atol 0.05" in output  # FP16 tolerances apply by default
+    assert "parity ok" in output
+    assert "atol 0.05" in output  # FP16 tolerances apply by default
     path = repo / "scorer" / "1" / "model.onnx"
     graph = onnx.load(str(path))
     assert onnx.TensorProto.FLOAT16 in {i.data_type for i in graph.graph.initializer}
@@ -70,7 +71,8 @@ def test_factory_model_to_simplified_fp16_onnx(tmp_path):
     ]
     assert [(t.name, t.dtype) for t in signature.outputs] == [("scores", "FP32")]
     config = model_config.read(repo / "scorer")
-    assert config.max_batch_size == 4 and [list(i.dims) for i in config.input] == [[-1], [1]]
+    assert config.max_batch_size == 4
+    assert [list(i.dims) for i in config.input] == [[-1], [1]]
     assert validate_repository(repo) == []
 
 
@@ -85,7 +87,8 @@ def test_torchscript_signature_drives_the_generated_config(tmp_path):
     model = repo / "scorer_ts"
     assert not (model / "config.pbtxt").exists()
     signature = torchscript_signature(model / "1" / "model.pt")
-    assert signature is not None and signature.max_batch_size == 4
+    assert signature is not None
+    assert signature.max_batch_size == 4
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
         assert torch.jit.load(str(model / "1" / "model.pt")) is not None  # the extra file does not disturb loading
@@ -93,13 +96,17 @@ def test_torchscript_signature_drives_the_generated_config(tmp_path):
     code, printed = cli("config", model, "--stdout", "--warmup", "--warmup-size", "sequence=5",
                         "--parameter", "INFERENCE_MODE=true", "--instance-kind", "KIND_CPU")  # fmt: skip
     assert code == 0, printed
-    assert 'platform: "pytorch_libtorch"' in printed and "max_batch_size: 4" in printed
-    assert 'key: "INFERENCE_MODE"' in printed and "random_data: true" in printed and "zero_data: true" in printed
+    assert 'platform: "pytorch_libtorch"' in printed
+    assert "max_batch_size: 4" in printed
+    assert 'key: "INFERENCE_MODE"' in printed
+    assert "random_data: true" in printed
+    assert "zero_data: true" in printed
     code, output = cli("config", model, "--warmup", "--warmup-size", "sequence=5")
     assert code == 0, output
     assert validate_repository(repo) == []
     code, output = cli("config", model)
-    assert code == 2 and "exists; --force overwrites it" in output
+    assert code == 2
+    assert "exists; --force overwrites it" in output
 
 
 def test_torchscript_names_must_follow_the_backend_convention(tmp_path):
@@ -117,7 +124,8 @@ def test_parity_failure_fails_the_conversion(tmp_path):
         "--input", "x:FP32:batch,4", "--output-tensor", "y", "--max-batch-size", "2", "--trials", "1",
     )  # fmt: skip
     assert code == 1
-    assert "differs from the torch model" in output and "parity FAILED" in output
+    assert "differs from the torch model" in output
+    assert "parity FAILED" in output
     assert not (tmp_path / "noisy").exists()  # nothing half-built is left for Triton
 
 

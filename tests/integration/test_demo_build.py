@@ -36,7 +36,8 @@ def test_every_demo_model_is_built(built):
 def test_exported_artifacts_match_torch_within_tolerance(built, name):
     result = next(r for r in built.results if r.name == name)
     parity = result.parity
-    assert parity is not None and parity.passed, parity and parity.summary()
+    assert parity is not None
+    assert parity.passed, parity.summary()
     spec = load_recipe().model(name)
     assert parity.cases == spec.parity.trials * int(np.prod([len(s) for s in spec.axes.values()]))
     assert parity.max_abs < spec.parity.atol
@@ -44,14 +45,16 @@ def test_exported_artifacts_match_torch_within_tolerance(built, name):
 
 def test_configs_follow_backend_conventions(built):
     image = model_config.read(built.output / "resnet_onnx")
-    assert image.platform == "onnxruntime_onnx" and image.max_batch_size == 8
+    assert image.platform == "onnxruntime_onnx"
+    assert image.max_batch_size == 8
     assert [(i.name, list(i.dims)) for i in image.input] == [("pixel_values", [3, 224, 224])]
     assert [(o.name, list(o.dims)) for o in image.output] == [("logits", [1000])]
     assert image.HasField("dynamic_batching")
 
     ts = model_config.read(built.output / "resnet_torchscript")
     assert ts.platform == "pytorch_libtorch"
-    assert [i.name for i in ts.input] == ["INPUT__0"] and [o.name for o in ts.output] == ["OUTPUT__0"]
+    assert [i.name for i in ts.input] == ["INPUT__0"]
+    assert [o.name for o in ts.output] == ["OUTPUT__0"]
 
     text = model_config.read(built.output / "text_encoder")
     assert [(i.name, list(i.dims)) for i in text.input] == [("input_ids", [-1]), ("attention_mask", [-1])]
@@ -61,7 +64,8 @@ def test_configs_follow_backend_conventions(built):
     ]
 
     upper = model_config.read(built.output / "string_upper")
-    assert upper.backend == "python" and (built.output / "string_upper" / "1" / "model.py").is_file()
+    assert upper.backend == "python"
+    assert (built.output / "string_upper" / "1" / "model.py").is_file()
 
 
 def test_second_build_is_skipped_as_up_to_date(built):

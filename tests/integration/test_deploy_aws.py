@@ -236,7 +236,8 @@ def test_push_on_sagemakers_triton_base_logs_in_to_the_base_registry_before_buil
     assert runner.argvs[0] == [
         "docker", "login", "--username", "AWS", "--password-stdin", f"763104351884.dkr.ecr.{base_region}.amazonaws.com"
     ]  # fmt: skip
-    assert runner.argvs[2] == build_argv(build) and f"BASE_IMAGE={base}" in runner.argvs[2]
+    assert runner.argvs[2] == build_argv(build)
+    assert f"BASE_IMAGE={base}" in runner.argvs[2]
     assert [argv[1] for argv in runner.argvs[3:]] == ["login", "tag", "push"]
 
 
@@ -277,7 +278,8 @@ def test_sme_deploy_sends_the_required_fields_waits_with_progress_and_is_in_serv
 
     sm = aws.sagemaker
     stored = sm.describe_model(ModelName=result.model_name)
-    assert stored["PrimaryContainer"]["Image"] == IMAGE and stored["ExecutionRoleArn"] == ROLE
+    assert stored["PrimaryContainer"]["Image"] == IMAGE
+    assert stored["ExecutionRoleArn"] == ROLE
     described = sm.describe_endpoint(EndpointName="demo")
     assert (described["EndpointStatus"], described["EndpointConfigName"]) == ("InService", result.config_name)
     assert sm.list_tags(ResourceArn=described["EndpointArn"])["Tags"] == [{"Key": MANAGED_TAG, "Value": "demo"}]
@@ -465,7 +467,8 @@ def test_the_deploy_and_delete_commands_over_boto3s_endpoint_setting(moto_url, s
     assert sm.describe_endpoint(EndpointName="cli-demo")["EndpointStatus"] == "InService"
 
     bad = CliRunner().invoke(app, [*args[:-2], "--env", "SAGEMAKER_TRITON_LOG_VERBOSE=loud"], env=env)
-    assert bad.exit_code == 1 and "SAGEMAKER_TRITON_LOG_VERBOSE" in bad.output
+    assert bad.exit_code == 1
+    assert "SAGEMAKER_TRITON_LOG_VERBOSE" in bad.output
 
     deleted = CliRunner().invoke(app, ["delete-endpoint", "cli-demo", "--poll", "0.01"], env=env)
     assert deleted.exit_code == 0, deleted.output

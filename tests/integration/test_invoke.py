@@ -44,7 +44,8 @@ def test_sme_invoke_decodes_outputs_into_numpy(sme, binary):
     result = invoke(sme.client, "local", {"INPUT0": A, "INPUT1": B}, binary=binary)
     assert result.content_type.startswith(BINARY_JSON if binary else JSON)
     assert (result.model_name, result.invoked_variant) == ("addsub", "AllTraffic")
-    assert result.outputs["OUTPUT0"].dtype == np.int32 and result.outputs["OUTPUT0"].shape == (1, 16)
+    assert result.outputs["OUTPUT0"].dtype == np.int32
+    assert result.outputs["OUTPUT0"].shape == (1, 16)
     np.testing.assert_array_equal(result.outputs["OUTPUT0"], A + B + 5)
     np.testing.assert_array_equal(result.outputs["OUTPUT1"], A - B)
 
@@ -104,8 +105,11 @@ def test_invoke_command_prints_and_saves_outputs(mme, tmp_path):
             "--dtype", "int32", "--target-model", "addsub20.tar.gz", "--save", str(tmp_path / "out")]  # fmt: skip
     result = CliRunner().invoke(app, args, env=env)
     assert result.exit_code == 0, result.output
-    assert "OUTPUT0" in result.stdout and "int32" in result.stdout and "[1, 16]" in result.stdout
+    assert "OUTPUT0" in result.stdout
+    assert "int32" in result.stdout
+    assert "[1, 16]" in result.stdout
     np.testing.assert_array_equal(np.load(tmp_path / "out" / "OUTPUT0.npy"), A + B + 20)
 
     failed = CliRunner().invoke(app, [*args[:4], "--target-model", "addsub20.tar.gz"], env=env)
-    assert failed.exit_code == 1 and "answered 400" in failed.output
+    assert failed.exit_code == 1
+    assert "answered 400" in failed.output

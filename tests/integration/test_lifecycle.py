@@ -35,8 +35,8 @@ def test_sigterm_stops_serve_with_status_0_and_no_triton_left(tmp_path):
     server = start_serve(tmp_path, repo, "addsub")
     try:
         assert triton_pids(server.marker), "Triton should be running while serve is healthy"
-        server.proc.send_signal(signal.SIGTERM)
-        assert server.proc.wait(60) == 0
+        server.send_signal(signal.SIGTERM)
+        assert server.wait(60) == 0
         assert triton_pids(server.marker) == []
     finally:
         server.stop()
@@ -46,8 +46,8 @@ def test_triton_dies_with_serve_even_when_serve_is_killed(tmp_path):
     repo = _private_repo(tmp_path)
     server = start_serve(tmp_path, repo, "addsub")
     try:
-        server.proc.send_signal(signal.SIGKILL)
-        server.proc.wait(10)
+        server.send_signal(signal.SIGKILL)
+        server.wait(10)
         assert _wait_for(lambda: not triton_pids(server.marker), 30), "Triton outlived a killed serve"
     finally:
         server.stop()
@@ -100,7 +100,7 @@ def test_startup_errors_exit_1_with_the_native_message(tmp_path):
     repo = _private_repo(tmp_path)
     server = ServeProcess(repo, None, tmp_path / "serve.log")
     try:
-        assert server.proc.wait(30) == 1
+        assert server.wait(30) == 1
         assert "More than 1 model directory found in model repository" in server.log_text()
     finally:
         server.stop()
@@ -111,7 +111,7 @@ def test_a_plan_built_for_another_runtime_exits_1_before_triton_starts(tmp_path)
     fake_plan_model(repo / "encoder", tensorrt_version="10.0.0")
     server = ServeProcess(repo, "encoder", tmp_path / "serve.log")
     try:
-        assert server.proc.wait(30) == 1
+        assert server.wait(30) == 1
         log = server.log_text()
         assert "ERROR: model encoder cannot be served on this host: encoder/1/model.plan was built for " in log
         assert "NVIDIA A10G (compute capability 8.6) with TensorRT 10.0.0" in log

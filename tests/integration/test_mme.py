@@ -96,7 +96,8 @@ def test_load_list_describe_invoke_unload_reload(mme):
     described = requests.get(f"{mme.url}/models/hashA", timeout=5).json()
     assert described == {"modelName": "hashA", "modelUrl": repository}
     r = _invoke(mme, "hashA")
-    assert r.status_code == 200 and r.json()["model_name"] == "hashA"
+    assert r.status_code == 200
+    assert r.json()["model_name"] == "hashA"
     np.testing.assert_array_equal(parse(r).as_numpy("OUTPUT0"), A + B)
     assert _unload(mme, "hashA").status_code == 200
     assert _unload(mme, "hashA").status_code == 404
@@ -112,7 +113,8 @@ def test_target_model_header_names_the_triton_model_and_binds_the_record(mme):
     assert _load(mme, "hashB", url, target="modelB.tar.gz").status_code == 200
     # Native answers with the TargetModel as model_name; the header is optional afterwards (B4, B7).
     r = _invoke(mme, "hashB", **{"X-Amzn-SageMaker-Target-Model": "modelB.tar.gz"})
-    assert r.status_code == 200 and r.json()["model_name"] == "modelB.tar.gz"
+    assert r.status_code == 200
+    assert r.json()["model_name"] == "modelB.tar.gz"
     assert _invoke(mme, "hashB").status_code == 200
     wrong = _invoke(mme, "hashB", **{"X-Amzn-SageMaker-Target-Model": "other.tar.gz"})
     assert wrong.status_code == 400
@@ -180,7 +182,8 @@ def test_urls_outside_the_model_root_are_refused(mme, tmp_path):
     shutil.copytree(TEST_MODELS / "addsub", inner)
     (inner / "1" / "weights.bin").symlink_to("/etc/passwd")
     r = _load(mme, "o4", str(inner))
-    assert r.status_code == 400 and "symlink" in r.json()["error"]
+    assert r.status_code == 400
+    assert "symlink" in r.json()["error"]
     assert _load(mme, "o5", str(mme.root / "missing" / "model")).status_code == 400
 
 
@@ -318,6 +321,7 @@ def test_loaded_models_are_restored_after_triton_dies(tmp_path):
             time.sleep(0.05)
         server.wait_healthy(120)
         r = _invoke(server, "hashR")
-        assert r.status_code == 200 and r.json()["model_name"] == "r.tar.gz"
+        assert r.status_code == 200
+        assert r.json()["model_name"] == "r.tar.gz"
     finally:
         server.stop()

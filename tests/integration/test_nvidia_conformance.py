@@ -82,7 +82,7 @@ def test_an_invalid_inference_type_prints_nvidias_error_and_exits_1(tmp_path):
     shutil.copytree(TEST_MODELS / "ident", repository / "ident")
     server = ServeProcess(repository, "ident", tmp_path / "serve.log", env={"SAGEMAKER_TRITON_INFERENCE_TYPE": "bogus"})
     try:
-        assert server.proc.wait(60) == 1
+        assert server.wait(60) == 1
         assert "ERROR: Invalid SAGEMAKER_TRITON_INFERENCE_TYPE 'bogus'" in server.log_text()
     finally:
         server.stop()

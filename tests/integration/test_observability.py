@@ -51,7 +51,8 @@ def test_metrics_count_what_was_sent(observed_server):
     assert samples[("smtriton_inflight_requests", (("route", "invocations"),))] == 0
     # Triton's own metrics, re-exported (prometheus_client names counters with _total).
     triton = [v for (name, labels), v in samples.items() if name == "nv_inference_request_success_total"]
-    assert triton and max(triton) >= 5
+    assert triton
+    assert max(triton) >= 5
 
 
 def test_logs_are_json_lines_without_bodies_and_without_pings(observed_server):
@@ -70,5 +71,6 @@ def test_logs_are_json_lines_without_bodies_and_without_pings(observed_server):
     assert all({"time", "level", "logger", "message"} <= set(e) for e in entries)
     assert MARKER not in observed_server.log_text()
     access = [e for e in entries if e["logger"] == "uvicorn.access"]
-    assert access and not any("/ping" in e["message"] for e in access)
+    assert access
+    assert not any("/ping" in e["message"] for e in access)
     assert any(e.get("inference_id") == "inf-42" and e.get("status") == 400 for e in entries)

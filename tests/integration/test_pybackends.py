@@ -8,11 +8,8 @@ torch eager outputs over HTTP.
 from __future__ import annotations
 
 import os
-import shutil
 import signal
-import socket
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -33,12 +30,11 @@ requests = pytest.importorskip("requests")
 httpclient = pytest.importorskip("tritonclient.http")
 pytest.importorskip("onnxruntime")
 
-import smtriton.serve.triton.pybackends as pybackends  # noqa: E402
-
-PYTRITON = Path(sys.prefix) / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}"
-PYTRITON = PYTRITON / "site-packages" / "pytriton" / "tritonserver"
-TRITONSERVER = Path(os.environ.get("TRITONSERVER", PYTRITON / "bin" / "tritonserver"))
-PYVER = f"{sys.version_info.major}.{sys.version_info.minor}"
+from smtriton.serve.settings import Settings  # noqa: E402
+from smtriton.serve.triton.backends import assemble_backends  # noqa: E402
+from smtriton.serve.triton.installation import TritonNotFound, find_triton  # noqa: E402
+from smtriton.serve.triton.process import Ports, build_command  # noqa: E402
+from tests.integration.harness import free_port  # noqa: E402
 
 # --------------------------------------------------------------------------------------------------
 # Models
@@ -177,29 +173,6 @@ def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 # Server
 
 
-def _backend_dir(root: Path) -> Path:
-    """python/ from the binary's own files (copies: Triton refuses symlinks out of the directory)
-    plus our Python-based backends."""
-    backends = root / "backends"
-    (backends / "python").mkdir(parents=True)
-    for src in (
-        PYTRITON / "backends" / "python" / "libtriton_python.so",
-        PYTRITON / "backends" / "python" / "triton_python_backend_utils.py",
-        PYTRITON / "python_backend_stubs" / PYVER / "triton_python_backend_stub",
-    ):
-        shutil.copy2(src, backends / "python" / src.name)
-    for name in ("onnxruntime", "pytorch", "tensorrt"):
-        (backends / name).mkdir()
-        shutil.copy2(Path(pybackends.__file__).parent / name / "model.py", backends / name / "model.py")
-    return backends
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _stop(proc: subprocess.Popen[bytes]) -> None:
     if proc.poll() is None:
         proc.send_signal(signal.SIGINT)
@@ -212,26 +185,22 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
 
 @pytest.fixture(scope="module")
 def server(models: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    if not TRITONSERVER.is_file():
-        pytest.skip(f"no tritonserver binary at {TRITONSERVER}")
+    """tritonserver as serve starts it: the same binary, backend directory, environment and argv."""
+    explicit = os.environ.get("TRITONSERVER")
+    try:
+        installation = find_triton(Path(explicit) if explicit else None)
+    except TritonNotFound as exc:
+        pytest.skip(str(exc))
     root = tmp_path_factory.mktemp("triton")
-    backends = _backend_dir(root)
-    port = _free_port()
-    env = dict(os.environ)
-    env["PATH"] = f"{Path(sys.executable).parent}:{env.get('PATH', '')}"
-    libs = [str(Path(sys.base_prefix) / "lib"), str(PYTRITON.parent.parent / "nvidia_pytriton.libs")]
-    env["LD_LIBRARY_PATH"] = ":".join([*libs, env.get("LD_LIBRARY_PATH", "")])
+    backends = assemble_backends(installation, root / "backends")
+    if backends == installation.backends:
+        pytest.skip(f"{installation.binary} runs every backend natively: the Python-based ones are not used")
+    port = free_port()
     argv = [
-        str(TRITONSERVER),
-        f"--model-repository={models['repo']}",
-        f"--backend-directory={backends}",
-        "--http-address=127.0.0.1",
-        f"--http-port={port}",
-        "--allow-grpc=false",
-        "--allow-metrics=false",
-        "--model-control-mode=explicit",
+        *build_command(installation, Settings.from_env({}), models["repo"], backends, Ports(http=port)),
         *(f"--load-model={m}" for m in ("onnx_batched", "onnx_fixed", "ts_indexed", "ts_named")),
     ]
+    env = {**os.environ, **installation.env}
     log = (root / "triton.log").open("wb")
     proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=root, start_new_session=True)
     url = f"127.0.0.1:{port}"

@@ -34,8 +34,8 @@ def test_sigterm_under_load_finishes_every_accepted_request(tmp_path, test_repos
             try:
                 r = requests.post(f"{server.url}/invocations", data=body, timeout=30)
             except requests.ConnectionError as exc:  # refused or reset before the app read the request
-                assert re.search(r"refused|reset|aborted", str(exc), re.I), exc
-                results.append("refused")
+                refused = re.search(r"refused|reset|aborted", str(exc), re.I)
+                results.append("refused" if refused else f"failed: {exc}")
                 time.sleep(0.05)
                 continue
             assert r.status_code == 200, r.text
@@ -48,8 +48,8 @@ def test_sigterm_under_load_finishes_every_accepted_request(tmp_path, test_repos
             t.start()
         time.sleep(1.5)
         started = time.monotonic()
-        server.proc.send_signal(signal.SIGTERM)
-        code = server.proc.wait(40)
+        server.send_signal(signal.SIGTERM)
+        code = server.wait(40)
         elapsed = time.monotonic() - started
         stop.set()
         for t in threads:
@@ -57,6 +57,7 @@ def test_sigterm_under_load_finishes_every_accepted_request(tmp_path, test_repos
         assert code == 0
         assert elapsed < 30
         assert results.count("ok") >= 8
+        assert [r for r in results if r.startswith("failed")] == []
         assert triton_pids(server.marker) == []
     finally:
         stop.set()
@@ -66,8 +67,10 @@ def test_sigterm_under_load_finishes_every_accepted_request(tmp_path, test_repos
 def test_triton_listens_on_loopback_only(addsub_server):
     (pid,) = triton_pids(addsub_server.marker)
     cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-    assert b"--http-address=127.0.0.1" in cmdline and b"--grpc-address=127.0.0.1" in cmdline
-    assert b"--allow-metrics=false" in cmdline and b"--allow-sagemaker=false" in cmdline
+    assert b"--http-address=127.0.0.1" in cmdline
+    assert b"--grpc-address=127.0.0.1" in cmdline
+    assert b"--allow-metrics=false" in cmdline
+    assert b"--allow-sagemaker=false" in cmdline
     ports = {int(a.split(b"=")[1]) for a in cmdline if a.startswith((b"--http-port=", b"--grpc-port="))}
     assert len(ports) == 2
     listening: dict[int, list[str]] = {port: [] for port in ports}
@@ -79,7 +82,8 @@ def test_triton_listens_on_loopback_only(addsub_server):
                 listening[int(port_hex, 16)].append(address)
     loopback = {"0100007F", "0000000000000000FFFF00000100007F"}  # 127.0.0.1, as IPv4 or IPv4-mapped IPv6
     for port, addresses in listening.items():
-        assert addresses and set(addresses) <= loopback, (port, addresses)  # nothing on 0.0.0.0 or ::
+        assert addresses, port
+        assert set(addresses) <= loopback, (port, addresses)  # nothing on 0.0.0.0 or ::
 
 
 def test_request_bodies_never_reach_the_logs(addsub_server):
@@ -128,7 +132,7 @@ _bodies = st.one_of(
 )
 
 
-@settings(max_examples=1500, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(deadline=None, suppress_health_check=list(HealthCheck))
 @given(body=_bodies, content_type=_content_types, route=st.sampled_from(["/invocations", "/models/x/invoke"]))
 def test_fuzzed_requests_never_get_a_5xx(addsub_server, body, content_type, route):
     # Raw UTF-8 bytes: headers with non-Latin-1 text must reach the server too, not fail in the client.
@@ -186,7 +190,8 @@ def test_triton_killed_under_load_fails_fast_restarts_and_serves_again(tmp_path,
         after = [code for at, code in outcomes if at >= recovered_at + 0.5]
         assert set(during) <= {200, 503}, during  # failed fast and clean, never a hang or a 500
         assert 503 in during
-        assert after and set(after) == {200}
+        assert after
+        assert set(after) == {200}
         assert "tritonserver exited unexpectedly" in server.log_text()
     finally:
         stop.set()
@@ -210,12 +215,12 @@ def test_a_triton_that_dies_at_start_backs_off_and_ping_fails(tmp_path, test_rep
         assert requests.get(f"{server.url}/ping", timeout=2).status_code == 503
         attempts = server.log_text().count("tritonserver failed to start")
         assert 2 <= attempts <= 4, attempts  # back-off 1 s, 2 s, 4 s: no busy loop
-        assert server.proc.poll() is None
+        assert server.poll() is None
     finally:
         server.stop()
 
 
-@settings(max_examples=500, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(deadline=None, suppress_health_check=list(HealthCheck))
 @given(
     name=st.text(min_size=1, max_size=40),
     # The HTTP client itself refuses CR, LF and NUL in a header (an injection attempt never leaves it).

@@ -69,7 +69,8 @@ def test_configs_come_from_the_artifacts(repository):
     assert len(onnx_config.model_warmup) == 1
     ts_config = model_config.read(repository / "resnet_torchscript")
     assert ts_config.max_batch_size == 8  # recorded in model.pt's signature at export
-    assert [i.name for i in ts_config.input] == ["INPUT__0"] and [o.name for o in ts_config.output] == ["OUTPUT__0"]
+    assert [i.name for i in ts_config.input] == ["INPUT__0"]
+    assert [o.name for o in ts_config.output] == ["OUTPUT__0"]
     text = model_config.read(repository / "text_encoder")
     assert [(o.name, list(o.dims)) for o in text.output] == [("last_hidden_state", [-1, 128]), ("pooler_output", [128])]
 

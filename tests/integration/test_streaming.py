@@ -94,7 +94,7 @@ def test_an_invalid_inference_type_stops_serve_with_a_clear_message(tmp_path, te
         test_repository, "ident", tmp_path / "serve.log", env={"SAGEMAKER_TRITON_INFERENCE_TYPE": "predict"}
     )
     try:
-        assert server.proc.wait(30) == 1
+        assert server.wait(30) == 1
         # NVIDIA's words first (their tests look for them), then which values would do.
         log = server.log_text()
         assert "ERROR: Invalid SAGEMAKER_TRITON_INFERENCE_TYPE 'predict': must be 'infer', 'generate'" in log
@@ -223,7 +223,7 @@ def test_a_stalled_client_holds_the_stream_back_and_serve_does_not_buffer_it(inf
     model has sent them all: serve must pass flow control on to Triton, not soak the stream up."""
     count, size = 2000, 64 * 1024
     marker = tokens_repository / "tokens" / "1" / f"sent-{count}"
-    pid = infer_stream_server.proc.pid
+    pid = infer_stream_server.pid
     warm = requests.post(f"{infer_stream_server.url}/invocations", json=_firehose(50, size, 0), timeout=30)
     assert [json.loads(line)["outputs"][0]["data"] for line in warm.content.splitlines()] == [[i] for i in range(50)]
     baseline = peak = _rss(pid)

@@ -39,10 +39,12 @@ def test_python_model_is_built_then_skipped(recipe, tmp_path):
     assert [(r.name, r.status) for r in first.results] == [("upper", "built")]
     assert (out / "upper" / "1" / "model.py").read_text().startswith('"""Triton Python-backend model')
     config = model_config.read(out / "upper")
-    assert config.backend == "python" and config.max_batch_size == 8
+    assert config.backend == "python"
+    assert config.max_batch_size == 8
 
     second = build_repository(recipe, out)
-    assert second.up_to_date and [r.status for r in second.results] == ["up to date"]
+    assert second.up_to_date
+    assert [r.status for r in second.results] == ["up to date"]
 
 
 def test_output_defaults_to_the_recipe_directory(recipe, tmp_path):
@@ -73,7 +75,8 @@ def test_failed_build_keeps_the_previous_model_and_leaves_no_staging(recipe, tmp
 
     monkeypatch.setattr(build, "_build_into", explode)
     report = build_repository(recipe, out, force=True)
-    assert not report.ok and "exporter crashed" in (report.results[0].error or "")
+    assert not report.ok
+    assert "exporter crashed" in (report.results[0].error or "")
     assert (out / "upper" / "config.pbtxt").read_text() == before
     assert not (out / "upper" / "half-written").exists()
     assert [p.name for p in out.iterdir() if p.name.startswith(".") and p.is_dir()] == []
@@ -101,7 +104,8 @@ def test_staged_dir_replaces_atomically(tmp_path):
     (tmp_path / "m").mkdir()
     (tmp_path / "m" / "old").write_text("old")
     with staged_dir(tmp_path, "m") as staging:
-        assert staging.parent == tmp_path and staging.name.startswith(".m.tmp-")
+        assert staging.parent == tmp_path
+        assert staging.name.startswith(".m.tmp-")
         assert (staging.stat().st_mode & 0o777) == 0o755
         (staging / "new").write_text("new")
         assert (tmp_path / "m" / "old").exists()  # untouched until the block completes
@@ -112,7 +116,8 @@ def test_staged_dir_replaces_atomically(tmp_path):
 def test_replace_dir_into_empty_place(tmp_path):
     (tmp_path / "new").mkdir()
     replace_dir(tmp_path / "new", tmp_path / "final")
-    assert (tmp_path / "final").is_dir() and not (tmp_path / "new").exists()
+    assert (tmp_path / "final").is_dir()
+    assert not (tmp_path / "new").exists()
 
 
 def test_string_upper_reference_handles_utf8():
@@ -127,14 +132,18 @@ def test_cli_reports_up_to_date_and_recipe_errors(recipe, tmp_path):
     first = runner.invoke(app, ["build-repository", str(recipe), "--output", str(out)])
     assert first.exit_code == 0, first.output
     second = runner.invoke(app, ["build-repository", str(recipe), "--output", str(out)])
-    assert second.exit_code == 0 and "up to date" in second.output
+    assert second.exit_code == 0
+    assert "up to date" in second.output
 
     bad = tmp_path / "bad.toml"
     bad.write_text(RECIPE.replace('dtype = "BYTES"', 'dtype = "STRING"', 1))
     result = runner.invoke(app, ["build-repository", str(bad)])
-    assert result.exit_code == 2 and "dtype must be one of" in " ".join(result.output.split())
+    assert result.exit_code == 2
+    assert "dtype must be one of" in " ".join(result.output.split())
     bad.write_text(RECIPE + "axes = { sequence = [3] }\n")  # markup-like "[model.axes]" must print as is
     result = runner.invoke(app, ["build-repository", str(bad)])
-    assert result.exit_code == 2 and "[model.axes] names axes" in result.output
+    assert result.exit_code == 2
+    assert "[model.axes] names axes" in result.output
     unknown = runner.invoke(app, ["build-repository", str(recipe), "-m", "nope"])
-    assert unknown.exit_code == 2 and "no model named 'nope'" in " ".join(unknown.output.split())
+    assert unknown.exit_code == 2
+    assert "no model named 'nope'" in " ".join(unknown.output.split())

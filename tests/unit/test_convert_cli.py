@@ -61,9 +61,12 @@ def test_config_from_an_onnx_graph_with_every_option(tmp_path):
     assert [(i.name, list(i.dims)) for i in config.input] == [("x", [4])]
     assert config.optimization.graph.level == 1
     accelerator = config.optimization.execution_accelerators.gpu_execution_accelerator[0]
-    assert accelerator.name == "tensorrt" and accelerator.parameters["precision_mode"] == "FP16"
+    assert accelerator.name == "tensorrt"
+    assert accelerator.parameters["precision_mode"] == "FP16"
     warmup = config.model_warmup[0]
-    assert warmup.batch_size == 1 and list(warmup.inputs["x"].dims) == [4] and warmup.inputs["x"].zero_data
+    assert warmup.batch_size == 1
+    assert list(warmup.inputs["x"].dims) == [4]
+    assert warmup.inputs["x"].zero_data
 
 
 @pytest.mark.parametrize(
@@ -98,9 +101,12 @@ def test_config_command_writes_and_refuses_to_overwrite(tmp_path):
     result = runner.invoke(app, ["config", str(model), "--max-batch-size", "8", "--instance-kind", "KIND_CPU"])
     assert result.exit_code == 0, result.output
     config = model_config.read(model)
-    assert config.name == "clf" and config.max_batch_size == 8 and config.HasField("dynamic_batching")
+    assert config.name == "clf"
+    assert config.max_batch_size == 8
+    assert config.HasField("dynamic_batching")
     again = runner.invoke(app, ["config", str(model)])
-    assert again.exit_code == 2 and "--force overwrites it" in again.output
+    assert again.exit_code == 2
+    assert "--force overwrites it" in again.output
     unbatched = runner.invoke(app, ["config", str(model), "--force"])
     assert unbatched.exit_code == 0
     assert "--max-batch-size N lets Triton batch them" in unbatched.output
@@ -113,10 +119,12 @@ def test_config_command_needs_a_signature_or_a_description(tmp_path):
     (model / "1" / "model.pt").write_bytes(b"PK\x05\x06" + b"\0" * 18)  # an empty zip: no signature inside
     runner = CliRunner()
     result = runner.invoke(app, ["config", str(model)])
-    assert result.exit_code == 2 and "describe it with --input and --output-tensor" in result.output
+    assert result.exit_code == 2
+    assert "describe it with --input and --output-tensor" in result.output
     described = runner.invoke(
         app,
         ["config", str(model), "--stdout", "--input", "INPUT__0:FP32:-1,3", "--output-tensor", "OUTPUT__0:FP32:-1,2"],
     )
     assert described.exit_code == 0, described.output
-    assert 'platform: "pytorch_libtorch"' in described.stdout and "dims: -1" in described.stdout
+    assert 'platform: "pytorch_libtorch"' in described.stdout
+    assert "dims: -1" in described.stdout

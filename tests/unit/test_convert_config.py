@@ -92,7 +92,8 @@ output = [{ name = "UPPER", dtype = "BYTES", shape = ["batch", 1] }]
 """
     spec = spec_from(text)
     config = write_and_read(spec, [o.declared for o in spec.outputs], tmp_path)
-    assert config.backend == "python" and config.platform == ""
+    assert config.backend == "python"
+    assert config.platform == ""
     assert config.input[0].data_type == model_config_pb2.TYPE_STRING
     assert list(config.input[0].dims) == [1]
 

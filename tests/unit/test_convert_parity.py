@@ -16,8 +16,10 @@ def cases(n: int = 3):
 
 def test_identical_runners_pass_with_zero_error():
     report = compare(lambda x: {"y": x["x"] * 2}, lambda x: {"y": x["x"] * 2}, cases(), atol=1e-5, rtol=1e-4)
-    assert report.passed and report.cases == 3
-    assert report.max_abs == 0.0 and report.max_rel == 0.0
+    assert report.passed
+    assert report.cases == 3
+    assert report.max_abs == 0.0
+    assert report.max_rel == 0.0
 
 
 def test_small_error_is_measured_and_passes_within_tolerance():
@@ -30,7 +32,8 @@ def test_error_above_tolerance_fails_and_names_the_case():
     report = compare(lambda x: {"y": x["x"]}, lambda x: {"y": x["x"] + 1e-2}, cases(), atol=1e-4, rtol=1e-3)
     assert not report.passed
     assert report.outputs[0].mismatched > 0
-    assert "FAILED" in report.summary() and "case" in report.summary()
+    assert "FAILED" in report.summary()
+    assert "case" in report.summary()
 
 
 def test_shape_dtype_and_missing_outputs_are_problems():
@@ -41,7 +44,8 @@ def test_shape_dtype_and_missing_outputs_are_problems():
         atol=1e-4,
         rtol=1e-3,
     )
-    assert not report.passed and len(report.problems) == 2
+    assert not report.passed
+    assert len(report.problems) == 2
 
 
 def test_matching_nans_are_equal():
@@ -62,11 +66,16 @@ def test_random_inputs_follow_dtype_shape_range_and_seed():
         TensorSpec("text", "BYTES", ("batch", 1)),
     ]
     arrays = random_inputs(specs, {"batch": 3, "sequence": 7}, seed=5)
-    assert arrays["ids"].dtype == np.int64 and arrays["ids"].shape == (3, 7)
-    assert arrays["ids"].min() >= 0 and arrays["ids"].max() < 1000
-    assert set(np.unique(arrays["mask"])) <= {0, 1} and arrays["mask"].dtype == np.int32
-    assert arrays["pixels"].dtype == np.float32 and arrays["pixels"].shape == (3, 3, 8, 8)
-    assert arrays["text"].dtype == np.object_ and isinstance(arrays["text"][0, 0], bytes)
+    assert arrays["ids"].dtype == np.int64
+    assert arrays["ids"].shape == (3, 7)
+    assert arrays["ids"].min() >= 0
+    assert arrays["ids"].max() < 1000
+    assert set(np.unique(arrays["mask"])) <= {0, 1}
+    assert arrays["mask"].dtype == np.int32
+    assert arrays["pixels"].dtype == np.float32
+    assert arrays["pixels"].shape == (3, 3, 8, 8)
+    assert arrays["text"].dtype == np.object_
+    assert isinstance(arrays["text"][0, 0], bytes)
     again = random_inputs(specs, {"batch": 3, "sequence": 7}, seed=5)
     assert all(np.array_equal(arrays[k], again[k]) for k in ("ids", "mask", "pixels"))
     other = random_inputs(specs, {"batch": 3, "sequence": 7}, seed=6)

@@ -50,8 +50,10 @@ def test_demo_text_encoder_spec():
     assert ids.shape == mask.shape == ("batch", "sequence")
     assert (mask.dtype, mask.range) == ("INT32", (0, 2))
     assert spec.axes == {"batch": (1, 4), "sequence": (7, 32)}
-    assert spec.export.opset >= 17 and spec.export.dynamo is False
-    assert spec.dynamic_batching is not None and spec.dynamic_batching.max_queue_delay_microseconds > 0
+    assert spec.export.opset >= 17
+    assert spec.export.dynamo is False
+    assert spec.dynamic_batching is not None
+    assert spec.dynamic_batching.max_queue_delay_microseconds > 0
 
 
 def test_demo_python_model_source_resolves_to_the_committed_file():
@@ -65,7 +67,8 @@ def test_defaults_batching_on_and_axis_sizes():
     assert spec.dynamic_batching is not None
     assert spec.axes == {"batch": (1, 4)}
     assert spec.instance_groups == ()
-    assert spec.parity.trials == 3 and spec.export.opset == 17
+    assert spec.parity.trials == 3
+    assert spec.export.opset == 17
 
 
 def test_unknown_model_name_lookup_lists_models():
@@ -86,6 +89,10 @@ def test_unknown_model_name_lookup_lists_models():
         (("max_batch_size = 8", "max_batch_size = 8\naxes = { sequence = [3] }"), "no shape uses"),
         (("max_batch_size = 8", "max_batch_size = 0\ndynamic_batching = true"), "needs max_batch_size > 0"),
         (("max_batch_size = 8", "max_batch_size = 8\nexport = { method = 'trace' }"), "unknown key"),
+        (("max_batch_size = 8", "max_batch_size = 8\nsource = 'model.py'"), "`source` is for python models only"),
+        (('format = "onnx"', 'format = "python"\nsource = "model.py"'), "`factory` does not apply to python"),
+        (('shape = ["batch", 3', 'shape = ["batch", "batch"'), "'batch' may only be the first dimension"),
+        (('output = [{ name = "logits" }]', 'output = [{ name = "y" }, { name = "y" }]'), "duplicate output names"),
     ],
 )
 def test_mistakes_are_reported_with_model_name(change, message):
@@ -142,7 +149,8 @@ output = [{ name = "OUT", dtype = "BYTES", shape = [1] }]
 """
     spec = parse(text, tmp_path).model("py")
     assert source_file(spec) == tmp_path / "mine.py"
-    assert spec.max_batch_size == 0 and spec.dynamic_batching is None
+    assert spec.max_batch_size == 0
+    assert spec.dynamic_batching is None
 
 
 def test_invalid_toml_names_the_file(tmp_path):

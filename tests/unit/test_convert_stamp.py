@@ -58,7 +58,8 @@ def test_key_changes_with_the_factory_source(tmp_path, local_factory):
 
 def test_key_changes_with_a_tool_version(tmp_path, local_factory):
     inputs = stamp_inputs(spec_for(tmp_path, local_factory))
-    assert "torch" in inputs.versions and "python" in inputs.versions
+    assert "torch" in inputs.versions
+    assert "python" in inputs.versions
     bumped = StampInputs(inputs.spec, inputs.files, {**inputs.versions, "torch": "99.0"})
     assert bumped.key() != inputs.key()
 
@@ -72,7 +73,8 @@ def test_model_is_up_to_date_only_with_matching_key_and_all_files(tmp_path, loca
     write_stamp(model_dir, inputs, {"parity": None})
 
     stamp = read_stamp(model_dir)
-    assert stamp is not None and set(stamp["files"]) == {"1/model.onnx", "config.pbtxt"}
+    assert stamp is not None
+    assert set(stamp["files"]) == {"1/model.onnx", "config.pbtxt"}
     assert is_up_to_date(model_dir, inputs.key())
     assert not is_up_to_date(model_dir, "another key")
 

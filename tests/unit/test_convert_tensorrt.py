@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import sys
 import types
-from collections.abc import Iterator
 from enum import IntEnum
 from pathlib import Path
 from typing import Any
@@ -378,12 +377,12 @@ GPU = trt_build.GpuInfo("NVIDIA A10G", "8.6")
 
 
 @pytest.fixture(params=["10.3.0", "11.3.0"])
-def trt(request, monkeypatch) -> Iterator[types.ModuleType]:
+def trt(request, monkeypatch) -> types.ModuleType:
     fake = make_fake_tensorrt(request.param)
     monkeypatch.setitem(sys.modules, "tensorrt", fake)
     monkeypatch.setattr(trt_build, "CudaMemory", FakeMemory)
     monkeypatch.setattr(trt_build, "gpu_info", lambda device=0, run=None: GPU)
-    yield fake
+    return fake
 
 
 def encoder_onnx(path: Path) -> Path:
@@ -547,7 +546,8 @@ def test_build_writes_plan_sidecar_and_timing_cache(trt, tmp_path):
         hardware_compatibility="ampere-plus",
     )
     side = trt_build.build_plan(source, plan, options, monitor=monitor)
-    assert plan.is_file() and read_sidecar(plan) == side
+    assert plan.is_file()
+    assert read_sidecar(plan) == side
     assert (side.tensorrt_version, side.gpu_name, side.compute_capability) == (trt.__version__, "NVIDIA A10G", "8.6")
     assert side.inputs == [{"name": "ids", "dtype": "INT64", "shape": ["batch", "sequence"]}]
     assert side.outputs == [{"name": "hidden", "dtype": "FP32", "shape": ["batch", "sequence", 4]}]
@@ -556,7 +556,9 @@ def test_build_writes_plan_sidecar_and_timing_cache(trt, tmp_path):
         {"ids": {"min": [1, 64], "opt": [1, 64], "max": [1, 128]}},
     ]
     built = trt.built[-1]
-    assert built["pools"] == {"WORKSPACE": 1 << 30} and built["level"] == 4 and built["hardware"] == "AMPERE_PLUS"
+    assert built["pools"] == {"WORKSPACE": 1 << 30}
+    assert built["level"] == 4
+    assert built["hardware"] == "AMPERE_PLUS"
     assert built["flags"] == set()
     assert built["network_flags"] == (0 if trt.__version__.startswith("10") else 2)  # 11: always strongly typed
     assert monitor.events == [("start", "Building engine", 3), *[("step", "Building engine", i) for i in range(3)],
@@ -579,12 +581,16 @@ def test_fp16_on_10_is_a_builder_flag_and_on_11_an_fp16_graph(trt, tmp_path):
     side = trt_build.build_plan(encoder_onnx(tmp_path / "m.onnx"), tmp_path / "model.plan", options)
     built = trt.built[-1]
     if trt.__version__.startswith("10"):
-        assert built["flags"] == {"FP16"} and built["initializer_types"] == [TensorProto.FLOAT]
+        assert built["flags"] == {"FP16"}
+        assert built["initializer_types"] == [TensorProto.FLOAT]
         assert side.extra["fp16_cast"] is False
     else:
-        assert built["flags"] == set() and TensorProto.FLOAT16 in built["initializer_types"]
-        assert side.extra["fp16_cast"] is True and side.strongly_typed
-    assert side.inputs[0]["dtype"] == "INT64" and side.outputs[0]["dtype"] == "FP32"  # I/O types unchanged
+        assert built["flags"] == set()
+        assert TensorProto.FLOAT16 in built["initializer_types"]
+        assert side.extra["fp16_cast"] is True
+        assert side.strongly_typed
+    assert side.inputs[0]["dtype"] == "INT64"
+    assert side.outputs[0]["dtype"] == "FP32"  # I/O types unchanged
 
 
 def test_int8_needs_calibration_on_10_and_a_qdq_graph_on_11(trt, tmp_path):
@@ -651,7 +657,8 @@ def test_verify_plan_against_onnx_runtime(trt, tmp_path):
     plan = tmp_path / "model.plan"
     trt_build.build_plan(source, plan, trt_build.BuildOptions(profiles=[PROFILE]))
     report = trt_build.verify_plan(plan, source, ranges={"ids": (0, 10)}, atol=1e-5, rtol=1e-5)
-    assert report.passed and report.cases == 6  # min, opt, max x 2 trials
+    assert report.passed
+    assert report.cases == 6  # min, opt, max x 2 trials
     bad = trt_build.verify_plan(
         plan, source, ranges={"ids": (0, 10)}, atol=1e-5, rtol=1e-5,
         runner=lambda feeds: {"hidden": np.zeros((*feeds["ids"].shape, 4), np.float32)},
@@ -671,9 +678,12 @@ def test_cli_builds_verifies_configures_and_the_repository_validates(trt, tmp_pa
     assert result.exit_code == 0, result.output
     assert "parity ok" in result.output
     model = repo / "enc_trt"
-    assert (model / "1" / "model.plan").is_file() and (model / "1" / "model.plan.json").is_file()
+    assert (model / "1" / "model.plan").is_file()
+    assert (model / "1" / "model.plan.json").is_file()
     config = (model / "config.pbtxt").read_text()
-    assert 'platform: "tensorrt_plan"' in config and "KIND_GPU" in config and "max_batch_size: 8" in config
+    assert 'platform: "tensorrt_plan"' in config
+    assert "KIND_GPU" in config
+    assert "max_batch_size: 8" in config
     assert validate_repository(repo) == []
     here = RuntimeInfo(trt.__version__, GPU.name, GPU.compute_capability)
     assert validate_repository(repo, runtime=here) == []

@@ -175,9 +175,11 @@ def test_invalid_specs_are_refused_before_any_aws_call(spec, message):
 
 def test_gpu_mme_warns_unless_built_on_sagemakers_triton_image():
     (warning,) = validate(mme())
-    assert "GPU" in warning and "base is unknown" in warning
+    assert "GPU" in warning
+    assert "base is unknown" in warning
     (warning,) = validate(mme(base_image="nvcr.io/nvidia/tritonserver:25.04-py3"))
-    assert "nvcr.io/nvidia/tritonserver:25.04-py3" in warning and "sagemaker-tritonserver" in warning
+    assert "nvcr.io/nvidia/tritonserver:25.04-py3" in warning
+    assert "sagemaker-tritonserver" in warning
     assert validate(mme(base_image=sagemaker_triton_image("us-east-1"))) == []
     assert validate(mme(image=sagemaker_triton_image("us-east-1"))) == []
     assert validate(mme(instance_type="ml.c5.xlarge")) == []  # CPU MME: any base
@@ -201,9 +203,14 @@ def test_variables_without_effect_are_warned_about():
 
 
 def test_gpu_instances_and_resource_names():
-    assert is_gpu_instance("ml.g5.xlarge") and is_gpu_instance("ml.p4d.24xlarge") and is_gpu_instance("ml.g6e.2xlarge")
-    assert not is_gpu_instance("ml.m5.xlarge") and not is_gpu_instance("ml.inf2.xlarge") and not is_gpu_instance(None)
+    assert is_gpu_instance("ml.g5.xlarge")
+    assert is_gpu_instance("ml.p4d.24xlarge")
+    assert is_gpu_instance("ml.g6e.2xlarge")
+    assert not is_gpu_instance("ml.m5.xlarge")
+    assert not is_gpu_instance("ml.inf2.xlarge")
+    assert not is_gpu_instance(None)
     name = resource_name("x" * 63)
-    assert NAME_RE.match(name) and len(name) <= 63
+    assert NAME_RE.match(name)
+    assert len(name) <= 63
     assert re.fullmatch(r"demo-\d{14}-[0-9a-f]{4}", resource_name("demo"))
     assert resource_name("demo") != resource_name("demo")

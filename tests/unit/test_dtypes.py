@@ -60,11 +60,11 @@ def test_bytes_is_type_string_in_configs_and_object_in_numpy():
 
 
 def test_unknown_names_are_refused():
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="'FP8' is not a Triton data type"):
         dtypes.numpy_dtype("FP8")
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="TYPE_FP8 is not a Triton tensor type"):
         dtypes.from_config_type("TYPE_FP8")
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="complex64 has no Triton equivalent"):
         dtypes.from_numpy(np.complex64)
 
 

@@ -46,6 +46,7 @@ def test_no_driver_or_no_nvml_means_no_gpus(monkeypatch):
 
     fake = fake_nvml(monkeypatch, nvmlDeviceGetMemoryInfo=lambda h: types.SimpleNamespace(free=1))
     fake.nvmlInit = no_driver
-    assert gpu.gpu_free_memory() == [] and gpu.gpu_models() == []
+    assert gpu.gpu_free_memory() == []
+    assert gpu.gpu_models() == []
     monkeypatch.setitem(sys.modules, "pynvml", None)  # import pynvml raises ImportError
     assert gpu.gpu_free_memory() == []

@@ -14,5 +14,7 @@ def test_extra_fields_become_keys_and_uvicorns_coloured_copy_does_not():
     record.inference_id = "abc"
     line = json.loads(JsonFormatter().format(record))
     assert line["message"] == "Finished server process [7]"
-    assert line["inference_id"] == "abc" and line["logger"] == "uvicorn.error" and line["level"] == "INFO"
+    assert line["inference_id"] == "abc"
+    assert line["logger"] == "uvicorn.error"
+    assert line["level"] == "INFO"
     assert "color_message" not in line

@@ -99,7 +99,8 @@ def test_read_errors_name_the_file_and_keep_protobufs_message(tmp_path):
     with pytest.raises(ConfigParseError) as caught:
         model_config.read(directory)
     assert caught.value.path == directory / CONFIG_FILE
-    assert caught.value.reason.startswith("2:17 : ") and "max_batch_size" in caught.value.reason
+    assert caught.value.reason.startswith("2:17 : ")
+    assert "max_batch_size" in caught.value.reason
     assert str(caught.value) == f"{directory / CONFIG_FILE}: {caught.value.reason}"
 
     latin1 = model_dir(tmp_path, 'name: "caf\xe9"'.encode("latin-1"), name="latin1")

@@ -46,7 +46,8 @@ def test_target_models_with_paths_get_a_safe_triton_name_and_keep_their_shown_na
     assert multimodel.triton_name_for("h", "m.tar.gz") == ("m.tar.gz", "m.tar.gz")
     safe, shown = multimodel.triton_name_for("h", "team/resnet.tar.gz")
     assert shown == "team/resnet.tar.gz"
-    assert "/" not in safe and safe.startswith("team_resnet.tar.gz-")
+    assert "/" not in safe
+    assert safe.startswith("team_resnet.tar.gz-")
 
 
 def test_rename_in_response_recomputes_the_header_length():
@@ -95,7 +96,9 @@ def test_archive_layouts(tmp_path):
     (tmp_path / "e").mkdir()
     (tmp_path / "e" / "config.pbtxt").write_text('name: "e"\nplatform:"ensemble"')
     layout = multimodel.find_layout(tmp_path, None)
-    assert layout.ensemble and layout.entry.name == "e" and len(layout.others) == 2
+    assert layout.ensemble
+    assert layout.entry.name == "e"
+    assert len(layout.others) == 2
 
 
 def test_an_invoke_failure_is_oom_once_per_oom_kill(monkeypatch, tmp_path):

@@ -27,7 +27,8 @@ BACKENDS = Path(common.__file__).parent
 def _load_backend(name: str) -> types.ModuleType:
     """Import ``<backend>/model.py`` under a private name (the directory names shadow real packages)."""
     spec = importlib.util.spec_from_file_location(f"_pybackend_{name}", BACKENDS / name / "model.py")
-    assert spec and spec.loader
+    assert spec
+    assert spec.loader
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -70,8 +71,10 @@ def test_spec_reads_config_parameters_and_instance_count() -> None:
         default_model_filename="net.onnx",
         input=[{"name": "X", "data_type": "TYPE_INT64", "dims": [2, -1], "reshape": {"shape": [-1]}}],
     )
-    assert spec.batching and spec.instance_count == 2
-    assert spec.inputs[0].dims == (2, -1) and spec.inputs[0].model_dims == (-1,)
+    assert spec.batching
+    assert spec.instance_count == 2
+    assert spec.inputs[0].dims == (2, -1)
+    assert spec.inputs[0].model_dims == (-1,)
     assert spec.full_shape(spec.inputs[0]) == (-1, -1)
     assert spec.model_path("model.onnx") == Path("/repo/m/1/net.onnx")
     assert spec.int_param("intra_op_thread_count", default=1) == 3
@@ -215,8 +218,10 @@ def test_only_requested_outputs_are_computed_and_returned(pb: types.ModuleType) 
 def test_a_failing_batch_is_retried_so_only_the_bad_request_fails(pb: types.ModuleType) -> None:
     run = Recorder(fail_on=9.0)
     responses = common.execute([_request(1, 1.0), _request(1, 9.0), _request(1, 3.0)], _spec(), run)
-    assert responses[0].error is None and responses[2].error is None
-    assert responses[1].error is not None and "model 'm' failed: bad value" in responses[1].error.text
+    assert responses[0].error is None
+    assert responses[2].error is None
+    assert responses[1].error is not None
+    assert "model 'm' failed: bad value" in responses[1].error.text
     assert responses[2].outputs["Y"][0, 0] == 6.0
 
 
@@ -235,7 +240,8 @@ def test_output_reshape_is_undone_to_the_config_dims(pb: types.ModuleType) -> No
         return {"Y": inputs["X"].reshape(-1, 2, 2)}
 
     a, b = common.execute([_request(1, 1.0, {"Y"}), _request(2, 2.0, {"Y"})], spec, run)
-    assert a.outputs["Y"].shape == (1, 4) and b.outputs["Y"].shape == (2, 4)
+    assert a.outputs["Y"].shape == (1, 4)
+    assert b.outputs["Y"].shape == (2, 4)
 
 
 def test_split_rejects_outputs_without_the_batch_dimension() -> None:

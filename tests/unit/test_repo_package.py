@@ -92,7 +92,9 @@ def test_packaging_twice_gives_byte_identical_archives(repo, tmp_path):
 def test_gzip_header_has_no_name_and_no_time(repo, tmp_path):
     data = package_sme(repo, tmp_path / "model.tar.gz").path.read_bytes()
     flags, mtime = data[3], int.from_bytes(data[4:8], "little")
-    assert data[:3] == b"\x1f\x8b\x08" and flags == 0 and mtime == 0
+    assert data[:3] == b"\x1f\x8b\x08"
+    assert flags == 0
+    assert mtime == 0
     assert gzip.decompress(data)  # and it is a valid stream
 
 
@@ -115,11 +117,14 @@ def test_mme_gives_one_archive_per_model_and_ensembles_carry_their_members(repo,
 def test_rename_rewrites_directory_config_name_and_ensemble_steps(repo, tmp_path):
     archive = package_sme(repo, tmp_path / "model.tar.gz", renames={"alpha": "classifier"})
     names = [m.name for m in members(archive.path)]
-    assert "classifier/config.pbtxt" in names and not any(n.startswith("alpha") for n in names)
+    assert "classifier/config.pbtxt" in names
+    assert not any(n.startswith("alpha") for n in names)
     config = text_format.Parse(
         read_member(archive.path, "classifier/config.pbtxt").decode(), model_config_pb2.ModelConfig()
     )
-    assert config.name == "classifier" and config.backend == "python" and len(config.input) == 1
+    assert config.name == "classifier"
+    assert config.backend == "python"
+    assert len(config.input) == 1
     pipe = text_format.Parse(read_member(archive.path, "pipe/config.pbtxt").decode(), model_config_pb2.ModelConfig())
     assert [s.model_name for s in pipe.ensemble_scheduling.step] == ["classifier"]
     assert read_member(archive.path, "classifier/labels.txt") == b"cat\ndog\n"  # other files untouched
@@ -196,7 +201,8 @@ def test_cli_package_sme_validates_first(repo, tmp_path):
     runner = CliRunner()
     ok = runner.invoke(app, ["package", "sme", str(repo), "-o", str(tmp_path / "model.tar.gz"), "--rename", "beta=b2"])
     assert ok.exit_code == 0, ok.output
-    assert (tmp_path / "model.tar.gz").is_file() and (tmp_path / "model.tar.gz.sha256").is_file()
+    assert (tmp_path / "model.tar.gz").is_file()
+    assert (tmp_path / "model.tar.gz.sha256").is_file()
     (repo / "beta" / "1" / "model.py").unlink()
     bad = runner.invoke(app, ["package", "sme", str(repo), "-o", str(tmp_path / "bad.tar.gz")])
     assert bad.exit_code == 1

@@ -312,7 +312,8 @@ def test_plan_without_sidecar_is_a_warning(tmp_path):
     repo, plan = plan_repo(tmp_path)
     plan.with_name("model.plan.json").unlink()
     (warning,) = validate_repository(repo)
-    assert warning.severity == "warning" and "no sidecar" in warning.message
+    assert warning.severity == "warning"
+    assert "no sidecar" in warning.message
 
 
 def test_cli_prints_one_line_per_problem_and_exits_non_zero(repo):

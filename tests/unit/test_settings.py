@@ -237,7 +237,8 @@ def test_allow_grpc_is_recognised_but_warned_about_as_without_effect(caplog):
         warn_without_effect({"SAGEMAKER_TRITON_ALLOW_GRPC": ""})
     (record,) = caplog.records
     assert record.levelno == logging.WARNING
-    assert "SAGEMAKER_TRITON_ALLOW_GRPC" in record.getMessage() and "no effect" in record.getMessage()
+    assert "SAGEMAKER_TRITON_ALLOW_GRPC" in record.getMessage()
+    assert "no effect" in record.getMessage()
     assert "loopback" in record.getMessage()
 
 

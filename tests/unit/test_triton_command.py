@@ -27,7 +27,8 @@ def test_command_binds_loopback_only_with_explicit_model_control(tmp_path):
     cmd = build_command(inst, Settings.from_env({}), Path("/repo"), Path("/b"), Ports(http=4321))
     assert "--http-address=127.0.0.1" in cmd
     assert "--http-port=4321" in cmd
-    assert "--allow-grpc=false" in cmd and "--allow-metrics=false" in cmd
+    assert "--allow-grpc=false" in cmd
+    assert "--allow-metrics=false" in cmd
     assert "--allow-sagemaker=false" in cmd
     assert "--model-control-mode=explicit" in cmd
     assert not any(arg.startswith("--load-model") for arg in cmd)

@@ -1,0 +1,16 @@
+"""Hypothesis profiles: few examples for a quick local run, the full counts in CI.
+
+``HYPOTHESIS_PROFILE`` picks one by name; without it, CI (``CI=true``) runs "ci" and everyone else "dev".
+"""
+
+from __future__ import annotations
+
+import os
+
+from hypothesis import settings
+
+settings.register_profile("dev", max_examples=50)
+settings.register_profile("ci", max_examples=1500, print_blob=True)
+settings.load_profile(
+    os.environ.get("HYPOTHESIS_PROFILE") or ("ci" if os.environ.get("CI", "").lower() == "true" else "dev")
+)
