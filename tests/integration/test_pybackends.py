@@ -216,6 +216,10 @@ def server(models: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) -> 
         pytest.skip(f"no tritonserver binary at {TRITONSERVER}")
     root = tmp_path_factory.mktemp("triton")
     backends = _backend_dir(root)
+    # The stubs' interpreter is isolated (it ignores PYTHONPATH) and puts its working directory first on
+    # sys.path: a link there makes the stand-ins import this checkout's smtriton, the code under test,
+    # rather than whichever copy is installed.
+    (root / "smtriton").symlink_to(Path(pybackends.__file__).parents[3], target_is_directory=True)
     port = _free_port()
     env = dict(os.environ)
     env["PATH"] = f"{Path(sys.executable).parent}:{env.get('PATH', '')}"
