@@ -35,6 +35,7 @@ httpclient = pytest.importorskip("tritonclient.http")
 pytest.importorskip("onnxruntime")
 
 import smtriton.serve.triton.pybackends as pybackends  # noqa: E402
+from tests.integration.harness import ServeProcess  # noqa: E402
 
 PYTRITON = Path(sys.prefix) / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}"
 PYTRITON = PYTRITON / "site-packages" / "pytriton" / "tritonserver"
@@ -321,13 +322,14 @@ def _triton_type(dtype: np.dtype[Any]) -> str:
     return {"float32": "FP32", "float16": "FP16", "int64": "INT64", "bool": "BOOL"}[np.dtype(dtype).name]
 
 
-def _post_infer(server: str, model: str, inputs: dict[str, np.ndarray]) -> requests.Response:
-    """A JSON inference request straight to Triton, for the status and body of a failure."""
+def _post_infer(server: str, model: str, inputs: dict[str, np.ndarray], path: str | None = None) -> requests.Response:
+    """A JSON inference request straight to Triton (or to ``path``), for the status and body of a failure."""
     tensors = [
         {"name": n, "shape": list(a.shape), "datatype": _triton_type(a.dtype), "data": a.ravel().tolist()}
         for n, a in inputs.items()
     ]
-    return requests.post(f"http://{server}/v2/models/{model}/infer", json={"inputs": tensors}, timeout=60)
+    url = f"http://{server}{path or f'/v2/models/{model}/infer'}"
+    return requests.post(url, json={"inputs": tensors}, timeout=60)
 
 
 # An absolute path of a file (POSIX or Windows), as it would appear in a traceback.
@@ -496,3 +498,23 @@ def test_tensorrt_plan_fails_to_load_explaining_why(server: str) -> None:
     error = response.json()["error"]
     assert "a TensorRT plan needs an NVIDIA GPU and Triton's native tensorrt backend" in error
     assert "model 'trt' cannot be loaded here" in error
+
+
+def test_through_serve_onnx_runtime_refusing_the_data_is_400_and_the_model_keeps_serving(
+    models: dict[str, Any], tmp_path: Path
+) -> None:
+    """The edge maps the backend's 500 for bad data (INVALID_ARGUMENT, a failed broadcast) to 400."""
+    repository = tmp_path / "models"
+    shutil.copytree(models["repo"] / "onnx_batched", repository / "onnx_batched")
+    server = ServeProcess(repository, "onnx_batched", tmp_path / "serve.log")
+    try:
+        server.wait_healthy()
+        body = {"X": np.ones((1, 4), np.float32), "IDS": np.full((1, 5), 99, np.int64)}
+        address = server.url.removeprefix("http://")
+        response = _post_infer(address, "", body, path="/invocations")
+        assert response.status_code == 400, response.text
+        assert response.json()["error"].startswith("onnx runtime error 2: ")
+        body["IDS"] = np.zeros((1, 5), np.int64)
+        assert _post_infer(address, "", body, path="/invocations").status_code == 200
+    finally:
+        server.stop()
