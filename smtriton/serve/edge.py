@@ -30,13 +30,27 @@ _PARSE_ERROR_PREFIXES = (b'{"error":"failed to parse the request JSON buffer', b
 
 Answer = tuple[int, str, bytes]  # status, content type, body
 
+# ONNX Runtime refusing the request's data: its INVALID_ARGUMENT status (a token id out of an
+# embedding's range, a wrong rank), and its FAIL status for shapes that cannot broadcast. The
+# onnxruntime backend (NVIDIA's native one and ours alike) reports both as a 500 "onnx runtime error
+# <code>: ..."; they are the client's mistakes, so the edge answers 400, in both images.
+_ORT_INVALID_ARGUMENT = b'{"error":"onnx runtime error 2: '
+_ORT_FAIL = b'{"error":"onnx runtime error 1: '
+
+
+def rejected_input(body: bytes) -> bool:
+    """Whether a 500 from Triton is the model's backend refusing the request's data."""
+    if body.startswith(_ORT_INVALID_ARGUMENT):
+        return True
+    return body.startswith(_ORT_FAIL) and b"broadcast" in body
+
 
 def to_sagemaker(upstream: UpstreamResponse) -> Answer:
     """SME mapping of a Triton answer: headers rewritten, Triton's status kept but parse errors → 400."""
     if upstream.status == 200:
         return 200, codec.response_content_type(upstream.header_length), upstream.body
     status = upstream.status
-    if status == 500 and upstream.body.startswith(_PARSE_ERROR_PREFIXES):
+    if status == 500 and (upstream.body.startswith(_PARSE_ERROR_PREFIXES) or rejected_input(upstream.body)):
         status = 400
     if not upstream.body.startswith(b'{"error":'):
         return status, JSON, error_body(upstream.body.decode("utf-8", errors="replace") or "inference failed")

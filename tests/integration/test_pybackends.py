@@ -8,6 +8,8 @@ torch eager outputs over HTTP.
 from __future__ import annotations
 
 import os
+import re
+import shutil
 import signal
 import subprocess
 import time
@@ -30,11 +32,15 @@ requests = pytest.importorskip("requests")
 httpclient = pytest.importorskip("tritonclient.http")
 pytest.importorskip("onnxruntime")
 
+import smtriton.serve.triton.pybackends as pybackends  # noqa: E402
 from smtriton.serve.settings import Settings  # noqa: E402
 from smtriton.serve.triton.backends import assemble_backends  # noqa: E402
 from smtriton.serve.triton.installation import TritonNotFound, find_triton  # noqa: E402
 from smtriton.serve.triton.process import Ports, build_command  # noqa: E402
-from tests.integration.harness import free_port  # noqa: E402
+from tests.integration.harness import (  # noqa: E402
+    ServeProcess,
+    free_port,
+)
 
 # --------------------------------------------------------------------------------------------------
 # Models
@@ -68,6 +74,13 @@ class Named(torch.nn.Module):
 
     def forward(self, tokens: torch.Tensor, scale: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         return self.embed(tokens).mean(1) * scale, (tokens > 7).sum(1, keepdim=True)
+
+
+class Broadcast(torch.nn.Module):
+    """A + B, both of any shape: ONNX Runtime checks at run time that the two broadcast."""
+
+    def forward(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return a + b
 
 
 IO = list[tuple[str, str, list[int]]]
@@ -156,6 +169,23 @@ def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     )
     _add(repo, "ts_named", "pytorch_libtorch", named_io, ("model.pt", _script(named)), 4, ONE_INSTANCE)
 
+    def broadcast(path: Path) -> None:
+        axes = {"A": {0: "a0", 1: "a1"}, "B": {0: "b0", 1: "b1"}, "C": {0: "c0", 1: "c1"}}
+        ones = torch.ones(2, 3)
+        torch.onnx.export(
+            Broadcast(),
+            (ones, ones),
+            str(path),
+            dynamo=False,
+            input_names=["A", "B"],
+            output_names=["C"],
+            dynamic_axes=axes,
+        )
+
+    any_2d: IO = [("A", "TYPE_FP32", [-1, -1]), ("B", "TYPE_FP32", [-1, -1])]
+    broadcast_io = (any_2d, [("C", "TYPE_FP32", [-1, -1])])
+    _add(repo, "onnx_broadcast", "onnxruntime_onnx", broadcast_io, ("model.onnx", broadcast), 0, ONE_INSTANCE)
+
     # Models that must fail to load (never loaded at start-up).
     bad_dtype = ([("X", "TYPE_FP64", [4]), ("IDS", "TYPE_INT64", [5])], TWO_OUT)
     _add(repo, "onnx_bad_dtype", "onnxruntime_onnx", bad_dtype, onnx, 8, ONE_INSTANCE)
@@ -184,21 +214,32 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
 
 
 @pytest.fixture(scope="module")
-def server(models: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def triton_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Triton's working directory: the backend directory and ``triton.log``."""
+    return tmp_path_factory.mktemp("triton")
+
+
+@pytest.fixture(scope="module")
+def server(models: dict[str, Any], triton_root: Path) -> Iterator[str]:
     """tritonserver as serve starts it: the same binary, backend directory, environment and argv."""
     explicit = os.environ.get("TRITONSERVER")
     try:
         installation = find_triton(Path(explicit) if explicit else None)
     except TritonNotFound as exc:
         pytest.skip(str(exc))
-    root = tmp_path_factory.mktemp("triton")
+    root = triton_root
     backends = assemble_backends(installation, root / "backends")
     if backends == installation.backends:
         pytest.skip(f"{installation.binary} runs every backend natively: the Python-based ones are not used")
+    # The stubs' interpreter is isolated (it ignores PYTHONPATH) and puts its working directory first on
+    # sys.path: a link there makes the stand-ins import this checkout's smtriton, the code under test,
+    # rather than whichever copy is installed.
+    (root / "smtriton").symlink_to(Path(pybackends.__file__).parents[3], target_is_directory=True)
     port = free_port()
+    loaded = ("onnx_batched", "onnx_fixed", "onnx_broadcast", "ts_indexed", "ts_named")
     argv = [
         *build_command(installation, Settings.from_env({}), models["repo"], backends, Ports(http=port)),
-        *(f"--load-model={m}" for m in ("onnx_batched", "onnx_fixed", "ts_indexed", "ts_named")),
+        *(f"--load-model={m}" for m in loaded),
     ]
     env = {**os.environ, **installation.env}
     log = (root / "triton.log").open("wb")
@@ -253,6 +294,20 @@ def _request(inputs: dict[str, np.ndarray], outputs: list[str] | None) -> tuple[
 
 def _triton_type(dtype: np.dtype[Any]) -> str:
     return {"float32": "FP32", "float16": "FP16", "int64": "INT64", "bool": "BOOL"}[np.dtype(dtype).name]
+
+
+def _post_infer(server: str, model: str, inputs: dict[str, np.ndarray], path: str | None = None) -> requests.Response:
+    """A JSON inference request straight to Triton (or to ``path``), for the status and body of a failure."""
+    tensors = [
+        {"name": n, "shape": list(a.shape), "datatype": _triton_type(a.dtype), "data": a.ravel().tolist()}
+        for n, a in inputs.items()
+    ]
+    url = f"http://{server}{path or f'/v2/models/{model}/infer'}"
+    return requests.post(url, json={"inputs": tensors}, timeout=60)
+
+
+# An absolute path of a file (POSIX or Windows), as it would appear in a traceback.
+ABSOLUTE_FILE = re.compile(r"(?<![\w./])/(?:[^\s/:\"'()]+/)+[^\s/:\"'()]+\.\w+|[A-Za-z]:\\")
 
 
 def _load(server: str, model: str) -> requests.Response:
@@ -344,12 +399,55 @@ def test_torchscript_concurrent_requests_keep_their_own_results(client: Any) -> 
         np.testing.assert_array_equal(result.as_numpy("OUTPUT__0"), x)
 
 
-def test_bad_request_fails_alone_without_breaking_the_model(client: Any) -> None:
+def test_onnx_token_id_out_of_range_is_a_500_in_the_native_wording_and_the_model_keeps_serving(
+    client: Any, server: str
+) -> None:
+    """The native onnxruntime backend reports every ONNX Runtime status as INTERNAL, "onnx runtime error
+    <code>: <message>", INVALID_ARGUMENT included: Triton answers 500 (docs/contract.md §2.6)."""
     ids_out_of_range = np.full((1, 5), 99, np.int64)  # the embedding has 10 rows
-    with pytest.raises(Exception, match="onnx_batched"):
-        _infer(client, "onnx_batched", {"X": np.ones((1, 4), np.float32), "IDS": ids_out_of_range})
+    response = _post_infer(server, "onnx_batched", {"X": np.ones((1, 4), np.float32), "IDS": ids_out_of_range})
+    assert response.status_code == 500
+    error = response.json()["error"]
+    assert error.startswith("onnx runtime error 2: Non-zero status code returned while running Gather node.")
+    assert "indices element out of data bounds, idx=99 must be within the inclusive range [-10,9]" in error
     ok = _infer(client, "onnx_batched", {"X": np.ones((1, 4), np.float32), "IDS": np.zeros((1, 5), np.int64)})
     assert ok.as_numpy("Y").shape == (1, 3)
+
+
+def test_onnx_inputs_that_cannot_broadcast_are_a_500_without_onnx_runtimes_source_paths(server: str) -> None:
+    a, b = np.ones((2, 3), np.float32), np.ones((2, 4), np.float32)
+    response = _post_infer(server, "onnx_broadcast", {"A": a, "B": b})
+    assert response.status_code == 500
+    error = response.json()["error"]
+    assert error.startswith("onnx runtime error 1: Non-zero status code returned while running Add node.")
+    assert "Attempting to broadcast an axis by a dimension other than 1. 3 by 4" in error
+    assert ABSOLUTE_FILE.search(error) is None, error
+    ok = _post_infer(server, "onnx_broadcast", {"A": a, "B": np.ones((1, 3), np.float32)})
+    assert ok.status_code == 200
+    assert ok.json()["outputs"][0]["data"] == [2.0] * 6
+
+
+def test_torchscript_index_error_is_a_500_without_the_traceback_which_goes_to_the_log(
+    client: Any, server: str, triton_root: Path
+) -> None:
+    """Native: INTERNAL, "PyTorch execute failure: <what>". The TorchScript traceback names the files of
+    the machine that scripted the model (here this file); it goes to Triton's log, not to the client."""
+    tokens = np.full((1, 6), 99, np.int64)  # the embedding has 16 rows
+    response = _post_infer(server, "ts_named", {"scale": np.ones((1, 1), np.float32), "tokens": tokens})
+    assert response.status_code == 500
+    error = response.json()["error"]
+    assert error == "PyTorch execute failure: RuntimeError: index out of range in self"
+    assert ABSOLUTE_FILE.search(response.text) is None
+    assert "code/__torch__" not in response.text
+    ok = _infer(client, "ts_named", {"scale": np.ones((1, 1), np.float32), "tokens": np.zeros((1, 6), np.int64)})
+    assert ok.as_numpy("embedding").shape == (1, 4)
+    log = triton_root / "triton.log"
+    deadline = time.monotonic() + 10
+    while "Traceback of TorchScript" not in log.read_text() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    text = log.read_text()
+    assert "model 'ts_named', version 1: request failed:" in text
+    assert __file__ in text
 
 
 @pytest.mark.parametrize(
@@ -377,3 +475,23 @@ def test_tensorrt_plan_fails_to_load_explaining_why(server: str) -> None:
     error = response.json()["error"]
     assert "a TensorRT plan needs an NVIDIA GPU and Triton's native tensorrt backend" in error
     assert "model 'trt' cannot be loaded here" in error
+
+
+def test_through_serve_onnx_runtime_refusing_the_data_is_400_and_the_model_keeps_serving(
+    models: dict[str, Any], tmp_path: Path
+) -> None:
+    """The edge maps the backend's 500 for bad data (INVALID_ARGUMENT, a failed broadcast) to 400."""
+    repository = tmp_path / "models"
+    shutil.copytree(models["repo"] / "onnx_batched", repository / "onnx_batched")
+    server = ServeProcess(repository, "onnx_batched", tmp_path / "serve.log")
+    try:
+        server.wait_healthy()
+        body = {"X": np.ones((1, 4), np.float32), "IDS": np.full((1, 5), 99, np.int64)}
+        address = server.url.removeprefix("http://")
+        response = _post_infer(address, "", body, path="/invocations")
+        assert response.status_code == 400, response.text
+        assert response.json()["error"].startswith("onnx runtime error 2: ")
+        body["IDS"] = np.zeros((1, 5), np.int64)
+        assert _post_infer(address, "", body, path="/invocations").status_code == 200
+    finally:
+        server.stop()

@@ -35,6 +35,17 @@ def test_tritons_500_for_a_request_it_cannot_parse_is_a_client_error():
     assert edge.to_sagemaker(UpstreamResponse(500, "", None, other))[0] == 500
 
 
+def test_onnx_runtime_refusing_the_requests_data_is_a_client_error():
+    gather = b'{"error":"onnx runtime error 2: Non-zero status code returned while running Gather node."}'
+    assert edge.to_sagemaker(UpstreamResponse(500, "", None, gather)) == (400, "application/json", gather)
+    broadcast = b'{"error":"onnx runtime error 1: ... Attempting to broadcast an axis by a dimension other than 1."}'
+    assert edge.to_sagemaker(UpstreamResponse(500, "", None, broadcast))[0] == 400
+    other_failure = b'{"error":"onnx runtime error 1: CUDA failure 700: an illegal memory access"}'
+    assert edge.to_sagemaker(UpstreamResponse(500, "", None, other_failure))[0] == 500
+    torch_failure = b'{"error":"PyTorch execute failure: RuntimeError: index out of range in self"}'
+    assert edge.to_sagemaker(UpstreamResponse(500, "", None, torch_failure))[0] == 500
+
+
 def test_repository_paths_are_stripped_and_non_json_errors_wrapped():
     leaky = b'{"error":"Request for unknown model: \'/opt/ml/model::addsub\'"}'
     assert edge.to_sagemaker(UpstreamResponse(400, "", None, leaky))[2] == (

@@ -1,4 +1,4 @@
-"""Pure logic of the Python-based backends: config parsing, dims rules, batching, binding rules.
+"""Pure logic of the Python-based backends: config parsing, dims rules, batching, binding rules, error texts.
 
 Triton's ``triton_python_backend_utils`` exists only inside the stub, so a small fake stands in for it;
 the real thing is exercised by tests/integration/test_pybackends.py.
@@ -11,7 +11,7 @@ import json
 import sys
 import types
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import pytest
@@ -149,6 +149,16 @@ class FakeResponse:
         self.error = error
 
 
+class FakeLogger:
+    """``pb_utils.Logger``: what the stub would write to Triton's log."""
+
+    errors: ClassVar[list[str]] = []
+
+    @classmethod
+    def log_error(cls, message: str) -> None:
+        cls.errors.append(message)
+
+
 class FakeRequest:
     def __init__(self, inputs: dict[str, np.ndarray], requested: set[str]) -> None:
         self.inputs, self.requested = inputs, requested
@@ -163,6 +173,8 @@ def pb(monkeypatch: pytest.MonkeyPatch) -> types.ModuleType:
     fake.Tensor = FakeTensor  # type: ignore[attr-defined]
     fake.TritonError = FakeError  # type: ignore[attr-defined]
     fake.InferenceResponse = FakeResponse  # type: ignore[attr-defined]
+    monkeypatch.setattr(FakeLogger, "errors", [])
+    fake.Logger = FakeLogger  # type: ignore[attr-defined]
 
     def get_input(request: FakeRequest, name: str) -> FakeTensor | None:
         return FakeTensor(name, request.inputs[name]) if name in request.inputs else None
@@ -225,6 +237,31 @@ def test_a_failing_batch_is_retried_so_only_the_bad_request_fails(pb: types.Modu
     assert responses[2].outputs["Y"][0, 0] == 6.0
 
 
+def test_an_unexpected_failure_answers_without_paths_and_logs_the_traceback(pb: types.ModuleType) -> None:
+    def run(inputs: dict[str, np.ndarray], wanted: list[str]) -> dict[str, np.ndarray]:
+        raise OSError("cannot read /home/exporter/project/weights.bin")
+
+    (response,) = common.execute([_request(1, 1.0)], _spec(), run)
+    assert response.error.text == "model 'm' failed: cannot read weights.bin"
+    (logged,) = FakeLogger.errors
+    assert "Traceback (most recent call last)" in logged and "/home/exporter/project/weights.bin" in logged
+
+
+def test_a_framework_failure_answers_in_its_own_words_and_logs_the_full_text(pb: types.ModuleType) -> None:
+    def run(inputs: dict[str, np.ndarray], wanted: list[str]) -> dict[str, np.ndarray]:
+        raise common.ExecuteError("PyTorch execute failure: RuntimeError: boom", detail="full text, traceback and all")
+
+    (response,) = common.execute([_request(1, 1.0)], _spec(), run)
+    assert response.error.text == "PyTorch execute failure: RuntimeError: boom"
+    assert FakeLogger.errors == ["model 'm', version 1: request failed: full text, traceback and all"]
+
+
+def test_our_own_request_errors_are_answered_as_they_are_and_not_logged(pb: types.ModuleType) -> None:
+    (response,) = common.execute([FakeRequest({}, {"Y"})], _spec(), Recorder())
+    assert response.error.text == "model 'm': missing input 'X'"
+    assert FakeLogger.errors == []
+
+
 def test_output_dtype_that_disagrees_with_the_config_is_an_error(pb: types.ModuleType) -> None:
     def run(inputs: dict[str, np.ndarray], wanted: list[str]) -> dict[str, np.ndarray]:
         return {name: inputs["X"].astype(np.float64)[:, :1] for name in wanted}
@@ -247,6 +284,64 @@ def test_output_reshape_is_undone_to_the_config_dims(pb: types.ModuleType) -> No
 def test_split_rejects_outputs_without_the_batch_dimension() -> None:
     with pytest.raises(common.RequestError, match="first dimension should be the batch size 3"):
         common.split_outputs({"Y": np.zeros((2, 4))}, [1, 2])
+
+
+# --------------------------------------------------------------------------------------------------
+# Error texts (docs/contract.md §2.6: errors raised by the model are 500, in the native wording)
+
+
+@pytest.mark.parametrize(
+    ("text", "scrubbed"),
+    [
+        ('File "/home/alice/proj/model.py", line 12', 'File "model.py", line 12'),
+        ("/onnxruntime_src/core/cpu/element_wise_ops.h:563 void Init()", "element_wise_ops.h:563 void Init()"),
+        ("/usr/lib/python3.11/site-packages/torch/nn/functional.py(2615): embedding", "functional.py(2615): embedding"),
+        ('File "C:\\Users\\bob\\export\\net.py", line 3', 'File "net.py", line 3'),
+        # not file paths: ONNX node names, URLs, relative paths, fractions
+        ("running Gather node. Name:'/embed/Gather'", "running Gather node. Name:'/embed/Gather'"),
+        (
+            "see https://onnx.ai/onnx/operators/onnx__Gather.html",
+            "see https://onnx.ai/onnx/operators/onnx__Gather.html",
+        ),
+        ('File "code/__torch__/torch/nn/functional.py"', 'File "code/__torch__/torch/nn/functional.py"'),
+        ("and/or 1/2 of [3/4]", "and/or 1/2 of [3/4]"),
+    ],
+)
+def test_absolute_file_paths_are_reduced_to_the_file_name(text: str, scrubbed: str) -> None:
+    assert common.scrub_paths(text) == scrubbed
+
+
+def test_onnx_runtime_statuses_take_the_native_backends_wording() -> None:
+    gather = (
+        "[ONNXRuntimeError] : 2 : INVALID_ARGUMENT : Non-zero status code returned while running Gather node. "
+        "Name:'/embed/Gather' Status Message: indices element out of data bounds, idx=99 must be within the "
+        "inclusive range [-10,9]"
+    )
+    assert common.ort_error_message(gather) == (
+        "onnx runtime error 2: Non-zero status code returned while running Gather node. Name:'/embed/Gather' "
+        "Status Message: indices element out of data bounds, idx=99 must be within the inclusive range [-10,9]"
+    )
+    add = (
+        "[ONNXRuntimeError] : 1 : FAIL : Non-zero status code returned while running Add node. Name:'' "
+        "Status Message: /onnxruntime_src/onnxruntime/core/providers/cpu/math/element_wise_ops.h:563 void "
+        "onnxruntime::BroadcastIterator::Init(ptrdiff_t, ptrdiff_t) axis == 1 || axis == largest was false. "
+        "Attempting to broadcast an axis by a dimension other than 1. 3 by 4\n"
+    )
+    message = common.ort_error_message(add)
+    assert message is not None and message.startswith("onnx runtime error 1: Non-zero status code")
+    assert "Status Message: element_wise_ops.h:563 void" in message and "/onnxruntime_src" not in message
+    assert message.endswith("other than 1. 3 by 4")
+    assert common.ort_error_message("Required inputs (['X']) are missing from input feed (['Y']).") is None
+
+
+def test_torch_summary_drops_the_cpp_backtrace_in_either_format() -> None:
+    new = "RuntimeError: index 9 is out of bounds\nC++ CapturedTraceback:\n#4 c10::Error::Error() from ??:0\n#5 _start"
+    old = (
+        "index 9 is out of bounds\nException raised from index at /pytorch/aten/src/Index.cpp:12 "
+        "(most recent call first):\nframe #0: c10::Error::Error() + 0x96 (0x7f in /opt/torch/lib/libc10.so)"
+    )
+    assert common.torch_error_summary(new) == "RuntimeError: index 9 is out of bounds"
+    assert common.torch_error_summary(old) == "index 9 is out of bounds"
 
 
 # --------------------------------------------------------------------------------------------------
@@ -332,13 +427,153 @@ def test_torchscript_dict_input_model_runs_end_to_end(
         "output": [{"name": "OUTPUT__0", "data_type": "TYPE_FP32", "dims": [2]}],
         "parameters": {"INTRA_OP_THREAD_COUNT": {"string_value": "1"}},
     }
-    model = pt.TritonPythonModel()
-    threads = torch.get_num_threads()
-    try:
-        model.initialize(_args(config, model_repository=str(tmp_path)))
-    finally:
-        torch.set_num_threads(threads)  # initialize sets process-wide threads; keep the test process as it was
+    model = _init(pt, config, tmp_path)
     a, b = np.array([[5.0, 7.0]], np.float32), np.array([[1.0, 2.0]], np.float32)
     (response,) = model.execute([FakeRequest({"a": a, "b": b}, {"OUTPUT__0"})])
     assert response.error is None
     np.testing.assert_array_equal(response.outputs["OUTPUT__0"], [[4.0, 5.0]])
+
+
+def _init(backend: types.ModuleType, config: dict[str, Any], repo: Path) -> Any:
+    """An initialised stand-in; ``initialize`` sets torch's process-wide thread count, which is put back
+    so the test process stays as it was."""
+    import torch
+
+    model = backend.TritonPythonModel()
+    threads = torch.get_num_threads()
+    try:
+        model.initialize(_args(config, model_repository=str(repo)))
+    finally:
+        torch.set_num_threads(threads)
+    return model
+
+
+def _torchscript_failure(
+    module: Any, export: str, example: tuple[Any, ...], args: tuple[Any, ...], tmp_path: Path
+) -> BaseException:
+    """What ``module``, scripted or traced on ``example``, saved and reloaded, raises for ``args``."""
+    import torch
+
+    exported = torch.jit.script(module) if export == "script" else torch.jit.trace(module, example)
+    exported.save(str(tmp_path / "m.pt"))
+    with pytest.raises(Exception) as info:
+        torch.jit.load(str(tmp_path / "m.pt"))(*args)
+    return info.value
+
+
+@pytest.mark.parametrize("export", ["script", "trace"])
+def test_torchscript_index_error_keeps_the_error_without_tracebacks_or_paths(
+    pt: types.ModuleType, export: str, tmp_path: Path
+) -> None:
+    import torch
+
+    class Embed(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.embed = torch.nn.Embedding(10, 3)
+
+        def forward(self, ids: torch.Tensor) -> torch.Tensor:
+            return self.pool(ids) * 2
+
+        def pool(self, ids: torch.Tensor) -> torch.Tensor:
+            return self.embed(ids).sum(1)
+
+    exc = _torchscript_failure(
+        Embed(), export, (torch.zeros(1, 5, dtype=torch.long),), (torch.full((1, 5), 99),), tmp_path
+    )
+    assert __file__ in str(exc) and "code/__torch__" in str(exc)  # what a client must not see
+    failure = common.torch_failure(exc)
+    assert str(failure) == "PyTorch execute failure: RuntimeError: index out of range in self"
+    assert failure.detail == str(exc)
+
+
+def test_torchscript_raise_keeps_the_exception_name_and_message(pt: types.ModuleType, tmp_path: Path) -> None:
+    import torch
+
+    class Checked(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            if x.sum() > 100:
+                raise ValueError("input too large: " + str(x.shape))
+            return x
+
+    exc = _torchscript_failure(Checked(), "script", (), (torch.full((3,), 50.0),), tmp_path)
+    assert common.torch_error_summary(str(exc)) == "builtins.ValueError: input too large: [3]"
+
+
+def test_torchscript_forward_failure_answers_the_native_way_and_the_model_keeps_serving(
+    pt: types.ModuleType, pb: types.ModuleType, tmp_path: Path
+) -> None:
+    import torch
+
+    class Pick(torch.nn.Module):
+        def forward(self, x: torch.Tensor, i: torch.Tensor) -> torch.Tensor:
+            return x[0, i[0, 0]].reshape(1)
+
+    (tmp_path / "1").mkdir()
+    torch.jit.script(Pick()).save(str(tmp_path / "1" / "model.pt"))
+    config = {
+        "name": "pick",
+        "max_batch_size": 0,
+        "input": [
+            {"name": "INPUT__0", "data_type": "TYPE_FP32", "dims": [1, 3]},
+            {"name": "INPUT__1", "data_type": "TYPE_INT64", "dims": [1, 1]},
+        ],
+        "output": [{"name": "OUTPUT__0", "data_type": "TYPE_FP32", "dims": [1]}],
+    }
+    model = _init(pt, config, tmp_path)
+    x = np.array([[1.0, 2.0, 3.0]], np.float32)
+    bad, good = (
+        FakeRequest({"INPUT__0": x, "INPUT__1": np.array([[7]])}, {"OUTPUT__0"}),
+        FakeRequest({"INPUT__0": x, "INPUT__1": np.array([[2]])}, {"OUTPUT__0"}),
+    )
+    failed, ok = model.execute([bad, good])
+    assert failed.error.text == (
+        "PyTorch execute failure: RuntimeError: index 7 is out of bounds for dimension 0 with size 3"
+    )
+    (logged,) = FakeLogger.errors
+    assert "Traceback of TorchScript" in logged and __file__ in logged
+    assert ok.error is None
+    np.testing.assert_array_equal(ok.outputs["OUTPUT__0"], [3.0])
+
+
+def _gather_onnx(path: Path) -> None:
+    """IDS [batch, 5] int64 -> Y [batch, 5, 3]: rows of a 10-row table, as an embedding looks up tokens."""
+    onnx = pytest.importorskip("onnx")
+    from onnx import TensorProto, helper, numpy_helper
+
+    table = numpy_helper.from_array(np.arange(30, dtype=np.float32).reshape(10, 3), "table")
+    graph = helper.make_graph(
+        [helper.make_node("Gather", ["table", "IDS"], ["Y"], name="/embed/Gather", axis=0)],
+        "lookup",
+        [helper.make_tensor_value_info("IDS", TensorProto.INT64, ["batch", 5])],
+        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, ["batch", 5, 3])],
+        [table],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    onnx.save(model, str(path))
+
+
+def test_onnx_runtime_status_answers_the_native_way_and_only_the_bad_request_fails(
+    pb: types.ModuleType, tmp_path: Path
+) -> None:
+    pytest.importorskip("onnxruntime")
+    (tmp_path / "1").mkdir()
+    _gather_onnx(tmp_path / "1" / "model.onnx")
+    config = {
+        "name": "lookup",
+        "max_batch_size": 8,
+        "input": [{"name": "IDS", "data_type": "TYPE_INT64", "dims": [5]}],
+        "output": [{"name": "Y", "data_type": "TYPE_FP32", "dims": [5, 3]}],
+    }
+    model = _load_backend("onnxruntime").TritonPythonModel()
+    model.initialize(_args(config, model_repository=str(tmp_path)))
+    good, bad = np.zeros((1, 5), np.int64), np.full((1, 5), 99, np.int64)
+    ok, failed = model.execute([FakeRequest({"IDS": good}, {"Y"}), FakeRequest({"IDS": bad}, {"Y"})])
+    assert ok.error is None and ok.outputs["Y"].shape == (1, 5, 3)
+    assert failed.error.text == (
+        "onnx runtime error 2: Non-zero status code returned while running Gather node. Name:'/embed/Gather' "
+        "Status Message: indices element out of data bounds, idx=99 must be within the inclusive range [-10,9]"
+    )
+    (logged,) = FakeLogger.errors
+    assert "[ONNXRuntimeError] : 2 : INVALID_ARGUMENT" in logged

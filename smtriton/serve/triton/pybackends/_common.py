@@ -5,7 +5,8 @@ backend instead. These helpers keep the stand-ins behaving like the native backe
 repository works unchanged here and in NVIDIA's image: the model config is parsed once, data types
 follow the native tables, requests that the dynamic batcher hands over together are concatenated into
 one model call and split back, only requested outputs are produced, and every failure becomes an error
-response for the request it concerns instead of a crashed stub.
+response for the request it concerns instead of a crashed stub, worded as the native backend words it
+but without file paths, which go to the log.
 
 Nothing here imports ``triton_python_backend_utils`` at module level: it exists only inside the Python
 backend stub, and the pure parts must stay importable by unit tests.
@@ -15,6 +16,9 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import sys
+import traceback
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,6 +48,18 @@ class ModelLoadError(Exception):
 
 class RequestError(Exception):
     """A failure that concerns one request (or one batch) only; it becomes that request's error."""
+
+
+class ExecuteError(Exception):
+    """The framework failed while running the model on a request's data.
+
+    ``str(self)`` is the answer to the client, already in the native backend's wording and free of
+    file paths; ``detail`` is the framework's full text (tracebacks included) for the stub's log.
+    """
+
+    def __init__(self, message: str, detail: str) -> None:
+        super().__init__(message)
+        self.detail = detail
 
 
 @dataclass(frozen=True)
@@ -222,6 +238,105 @@ def compare_dims(spec: ModelSpec, tensor: TensorSpec, model_shape: Sequence[int 
 
 
 # --------------------------------------------------------------------------------------------------
+# Failures: what a client is told, what the log gets.
+#
+# Status codes follow the native backends: every error raised while running the model is
+# TRITONSERVER_ERROR_INTERNAL, which Triton answers with 500 (docs/contract.md §2.6: "any error raised
+# by the model"). The onnxruntime backend does so for every ONNX Runtime status, INVALID_ARGUMENT
+# included ("onnx runtime error <code>: <message>"); the pytorch backend as "PyTorch execute failure:
+# <what>". The wording is kept, but file paths never reach the client: a TorchScript error carries
+# the exporting machine's source paths in its traceback, and ONNX Runtime's checks name its build
+# tree. The full text goes to the stub's log instead.
+
+# An absolute file path (POSIX, or Windows for models exported there): directories, then a name with
+# an extension. Requiring the extension keeps ONNX node names such as '/embed/Gather' intact.
+_ABSOLUTE_FILE = re.compile(
+    r"""(?<![\w./\\-])(?:/(?:[^\s/:"'(),<>]+/)+|[A-Za-z]:\\(?:[^\s\\:"'(),<>]+\\)+)"""
+    r"""(?P<name>[^\s/\\:"'(),<>]*\.[A-Za-z][\w]*)"""
+)
+# ONNX Runtime's Python binding prefixes the status it raises with its code and the code's name.
+_ORT_STATUS = re.compile(r"\A\s*\[ONNXRuntimeError\] : (?P<code>\d+) : \w+ : ")
+# A TorchScript error: a header, one traceback per code view (serialized, original), then the error.
+_TORCHSCRIPT_TRACEBACK = "Traceback of TorchScript"
+# The line that starts the error itself: a (dotted) exception name, a colon, the message.
+_EXCEPTION_LINE = re.compile(r"\A[A-Za-z_][\w.]*: ")
+# A frame of a traced model's original-code traceback: "<file>(<line>): <function>".
+_TRACED_FRAME = re.compile(r"\A\S.*\(\d+\): \S+\Z")
+# c10's C++ backtrace, shown when TORCH_SHOW_CPP_STACKTRACES is set: a header line ("C++
+# CapturedTraceback:" now, "Exception raised from ... (most recent call first):" in older torch),
+# then one line per frame ("#4 ..." now, "frame #4: ..." before).
+_CPP_BACKTRACE = re.compile(
+    r"\A(?:C\+\+ CapturedTraceback:|Exception raised from .*\(most recent call first\):|#\d+ |frame #\d+: )"
+)
+
+
+def scrub_paths(text: str) -> str:
+    """``text`` with every absolute file path reduced to the file's name: ``/src/ops/broadcast.h:563``
+    becomes ``broadcast.h:563``, still useful, while the machine's directories stay on the host."""
+    return _ABSOLUTE_FILE.sub(lambda m: m.group("name"), text)
+
+
+def ort_error_message(text: str) -> str | None:
+    """The native onnxruntime backend's message for an ONNX Runtime status raised by ``session.run``:
+    ``onnx runtime error <code>: <message>``, paths scrubbed. ``None`` when ``text`` is not a status."""
+    match = _ORT_STATUS.match(text)
+    if match is None:
+        return None
+    return f"onnx runtime error {match['code']}: {scrub_paths(text[match.end() :].strip())}"
+
+
+def torch_error_summary(text: str) -> str:
+    """What a TorchScript forward failed with, without its tracebacks, C++ frames or file paths.
+
+    The interpreter's text is a header, a traceback of the serialized code (``code/__torch__/...``
+    frames), one of the original code (the exporting machine's files), then the error itself, e.g.
+    ``RuntimeError: index out of range in self``. The error starts at the first line after the last
+    traceback header that reads ``<ExceptionName>: ``; code lines in the frames are indented or
+    carry a space before any colon. Text without a traceback is kept whole.
+    """
+    lines = [line for line in text.splitlines() if not _CPP_BACKTRACE.match(line)]
+    headers = [i for i, line in enumerate(lines) if line.startswith(_TORCHSCRIPT_TRACEBACK)]
+    if headers:
+        rest = lines[headers[-1] + 1 :]
+        start = next((i for i, line in enumerate(rest) if _EXCEPTION_LINE.match(line)), None)
+        if start is None:  # no recognisable error line: the last line that is not a frame
+            tail = [line for line in rest if line.strip() and not line[0].isspace() and not _TRACED_FRAME.match(line)]
+            rest, start = tail[-1:], 0
+        lines = rest[start:]
+    summary = "\n".join(lines).strip()
+    return scrub_paths(summary) or "unknown error"
+
+
+def ort_failure(exc: BaseException) -> ExecuteError | None:
+    """``exc`` from ``InferenceSession.run`` as the native backend reports it; ``None`` if it is not
+    an ONNX Runtime status (then it is an unexpected failure, see ``describe_failure``)."""
+    message = ort_error_message(str(exc))
+    return None if message is None else ExecuteError(message, detail=str(exc))
+
+
+def torch_failure(exc: BaseException) -> ExecuteError:
+    """An exception from a TorchScript ``forward`` as the native pytorch backend reports it."""
+    text = str(exc) or type(exc).__name__
+    return ExecuteError(f"PyTorch execute failure: {torch_error_summary(text)}", detail=text)
+
+
+def describe_failure(spec: ModelSpec, exc: BaseException) -> tuple[str, str | None]:
+    """(answer to the client, text for the log or ``None``) for a request that failed with ``exc``.
+
+    Our own ``RequestError`` messages go out as they are (they hold no paths, and nothing more is
+    known); a framework failure as the backend worded it; anything else is unexpected: a short
+    message naming the model, and the traceback for the log.
+    """
+    if isinstance(exc, RequestError):
+        return str(exc), None
+    if isinstance(exc, ExecuteError):
+        return str(exc), exc.detail
+    text = str(exc) or type(exc).__name__
+    detail = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)).rstrip()
+    return f"model '{spec.name}' failed: {scrub_paths(text)}", detail
+
+
+# --------------------------------------------------------------------------------------------------
 # Execution: gather, batch, run, split, respond.
 
 # A backend's model call: full-batch inputs by config name, and the output names wanted (config
@@ -285,8 +400,26 @@ def _pb() -> Any:
 
 
 def _error(message: str) -> Any:
+    """An error response; ``TritonError``'s default code is INTERNAL, Triton's HTTP answer 500."""
     pb = _pb()
     return pb.InferenceResponse(output_tensors=[], error=pb.TritonError(message))
+
+
+def _log_error(pb: Any, text: str) -> None:
+    """Into Triton's log through the stub's logger; stderr where the stub has none."""
+    logger = getattr(pb, "Logger", None)
+    if logger is not None:
+        logger.log_error(text)
+    else:
+        print(text, file=sys.stderr, flush=True)
+
+
+def _failed(pb: Any, spec: ModelSpec, exc: BaseException) -> Any:
+    """The error response for a request that failed with ``exc``; the full story goes to the log."""
+    message, detail = describe_failure(spec, exc)
+    if detail is not None:
+        _log_error(pb, f"model '{spec.name}', version {spec.version}: request failed: {detail}")
+    return _error(message)
 
 
 def execute(requests: Sequence[Any], spec: ModelSpec, run: RunFn) -> list[Any]:
@@ -300,7 +433,7 @@ def execute(requests: Sequence[Any], spec: ModelSpec, run: RunFn) -> list[Any]:
         try:
             pending = _read_request(pb, request, i, spec)
         except Exception as exc:
-            responses[i] = _error(f"model '{spec.name}': {exc}")
+            responses[i] = _failed(pb, spec, exc)
             continue
         key = group_key(pending.inputs, spec.batching) if spec.batching else (i,)
         groups.setdefault(key, []).append(pending)
@@ -314,15 +447,10 @@ def execute(requests: Sequence[Any], spec: ModelSpec, run: RunFn) -> list[Any]:
                     try:
                         _run_group(pb, [one], spec, run, responses)
                     except Exception as exc_one:
-                        responses[one.index] = _error(_message(spec, exc_one))
+                        responses[one.index] = _failed(pb, spec, exc_one)
             else:
-                responses[members[0].index] = _error(_message(spec, exc))
+                responses[members[0].index] = _failed(pb, spec, exc)
     return responses
-
-
-def _message(spec: ModelSpec, exc: Exception) -> str:
-    text = str(exc) or type(exc).__name__
-    return text if isinstance(exc, RequestError) else f"model '{spec.name}' failed: {text}"
 
 
 def _read_request(pb: Any, request: Any, index: int, spec: ModelSpec) -> _Pending:
@@ -332,7 +460,7 @@ def _read_request(pb: Any, request: Any, index: int, spec: ModelSpec) -> _Pendin
         if tensor is None:
             if t.optional:
                 continue
-            raise RequestError(f"missing input '{t.name}'")
+            raise RequestError(f"model '{spec.name}': missing input '{t.name}'")
         inputs[t.name] = tensor.as_numpy()
     requested = set(request.requested_output_names())
     wanted = [t.name for t in spec.outputs if t.name in requested]

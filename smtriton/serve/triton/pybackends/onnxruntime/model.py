@@ -5,7 +5,8 @@ backend directory. It follows the native backend's conventions so a repository w
 NVIDIA's image: model file ``<version>/<default_model_filename or model.onnx>`` (a directory holding
 ``model.onnx`` too), config tensor names are the ONNX graph's names, config types must equal the
 graph's, dims are checked the native way, ``intra_op_thread_count`` / ``inter_op_thread_count`` /
-``execution_mode`` and ``optimization { graph { level } }`` are honoured.
+``execution_mode`` and ``optimization { graph { level } }`` are honoured, and a failing run answers
+500 ``onnx runtime error <code>: <message>`` as natively, whatever the status (see ``_common``).
 """
 
 from __future__ import annotations
@@ -71,7 +72,15 @@ class TritonPythonModel:
 
     def _run(self, inputs: dict[str, NDArray[Any]], wanted: list[str]) -> dict[str, NDArray[Any]]:
         feed = {n: (a.reshape(()) if n in self.scalars else a) for n, a in inputs.items()}
-        return dict(zip(wanted, self.session.run(wanted, feed), strict=True))
+        try:
+            results = self.session.run(wanted, feed)
+        except Exception as exc:
+            # An ONNX Runtime status is reported in the native wording; anything else is unexpected.
+            failure = common.ort_failure(exc)
+            if failure is None:
+                raise
+            raise failure from exc
+        return dict(zip(wanted, results, strict=True))
 
 
 def _session_options(spec: common.ModelSpec) -> ort.SessionOptions:

@@ -12,6 +12,8 @@ the native naming rules so one repository serves unchanged in NVIDIA's image:
 - parameters ``INFERENCE_MODE`` (default on), ``DISABLE_OPTIMIZED_EXECUTION``, ``ENABLE_JIT_EXECUTOR``,
   ``ENABLE_JIT_PROFILING``, ``ENABLE_TENSOR_FUSER``, ``INTRA_OP_THREAD_COUNT``/``NUM_THREADS`` and
   ``INTER_OP_THREAD_COUNT``/``NUM_INTEROP_THREADS``.
+- a failing ``forward`` answers 500 ``PyTorch execute failure: <error>``; the TorchScript traceback,
+  which names the exporting machine's files, goes to the log only (see ``_common``).
 """
 
 from __future__ import annotations
@@ -79,7 +81,10 @@ class TritonPythonModel:
                 args[index] = tensors.get(name)
         guard = torch.inference_mode() if self.inference_mode else torch.no_grad()
         with guard:
-            result = self.module(*args)
+            try:
+                result = self.module(*args)
+            except Exception as exc:  # native: "PyTorch execute failure: ...", without the traceback
+                raise common.torch_failure(exc) from exc
         elements = _elements(result)
         out: dict[str, NDArray[Any]] = {}
         for name in wanted:
