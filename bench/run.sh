@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 
 VENV=${VENV:-.venv}
 PY="$VENV/bin/python"
-if ! [[ -x "$PY" ]] || ! "$PY" -c 'import serve, scripts' >/dev/null 2>&1; then
+if ! [[ -x "$PY" ]] || ! "$PY" -c 'import smtriton.serve, smtriton.cli' >/dev/null 2>&1; then
   VENV="$VENV" bash dev/setup.sh
 fi
 if ! "$PY" -c 'import tritonclient.http, rich, fastapi, uvicorn' >/dev/null 2>&1 \

@@ -2,58 +2,26 @@
 
 from __future__ import annotations
 
-import contextlib
+import asyncio
 import logging
 import os
-import signal
 import sys
 import tempfile
-import threading
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
-import uvicorn
 
-from smtriton.serve.app import create_app
-from smtriton.serve.dataplane import DataPlane
 from smtriton.serve.errors import StartupError
 from smtriton.serve.logs import configure_logging
-from smtriton.serve.metrics import Metrics
-from smtriton.serve.multimodel import ModelRegistry
 from smtriton.serve.repository import refuse_unrunnable_plans, resolve_default_model
 from smtriton.serve.settings import Settings, warn_without_effect
-from smtriton.serve.supervisor import TritonSupervisor
 from smtriton.serve.triton.installation import TritonInstallation, find_triton
 
+if TYPE_CHECKING:
+    from smtriton.serve.dataplane import DataPlane
+
 log = logging.getLogger("serve")
-
-
-class _Server(uvicorn.Server):
-    """uvicorn, except that a SIGTERM/SIGINT drain ends with status 0 (uvicorn re-raises the signal)
-    and tells the data plane at once, so /ping fails while in-flight requests finish."""
-
-    def __init__(self, config: uvicorn.Config, plane: DataPlane) -> None:
-        super().__init__(config)
-        self._plane = plane
-
-    def handle_exit(self, sig: int, frame: object) -> None:
-        self._plane.begin_drain()
-        super().handle_exit(sig, frame)  # type: ignore[arg-type]
-
-    @contextlib.contextmanager
-    def capture_signals(self) -> Iterator[None]:
-        if threading.current_thread() is not threading.main_thread():
-            yield
-            return
-        signals = (signal.SIGINT, signal.SIGTERM)
-        original = {sig: signal.signal(sig, self.handle_exit) for sig in signals}
-        try:
-            yield
-        finally:
-            for sig, handler in original.items():
-                signal.signal(sig, handler)
 
 
 cli = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
@@ -131,24 +99,57 @@ def serve(
 
 
 def _run(settings: Settings, installation: TritonInstallation, default: str | None, work: Path) -> None:
-    """Assemble the server from its parts and run it until SIGTERM; ``work`` is scratch space."""
+    """Run the server until SIGTERM on uvicorn's loop of choice (uvloop where installed)."""
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover - uvloop is in the runtime's dependencies
+        asyncio.run(_serve(settings, installation, default, work))
+    else:
+        uvloop.run(_serve(settings, installation, default, work))
+
+
+async def _serve(settings: Settings, installation: TritonInstallation, default: str | None, work: Path) -> None:
+    """Start Triton first, then assemble the front while it boots: the front's imports (FastAPI,
+    uvicorn, aiohttp, gRPC: about half a second) overlap Triton's own start-up instead of preceding
+    it. ``work`` is scratch space."""
+    from smtriton.serve.metrics import Metrics
+    from smtriton.serve.supervisor import TritonSupervisor
+
     metrics = Metrics(enabled=settings.metrics_port is not None)
     if default is None:
         repository = work / "managed"  # MME: the repository serve manages (docs/design.md §3)
         repository.mkdir()
     else:
         repository = settings.model_repository.resolve()
-    plane: DataPlane
+    assembled = asyncio.Event()
+    plane: DataPlane | None = None
+
+    async def on_live() -> None:
+        await assembled.wait()
+        assert plane is not None
+        await plane.on_triton_live()
+
+    async def watch() -> None:
+        assert plane is not None
+        await plane.watch_model_health()
+
     supervisor = TritonSupervisor(
         settings,
         installation,
         repository,
         work,
-        on_live=lambda: plane.on_triton_live(),
-        watch=(lambda: plane.watch_model_health()) if default is not None else None,
+        on_live=on_live,
+        watch=watch if default is not None else None,
         on_exit=metrics.triton_restarts.inc,
         metrics_wanted=metrics.enabled,
     )
+    supervisor.start()
+    await supervisor.wait_spawned()
+
+    from smtriton.serve.dataplane import DataPlane
+    from smtriton.serve.multimodel import ModelRegistry
+    from smtriton.serve.server import http_server
+
     registry = None
     if default is None:
         log.info("multi-model endpoint: models from %s, on %s:%d", settings.model_root, settings.host, settings.port)
@@ -156,21 +157,14 @@ def _run(settings: Settings, installation: TritonInstallation, default: str | No
     else:
         log.info("serving model %s from %s on %s:%d", default, settings.model_repository, settings.host, settings.port)
     plane = DataPlane(settings, supervisor, metrics, default, registry)
+    assembled.set()
     if settings.metrics_port is not None:
         metrics.triton_url = lambda: supervisor.metrics_url
         metrics.serve(settings.metrics_host, settings.metrics_port)
-    config = uvicorn.Config(
-        create_app(plane),
-        host=settings.host,
-        port=settings.port,
-        log_config=None,
-        log_level=settings.log_level,
-        access_log=settings.access_log,
-        server_header=False,
-        timeout_graceful_shutdown=int(settings.shutdown_timeout_s),
-        lifespan="on",
-    )
-    _Server(config, plane).run()
+    try:
+        await http_server(plane).serve()
+    finally:
+        await supervisor.stop()  # also when the server never started (its port taken, say)
 
 
 def main() -> None:

@@ -15,16 +15,18 @@ import logging
 import time
 from collections.abc import Callable, Coroutine
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from smtriton.serve.errors import NotReady
 from smtriton.serve.settings import Settings
-from smtriton.serve.streaming import StreamClient
 from smtriton.serve.triton.backends import assemble_backends
-from smtriton.serve.triton.client import TritonClient
 from smtriton.serve.triton.installation import TritonInstallation
 from smtriton.serve.triton.ports import pick_port
 from smtriton.serve.triton.process import Ports, TritonProcess, build_command
+
+if TYPE_CHECKING:  # imported when Triton has been spawned: start-up does not wait for them
+    from smtriton.serve.streaming import StreamClient
+    from smtriton.serve.triton.client import TritonClient
 
 log = logging.getLogger("serve")
 
@@ -81,17 +83,26 @@ class TritonSupervisor:
         self._backend_dir: Path | None = None
         self._task: asyncio.Task[None] | None = None
         self._stopping = asyncio.Event()
+        self._spawned = asyncio.Event()
 
     @property
     def live(self) -> bool:
         return self.state is TritonState.LIVE
 
     def start(self) -> None:
-        """Begin starting Triton in the background and return at once."""
-        self._task = asyncio.create_task(self._supervise(), name="triton-supervisor")
+        """Begin starting Triton in the background and return at once (again: nothing)."""
+        if self._task is None:
+            self._task = asyncio.create_task(self._supervise(), name="triton-supervisor")
+
+    async def wait_spawned(self) -> None:
+        """Until the first tritonserver process runs (or failed to start): from then on it boots on
+        its own, and the front can spend the time on its imports."""
+        await self._spawned.wait()
 
     async def stop(self) -> None:
-        """Stop Triton (drain, then kill its group) and close the clients."""
+        """Stop Triton (drain, then kill its group) and close the clients; once."""
+        if self.state is TritonState.STOPPING:
+            return
         self.state = TritonState.STOPPING
         self._stopping.set()
         if self._task is not None:
@@ -138,6 +149,7 @@ class TritonSupervisor:
             )
             process = TritonProcess(command, self.installation.env)
             await process.spawn()
+            self._spawned.set()
             await self._replace_clients(http, grpc)
             if await self._wait_live(process):
                 return process
@@ -150,6 +162,9 @@ class TritonSupervisor:
         raise RuntimeError(f"tritonserver could not bind a loopback port after {BIND_ATTEMPTS} attempts")
 
     async def _replace_clients(self, http: int, grpc: int) -> None:
+        from smtriton.serve.streaming import StreamClient
+        from smtriton.serve.triton.client import TritonClient
+
         if self.client is not None:
             await self.client.close()
         self.client = TritonClient(f"http://127.0.0.1:{http}", self.settings.request_timeout_s)
@@ -175,6 +190,7 @@ class TritonSupervisor:
             try:
                 self.process = await self._spawn()
             except Exception as exc:  # a crash loop must end in a log line and a failing /ping
+                self._spawned.set()
                 self.state = TritonState.DOWN
                 log.error("tritonserver failed to start: %s; retrying in %.0f s", exc, backoff)
                 await asyncio.sleep(backoff)
