@@ -5,5 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash dev/setup.sh
 .venv/bin/smtriton build-repository model_repository/recipe.toml --output model_repository
+# Plain log lines for a person at a terminal; the container keeps JSON lines for CloudWatch.
+export SMTRITON_LOG_FORMAT=${SMTRITON_LOG_FORMAT:-text}
 exec .venv/bin/serve --model-repository model_repository \
   --default-model "${DEMO_MODEL:-text_encoder}" --port "${PORT:-8080}" "$@"

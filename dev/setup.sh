@@ -19,13 +19,18 @@ if [[ -f "$stamp" && "$(cat "$stamp")" == "$want" ]]; then
   exit 0
 fi
 
-echo "setting up $VENV with $($PYTHON --version)" >&2
+step() { echo "setup [$1/4] $2" >&2; }
+step 1 "creating $VENV with $($PYTHON --version 2>&1)"
 "$PYTHON" -m venv "$VENV"
 pip_args=(--quiet --disable-pip-version-check)
 [[ -d /opt/wheels ]] && pip_args+=(--find-links /opt/wheels)
+step 2 "upgrading pip"
 "$VENV/bin/python" -m pip install "${pip_args[@]}" --upgrade pip
 # Torch first, at the lock's version: pip takes the CPU build from /opt/wheels where it is there
 # (2.13.0+cpu sorts after 2.13.0); an unpinned `torch` would pull a multi-GB CUDA build.
+step 3 "installing PyTorch (CPU build, about 1 minute)"
 "$VENV/bin/python" -m pip install "${pip_args[@]}" -c requirements-dev.lock torch
+step 4 "installing smtriton with a local Triton, the conversion tools and the test tools (2-3 minutes)"
 "$VENV/bin/python" -m pip install "${pip_args[@]}" -c requirements-dev.lock -e ".[local,convert,test]"
 echo "$want" > "$stamp"
+echo "setup done: $VENV is ready" >&2

@@ -92,6 +92,13 @@ class ModelRecord:
     def describe(self) -> dict[str, str]:
         return {"modelName": self.model_name, "modelUrl": self.url}
 
+    def check_target(self, target_model: str | None) -> None:
+        """A request's X-Amzn-SageMaker-Target-Model, when sent, must name this model: as it was at load
+        time, or by its model_name when the load came without the header (one rule either way)."""
+        expected = self.target_model if self.target_model is not None else self.model_name
+        if target_model is not None and target_model != expected:
+            raise BadRequest("X-Amzn-SageMaker-Target-Model header does not match the model requested in the URL")
+
 
 @dataclass(frozen=True)
 class ArchiveLayout:
@@ -427,8 +434,7 @@ class ModelRegistry:
             record = self.records.get(name)
             if record is None:  # a concurrent unload finished first
                 raise ModelNotFound(name)
-            if target_model is not None and target_model != record.target_model:
-                raise BadRequest("X-Amzn-SageMaker-Target-Model header does not match the model requested in the URL")
+            record.check_target(target_model)
             self._unloading.add(name)
             try:
                 try:  # drain: invokes already running finish; new ones get 404 from here on
@@ -475,8 +481,7 @@ class ModelRegistry:
         record = self.records.get(name)
         if record is None or name in self._unloading:
             raise ModelNotFound(name)
-        if target_model is not None and target_model != record.target_model:
-            raise BadRequest("X-Amzn-SageMaker-Target-Model header does not match the model requested in the URL")
+        record.check_target(target_model)
         record.inflight += 1
         record.idle.clear()
         return record

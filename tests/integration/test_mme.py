@@ -122,6 +122,15 @@ def test_target_model_header_names_the_triton_model_and_binds_the_record(mme):
     assert _unload(mme, "hashB").status_code == 200  # no header needed (B4)
 
 
+def test_a_model_loaded_without_the_header_can_be_invoked_with_it_naming_the_model(mme):
+    """One rule for the header whether or not the load had it: when sent, it names the model."""
+    url = _archive(mme.root, "hashH", "root")
+    assert _load(mme, "hashH", url).status_code == 200
+    assert _invoke(mme, "hashH", **{"X-Amzn-SageMaker-Target-Model": "hashH"}).status_code == 200
+    assert _invoke(mme, "hashH", **{"X-Amzn-SageMaker-Target-Model": "other"}).status_code == 400
+    assert _unload(mme, "hashH", **{"X-Amzn-SageMaker-Target-Model": "hashH"}).status_code == 200
+
+
 def test_target_model_with_a_path_is_served_and_shown_as_sent(mme):
     url = _archive(mme.root, "hashP", "root")
     target = "team/resnet.tar.gz"

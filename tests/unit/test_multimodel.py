@@ -132,3 +132,16 @@ def test_the_memory_budget_counts_models_loaded_and_loading(monkeypatch, tmp_pat
     unbudgeted._check_memory("c", 1 << 39)
     with pytest.raises(InsufficientStorage, match="available"):
         unbudgeted._check_memory("c", 1 << 41)
+
+
+def test_the_target_model_header_names_a_model_by_one_rule_however_it_was_loaded():
+    with_header = multimodel.ModelRecord("abc", "/u", "model.tar.gz", "model.tar.gz", ["model.tar.gz"], "abc")
+    with_header.check_target(None)
+    with_header.check_target("model.tar.gz")
+    with pytest.raises(BadRequest, match="does not match"):
+        with_header.check_target("abc")
+    without_header = multimodel.ModelRecord("abc", "/u", None, "abc", ["abc"], "abc")
+    without_header.check_target(None)
+    without_header.check_target("abc")  # the model's own name, as the URL names it
+    with pytest.raises(BadRequest, match="does not match"):
+        without_header.check_target("other")

@@ -108,10 +108,27 @@ def _die_with_parent() -> None:  # pragma: no cover - runs in the child between 
     libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
+# What Triton reports on every host without a GPU: expected there, so logged as information, not as
+# the warning and error Triton calls them.
+_NO_GPU_NOTICES = (
+    "CudaDriverHelper has not been initialized",
+    "Unable to allocate pinned system memory, pinned memory pool will not be available",
+)
+
+
+def _log_level(line: str) -> int:
+    """The logging level of one Triton log line (its first letter: I, W, E or F, then the date)."""
+    if not line[1:2].isdigit():
+        return logging.INFO
+    level = _LEVELS.get(line[:1], logging.INFO)
+    if level > logging.INFO and any(notice in line for notice in _NO_GPU_NOTICES):
+        return logging.INFO
+    return level
+
+
 def _log_line(raw: bytes) -> str:
     line = raw.decode("utf-8", errors="replace").rstrip()
-    level = _LEVELS.get(line[:1], logging.INFO) if line[1:2].isdigit() else logging.INFO
-    triton_log.log(level, "%s", line)
+    triton_log.log(_log_level(line), "%s", line)
     return line
 
 

@@ -1,0 +1,64 @@
+"""What a newcomer meets first: the set-up script says what it is doing, and the package builds quietly
+into one import name."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+FAKE_PYTHON = """#!/usr/bin/env bash
+# Stands in for python3: `--version`, `-m venv DIR` (a venv whose python records what pip is asked).
+if [[ "$1" == "--version" ]]; then echo "Python 3.11.0"; exit 0; fi
+mkdir -p "$3/bin"
+printf '#!/usr/bin/env bash\\necho "$*" >> "%s"\\n' "$CALLS" > "$3/bin/python"
+chmod +x "$3/bin/python"
+"""
+
+
+def test_setup_announces_each_step_and_when_it_is_done(tmp_path):
+    fake = tmp_path / "python3"
+    fake.write_text(FAKE_PYTHON)
+    fake.chmod(0o755)
+    calls = tmp_path / "calls"
+    env = {**os.environ, "PYTHON": str(fake), "VENV": str(tmp_path / "venv"), "CALLS": str(calls)}
+    run = subprocess.run(["bash", "dev/setup.sh"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
+    steps = [line for line in run.stderr.splitlines() if line.startswith("setup [")]
+    assert [s.split("]")[0] for s in steps] == ["setup [1/4", "setup [2/4", "setup [3/4", "setup [4/4"]
+    assert "installing PyTorch" in steps[2]
+    assert run.stderr.rstrip().endswith(f"setup done: {tmp_path / 'venv'} is ready")
+    assert "-c requirements-dev.lock -e .[local,convert,test]" in calls.read_text()
+    again = subprocess.run(["bash", "dev/setup.sh"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+    assert (again.returncode, again.stderr) == (0, "")  # up to date: nothing to say, nothing done
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="needs git to copy the tracked tree")
+def test_the_wheel_holds_only_the_smtriton_namespace_and_builds_without_deprecation_banners(tmp_path):
+    source = tmp_path / "src"
+    tracked = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    for name in tracked.split():
+        if (ROOT / name).is_file():
+            (source / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / name, source / name)
+    pip = [sys.executable, "-m", "pip", "wheel", "-v", "--no-deps", "--disable-pip-version-check"]
+    build = subprocess.run(
+        [*pip, "-w", str(tmp_path), "."],
+        cwd=source,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert build.returncode == 0, build.stderr
+    assert "deprecated" not in (build.stdout + build.stderr).lower()  # setuptools' banners, with -v
+    (wheel,) = tmp_path.glob("smtriton-*.whl")
+    tops = {name.split("/")[0] for name in zipfile.ZipFile(wheel).namelist()}
+    assert tops == {"smtriton", f"{wheel.name.split('-')[0]}-{wheel.name.split('-')[1]}.dist-info"}
+    assert "smtriton-0.1.0.dist-info/licenses/LICENSE" in zipfile.ZipFile(wheel).namelist()
