@@ -142,6 +142,7 @@ async def _serve(settings: Settings, installation: TritonInstallation, default: 
         watch=watch if default is not None else None,
         on_exit=metrics.triton_restarts.inc,
         metrics_wanted=metrics.enabled,
+        load_models=(default,) if default is not None else (),
     )
     supervisor.start()
     await supervisor.wait_spawned()

@@ -12,12 +12,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from collections.abc import AsyncIterator
 from typing import Any
 
 from smtriton.serve import codec, guard, streaming, transcode
-from smtriton.serve.errors import BadRequest, NotReady, ServeError
+from smtriton.serve.errors import BadRequest, ModelLoadFailed, NotReady, ServeError
 from smtriton.serve.metrics import Metrics
 from smtriton.serve.multimodel import ModelRecord, ModelRegistry
 from smtriton.serve.settings import Settings
@@ -63,16 +62,22 @@ class DataPlane:
             self.model_ready = True
             return
         client = self.supervisor.running_client()
-        started = time.monotonic()
+        model = self.default_model
+        # Triton loaded the model as it started (the supervisor's load_models); ask how that went, and
+        # load it here only if Triton does not list it (then the load's own error says why).
+        state, reason = await client.model_state(model)
         try:
-            await client.load_model(self.default_model, self.settings.startup_timeout_s)
+            if state != "READY" and (state is None or not reason):
+                await client.load_model(model, self.settings.startup_timeout_s)
+            elif state != "READY":
+                raise ModelLoadFailed(reason)
         except ServeError as exc:
             self.model_failed = True
-            log.error("model %s failed to load; /ping stays 503: %s", self.default_model, exc.message)
+            log.error("model %s failed to load; /ping stays 503: %s", model, exc.message)
             return
-        self.decoupled = await client.is_decoupled(self.default_model)
+        self.decoupled = await client.is_decoupled(model)
         self.model_ready = True
-        log.info("model %s is ready (loaded in %.1f s)", self.default_model, time.monotonic() - started)
+        log.info("model %s is ready", model)
 
     async def watch_model_health(self) -> None:
         """Keep /ping true to Triton's view of the SME model (it may be unloaded or fail later)."""

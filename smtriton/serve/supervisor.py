@@ -13,7 +13,7 @@ import contextlib
 import enum
 import logging
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -52,7 +52,7 @@ class TritonSupervisor:
 
     ``on_live`` runs each time Triton has (re)started and answers as live, before :attr:`live` turns
     true; ``watch`` runs while that Triton lives and is cancelled when it exits; ``on_exit`` is called
-    when Triton died on its own (not on shutdown).
+    when Triton died on its own (not on shutdown). ``load_models`` are loaded by Triton as it starts.
     """
 
     def __init__(
@@ -66,6 +66,7 @@ class TritonSupervisor:
         watch: Hook | None = None,
         on_exit: Callable[[], None] | None = None,
         metrics_wanted: bool = False,
+        load_models: Sequence[str] = (),
     ) -> None:
         self.settings = settings
         self.installation = installation
@@ -75,6 +76,7 @@ class TritonSupervisor:
         self._watch = watch
         self._on_exit = on_exit
         self._metrics_wanted = metrics_wanted or settings.triton.allow_metrics
+        self._load_models = tuple(load_models)
         self.state = TritonState.STARTING
         self.client: TritonClient | None = None
         self.stream_client: StreamClient | None = None
@@ -146,6 +148,7 @@ class TritonSupervisor:
                 self.repository,
                 self._backend_dir,
                 Ports(http=http, grpc=grpc, metrics=metrics),
+                self._load_models,
             )
             process = TritonProcess(command, self.installation.env)
             await process.spawn()

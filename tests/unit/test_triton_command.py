@@ -34,6 +34,16 @@ def test_command_binds_loopback_only_with_explicit_model_control(tmp_path):
     assert not any(arg.startswith("--load-model") for arg in cmd)
 
 
+def test_the_sme_model_is_loaded_by_triton_as_it_starts(tmp_path):
+    """Triton loads it while the front still imports its modules; its outcome is read, not asked again."""
+    inst = _installation(tmp_path, ("python",), stub=False)
+    settings = Settings.from_env({"SAGEMAKER_TRITON_ADDITIONAL_ARGS": "--log-info=true"})
+    cmd = build_command(inst, settings, Path("/repo"), Path("/b"), Ports(http=1), ("encoder",))
+    assert [arg for arg in cmd if arg.startswith("--load-model")] == ["--load-model=encoder"]
+    assert "--model-control-mode=explicit" in cmd
+    assert cmd[-1] == "--log-info=true"  # the user's own arguments still come last
+
+
 def test_grpc_and_metrics_bind_loopback(tmp_path):
     inst = _installation(tmp_path, ("python",), stub=False)
     settings = Settings.from_env({"SAGEMAKER_TRITON_ALLOW_METRICS": "true"})

@@ -185,6 +185,14 @@ class TritonClient:
 
     async def model_states(self) -> dict[str, str]:
         """Triton model name → state (READY, LOADING, UNLOADING, UNAVAILABLE) from the repository index."""
+        return {name: state for name, (state, _) in (await self._repository_index()).items()}
+
+    async def model_state(self, model: str) -> tuple[str | None, str]:
+        """The model's state in the repository index and Triton's reason for it (None: not listed)."""
+        state, reason = (await self._repository_index()).get(model, (None, ""))
+        return state, reason
+
+    async def _repository_index(self) -> dict[str, tuple[str, str]]:
         url = f"{self.base_url}/v2/repository/index"
         try:
             async with self._session.post(url, data=b"{}", timeout=self._probe_timeout) as resp:
@@ -193,10 +201,10 @@ class TritonClient:
                     raise InternalError(f"repository index failed: {error_text(body)}")
         except (asyncio.TimeoutError, aiohttp.ClientError):
             raise TritonUnavailable("Triton is not reachable") from None
-        states: dict[str, str] = {}
+        index: dict[str, tuple[str, str]] = {}
         for entry in orjson.loads(body):
-            states[entry["name"]] = entry.get("state", "UNAVAILABLE")
-        return states
+            index[entry["name"]] = (str(entry.get("state", "UNAVAILABLE")), str(entry.get("reason", "")))
+        return index
 
 
 def error_text(body: bytes) -> str:

@@ -14,6 +14,7 @@ import logging
 import os
 import signal
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -41,8 +42,12 @@ def build_command(
     model_repository: Path,
     backend_dir: Path,
     ports: Ports,
+    load_models: Sequence[str] = (),
 ) -> list[str]:
-    """The tritonserver argv: loopback only, explicit model control, SageMaker variables mapped."""
+    """The tritonserver argv: loopback only, explicit model control, SageMaker variables mapped.
+
+    ``load_models`` are loaded by Triton itself as it starts, before it answers as live: the SME model
+    loads while the front is still importing its own modules."""
     opts = settings.triton
     cmd = [
         str(installation.binary),
@@ -90,6 +95,7 @@ def build_command(
         cmd.append(f"--backend-config=tensorflow,version={opts.tensorflow_version}")
     if opts.model_load_gpu_limit is not None:
         cmd += [f"--model-load-gpu-limit={gpu}:{opts.model_load_gpu_limit}" for gpu in _gpu_indices()]
+    cmd += [f"--load-model={model}" for model in load_models]
     cmd += list(opts.additional_args)
     return cmd
 
