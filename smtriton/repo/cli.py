@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich import box
@@ -11,7 +11,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from smtriton.repo.validate import Problem
+if TYPE_CHECKING:  # the validator (protobuf, tritonclient) loads only when a command runs
+    from smtriton.repo.validate import Problem
 
 console = Console(stderr=True, soft_wrap=True)  # one message, one line (logs, grep)
 package_app = typer.Typer(
@@ -38,7 +39,7 @@ def _runtime(tensorrt_version: str | None, gpu_name: str | None, compute_capabil
     return RuntimeInfo(tensorrt_version, gpu_name, compute_capability) if all(given) else None  # type: ignore[arg-type]
 
 
-def _report(repo: Path, problems: list[Problem], quiet_ok: bool = False) -> int:
+def _report(repo: Path, problems: list[Problem], quiet_ok: bool = False, checked: int | None = None) -> int:
     """Print one line per problem (stdout) and a summary (stderr); the number of errors."""
     for problem in problems:
         typer.echo(problem.line(repo))
@@ -48,7 +49,8 @@ def _report(repo: Path, problems: list[Problem], quiet_ok: bool = False) -> int:
         console.print(f"[bold red]{n_errors} error(s)[/], {n_warnings} warning(s) in {escape(str(repo))}")
     elif not quiet_ok:
         warned = f", {n_warnings} warning(s)" if n_warnings else ""
-        console.print(f"[green]✓[/] {escape(str(repo))}: no errors{warned}")
+        models = "" if checked is None else f"{checked} model{'s' if checked != 1 else ''} checked, "
+        console.print(f"[green]✓[/] {escape(str(repo))}: {models}no errors{warned}")
     return n_errors
 
 
@@ -71,10 +73,12 @@ def validate_command(
     dims), max_batch_size agrees with the batch dimension, ensemble steps reference existing models
     and tensors, TensorRT sidecars match their plans. Exits 1 on any error.
     """
-    from smtriton.repo.validate import validate_repository
+    from smtriton.repo.validate import model_directories, validate_repository
 
     runtime = _runtime(tensorrt_version, gpu_name, compute_capability, detect_runtime)
-    if _report(repo, validate_repository(repo, mme=mme, runtime=runtime)):
+    problems = validate_repository(repo, mme=mme, runtime=runtime)
+    checked = len(model_directories(repo)) if repo.is_dir() else None
+    if _report(repo, problems, checked=checked):
         raise typer.Exit(1)
 
 
@@ -106,10 +110,14 @@ def _show(archives, uris: list[str] | None) -> None:
         console.print(f"uploaded {uri}", highlight=False)
 
 
-ModelsOpt = Annotated[list[str] | None, typer.Option("--model", "-m", help="Package only this model (repeatable).")]
+ModelsOpt = Annotated[
+    list[str] | None, typer.Option("--model", "-m", metavar="NAME", help="Package only this model (repeatable).")
+]
 RenameOpt = Annotated[
     list[str] | None,
-    typer.Option(help="OLD=NEW: rename a model in the archive (its directory, its config's name, ensemble steps)."),
+    typer.Option(
+        metavar="OLD=NEW", help="Rename a model in the archive (its directory, its config's name, ensemble steps)."
+    ),
 ]
 S3Opt = Annotated[str | None, typer.Option("--s3", help="Upload to s3://bucket/prefix/ (boto3 credentials).")]
 ValidateOpt = Annotated[bool, typer.Option(help="Validate the packaged models first (default on).")]
