@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 from rich.console import Console
@@ -31,7 +31,9 @@ BaseOpt = Annotated[
 PlatformOpt = Annotated[str, typer.Option(help="Target platform ('' for the builder's own)")]
 BuildArgOpt = Annotated[
     Optional[list[str]],  # noqa: UP045
-    typer.Option("--build-arg", help="KEY=VALUE passed to docker build (repeatable), e.g. TORCH_VERSION=2.13.0"),
+    typer.Option(
+        "--build-arg", metavar="KEY=VALUE", help="Passed to docker build (repeatable), e.g. TORCH_VERSION=2.13.0"
+    ),
 ]
 RegionOpt = Annotated[
     Optional[str],  # noqa: UP045
@@ -60,6 +62,32 @@ def _pairs(values: list[str] | None, what: str) -> dict[str, str]:
             raise typer.BadParameter(f"{what} {value!r} is not KEY=VALUE")
         pairs[key] = rest
     return pairs
+
+
+def parse_input(text: str, default_dtype: str) -> tuple[str, Any]:
+    """``NAME=FILE.npy`` or ``NAME=JSON[:DTYPE]`` -> (name, numpy array); DTYPE is a Triton (INT64) or
+    numpy (int64) name and defaults to ``default_dtype``, so each input of a model can have its own."""
+    import numpy as np
+
+    from smtriton import dtypes
+
+    name, sep, value = text.partition("=")
+    if not sep or not name:
+        raise typer.BadParameter(f"{text!r}: write NAME=FILE.npy or NAME=JSON[:DTYPE], e.g. ids=[[1,2]]:INT64")
+    if value.endswith(".npy"):
+        return name, np.load(value, allow_pickle=False)
+    dtype = default_dtype
+    head, colon, tail = value.rpartition(":")
+    if colon and tail and not tail.endswith(("]", "}", '"')):
+        value, dtype = head, tail
+    try:
+        numpy_type = dtypes.numpy_dtype(dtype.upper()) if dtype.upper() in dtypes.TRITON_DTYPES else np.dtype(dtype)
+    except (TypeError, ValueError):
+        raise typer.BadParameter(f"{text!r}: {dtype!r} is not a dtype (e.g. INT64, FP32, int64, float32)") from None
+    try:
+        return name, np.asarray(json.loads(value), dtype=numpy_type)
+    except ValueError as exc:
+        raise typer.BadParameter(f"{text!r}: the value is not a JSON list of numbers ({exc})") from None
 
 
 def _session(region: str | None, profile: str | None):
@@ -158,7 +186,9 @@ def deploy_command(
     instance_count: Annotated[int, typer.Option(help="Initial instance count")] = 1,
     env: Annotated[
         Optional[list[str]],  # noqa: UP045
-        typer.Option("--env", help="Container variable KEY=VALUE (repeatable), e.g. SAGEMAKER_TRITON_LOG_INFO=false"),
+        typer.Option(
+            "--env", metavar="KEY=VALUE", help="Container variable (repeatable), e.g. SAGEMAKER_TRITON_LOG_INFO=false"
+        ),
     ] = None,
     default_model: Annotated[
         Optional[str],  # noqa: UP045
@@ -190,7 +220,7 @@ def deploy_command(
     ] = None,
     tag: Annotated[
         Optional[list[str]],  # noqa: UP045
-        typer.Option("--tag", help="Extra resource tag KEY=VALUE (repeatable)"),
+        typer.Option("--tag", metavar="KEY=VALUE", help="Extra resource tag (repeatable)"),
     ] = None,
     keep_failed: Annotated[bool, typer.Option(help="Keep a failed new endpoint for inspection")] = False,
     poll: Annotated[float, typer.Option(help="Seconds between status checks")] = 30.0,
@@ -265,16 +295,21 @@ def invoke_command(
     endpoint_name: Annotated[str, typer.Argument(help="Endpoint name")],
     input: Annotated[
         Optional[list[str]],  # noqa: UP045
-        typer.Option("--input", "-i", help="NAME=FILE.npy, or NAME=JSON (a list; dtype from --dtype) (repeatable)"),
+        typer.Option(
+            "--input",
+            "-i",
+            metavar="NAME=FILE.npy|NAME=JSON[:DTYPE]",
+            help="An input (repeatable): a .npy file, or a JSON list with its own dtype, e.g. ids=[[1,2]]:INT64",
+        ),
     ] = None,
-    dtype: Annotated[str, typer.Option(help="numpy dtype for inputs given as JSON lists")] = "float32",
+    dtype: Annotated[str, typer.Option(help="dtype of JSON inputs that name none (Triton or numpy name)")] = "float32",
     request: Annotated[
         Optional[Path],  # noqa: UP045
         typer.Option(help="A complete KServe v2 JSON request file, sent as is (instead of --input)"),
     ] = None,
     output: Annotated[
         Optional[list[str]],  # noqa: UP045
-        typer.Option("--output", "-o", help="Output to return (repeatable) [default: all]"),
+        typer.Option("--output", "-o", metavar="NAME", help="Output to return (repeatable) [default: all]"),
     ] = None,
     binary: Annotated[bool, typer.Option("--binary/--json", help="binary+json (default) or JSON tensors")] = True,
     target_model: Annotated[
@@ -298,12 +333,7 @@ def invoke_command(
     if request is not None:
         body, content_type = request.read_bytes(), JSON
     else:
-        arrays = {}
-        for name, value in _pairs(input, "--input").items():
-            if value.endswith(".npy"):
-                arrays[name] = np.load(value, allow_pickle=False)
-            else:
-                arrays[name] = np.asarray(json.loads(value), dtype=dtype)
+        arrays = dict(parse_input(text, dtype) for text in input or ())
         body, content_type = encode_request(arrays, binary=binary, outputs=output)
     session = _session(region, profile)
     client = session.client("sagemaker-runtime")
