@@ -22,7 +22,7 @@ from typer._click.exceptions import ClickException, UsageError
 from typer.core import TyperCommand, TyperGroup, TyperOption
 
 from smtriton.aws import cli as aws_cli
-from smtriton.convert.cli import config_command, convert_app
+from smtriton.convert.cli import config_command, convert_app, validate_written
 from smtriton.convert.recipe import DEFAULT_RECIPE, RecipeError
 from smtriton.errors import ToolError
 from smtriton.repo.cli import package_app, validate_command
@@ -250,6 +250,7 @@ def build_repository_command(
             console.print(f"[bold red]{r.name} failed:[/] {escape(r.error)}", soft_wrap=True, highlight=False)
     if not report.ok:
         raise typer.Exit(1)
+    validate_written(report.output, [r.name for r in report.results])
     if report.up_to_date:
         console.print(f"All {len(report.results)} models up to date ({report.seconds:.2f} s), nothing to build.")
     else:

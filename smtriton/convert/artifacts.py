@@ -184,7 +184,8 @@ def plan_signature(path: Path) -> Signature | None:
         raise SignatureError(str(exc)) from None
     if sidecar is None:
         return None
-    return Signature.from_dict({"inputs": sidecar.inputs, "outputs": sidecar.outputs}, "TensorRT sidecar")
+    data = {"inputs": sidecar.inputs, "outputs": sidecar.outputs, "max_batch_size": sidecar.max_batch_size}
+    return Signature.from_dict(data, "TensorRT sidecar")
 
 
 def artifact_signature(path: Path) -> Signature | None:

@@ -37,17 +37,17 @@ def fail(message: str, code: int = 2) -> ToolError:
     return ToolUsageError(message) if code == 2 else ToolError(message)
 
 
-def validate_written(repo: Path, name: str) -> None:
-    """Run the repository validator on the model just written, so ✓ is never printed for a config
+def validate_written(repo: Path, names: Sequence[str]) -> None:
+    """Run the repository validator on the models just written, so ✓ is never printed for a config
     Triton would refuse."""
     from smtriton.repo.validate import errors, validate_repository
 
-    problems = validate_repository(repo, models=[name])
+    problems = validate_repository(repo, models=names)
     for problem in problems:
         console.print(problem.line(repo), highlight=False, markup=False)
     found = errors(problems)
     if found:
-        raise ToolError(f"{repo / name}: written, but Triton would refuse it: {found[0].message}")
+        raise ToolError(f"written, but Triton would refuse {found[0].path}: {found[0].message}")
 
 
 # --- model source: a recipe entry or command-line options -------------------------------------------
@@ -216,7 +216,7 @@ def _run_conversion(spec: ModelSpec, output: Path, version: int, with_config: bo
             raise fail(f"model {spec.name!r}: {exc}", 1) from None
     artifact = next(p for p in (result.path / str(version)).iterdir() if p.name.startswith("model."))
     if with_config:
-        validate_written(output, spec.name)
+        validate_written(output, [spec.name])
     p = result.parity
     console.print(f"[green]✓[/] {artifact} ({result.seconds:.1f} s)", highlight=False)
     if p is not None:
@@ -430,7 +430,14 @@ def convert_tensorrt(
     from smtriton.convert.artifacts import SignatureError, find_artifact, onnx_signature
     from smtriton.convert.config import ConfigOptions, signature_config
     from smtriton.convert.recipe import DynamicBatching, InstanceGroup, load_recipe
-    from smtriton.convert.trt_plan import ProfileError, parse_profile, profile_from_axes, read_sidecar, sidecar_path
+    from smtriton.convert.trt_plan import (
+        ProfileError,
+        parse_profile,
+        profile_from_axes,
+        read_sidecar,
+        sidecar_path,
+        write_sidecar,
+    )
 
     try:
         onnx_path = source if source.is_file() else find_artifact(source)
@@ -480,6 +487,8 @@ def convert_tensorrt(
                    TimeElapsedColumn())  # fmt: skip
         with Progress(*columns, console=console, transient=True) as bar:
             sidecar = trt_build.build_plan(onnx_path, plan, options, monitor=_RichMonitor(bar))
+        sidecar.max_batch_size = mbs  # recorded beside the plan, so `smtriton config` batches it the same way
+        write_sidecar(plan, sidecar)
         console.print(
             f"[green]✓[/] {plan} (TensorRT {sidecar.tensorrt_version}, {sidecar.gpu_name}, "
             f"compute capability {sidecar.compute_capability}, {sidecar.precision}); sidecar {sidecar_path(plan)}",
@@ -505,7 +514,7 @@ def convert_tensorrt(
             )
             plan_config = signature_config(model_name, ("platform", "tensorrt_plan"), signature, options_cfg)
             path = model_config.write(plan_config, output / model_name)
-            validate_written(output, model_name)
+            validate_written(output, [model_name])
             console.print(f"  config: {path}", highlight=False)
     except (trt_build.TensorRTError, ProfileError, SignatureError, RecipeError, ValueError) as exc:
         raise fail(str(exc), 1) from None
@@ -659,7 +668,7 @@ def config_command(
     if (model_dir / CONFIG_FILE).exists() and not force:
         raise fail(f"{model_dir / CONFIG_FILE} exists; --force overwrites it, --stdout prints instead")
     path = model_config.write(config, model_dir)
-    validate_written(model_dir.parent, model_dir.name)
+    validate_written(model_dir.parent, [model_dir.name])
     console.print(f"[green]✓[/] {path} (from the {signature.source}, max_batch_size {mbs})", highlight=False)
     if mbs == 0 and all(t.shape and t.is_dynamic(0) for t in (*signature.inputs, *signature.outputs)):
         console.print("  every tensor starts with a dynamic axis: --max-batch-size N lets Triton batch them")

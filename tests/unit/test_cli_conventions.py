@@ -167,6 +167,24 @@ def test_serve_usage_error_is_one_line(capsys, monkeypatch):
     assert "--port" in line
 
 
+# --- issue 15.1: nothing reports success for a config Triton would refuse ---------------------------------
+
+
+def test_config_validates_what_it_wrote_before_reporting_success(onnx_model):
+    """A description that disagrees with the artifact is written (the user asked for it) but is no ✓."""
+    result = smtriton("config", onnx_model, "--input", "x:FP32:-1,5", "--output-tensor", "y:FP32:-1,2")
+    assert result.exit_code == 1, result.output
+    assert "✓" not in result.output
+    assert (
+        result.stderr.strip()
+        .splitlines()[-1]
+        .startswith(
+            f"error: written, but Triton would refuse {onnx_model / 'config.pbtxt'}: input 'x': config dims [-1, 5] differ"
+        )
+    )
+    assert smtriton("config", onnx_model, "--force").exit_code == 0  # from the artifact's signature: valid
+
+
 # --- issue 15.6: the validator's edge cases -----------------------------------------------------------
 
 
