@@ -183,6 +183,7 @@ def build_repository_command(
     recipe: Annotated[
         Path,
         typer.Argument(
+            metavar="RECIPE",
             help="Recipe listing the models (format documented at the top of the demo recipe).",
             show_default="the demo recipe, model_repository/recipe.toml of a source checkout",
         ),

@@ -171,7 +171,9 @@ def push_image_command(
 
 
 def deploy_command(
-    endpoint_name: Annotated[str, typer.Argument(help="Endpoint name (created, or updated in place)")],
+    endpoint_name: Annotated[
+        str, typer.Argument(metavar="ENDPOINT", help="Endpoint name (created, or updated in place)")
+    ],
     image: Annotated[str, typer.Option(help="Image URI in ECR (smtriton push-image prints it)")],
     role: Annotated[str, typer.Option(help="SageMaker execution role ARN (reads the model data and the image)")],
     model_data: Annotated[
@@ -269,7 +271,7 @@ def deploy_command(
 
 
 def delete_endpoint_command(
-    endpoint_name: Annotated[str, typer.Argument(help="Endpoint to delete")],
+    endpoint_name: Annotated[str, typer.Argument(metavar="ENDPOINT", help="Endpoint to delete")],
     force: Annotated[
         bool, typer.Option("--force", help="Also delete resources smtriton did not create (no smtriton tag)")
     ] = False,
@@ -292,7 +294,7 @@ def delete_endpoint_command(
 
 
 def invoke_command(
-    endpoint_name: Annotated[str, typer.Argument(help="Endpoint name")],
+    endpoint_name: Annotated[str, typer.Argument(metavar="ENDPOINT", help="Endpoint name")],
     input: Annotated[
         Optional[list[str]],  # noqa: UP045
         typer.Option(

@@ -143,7 +143,9 @@ def model_spec(
 RecipeArg = Annotated[
     Path,
     typer.Argument(
-        help="Recipe naming the model (format: top of model_repository/recipe.toml).", show_default=DEMO_RECIPE_SHOWN
+        metavar="RECIPE",
+        help="Recipe naming the model (format: top of model_repository/recipe.toml).",
+        show_default=DEMO_RECIPE_SHOWN,
     ),
 ]
 ModelOpt = Annotated[str | None, typer.Option("--model", "-m", metavar="NAME", help="Recipe entry to convert.")]
@@ -370,7 +372,9 @@ def _calibration_batches(path: Path) -> Callable[[], Iterator[dict[str, Any]]]:
 
 @convert_app.command("tensorrt")
 def convert_tensorrt(
-    source: Annotated[Path, typer.Argument(help="model.onnx, or a model directory holding one (highest version).")],
+    source: Annotated[
+        Path, typer.Argument(metavar="SOURCE", help="model.onnx, or a model directory holding one (highest version).")
+    ],
     output: OutputOpt = Path("model_repository"),
     name: Annotated[str | None, typer.Option(help="Model name (default: the source model's, with _trt).")] = None,
     version: VersionOpt = 1,
@@ -543,7 +547,9 @@ class InstanceKind(str, Enum):
 
 
 def config_command(
-    model_dir: Annotated[Path, typer.Argument(help="Model directory: <repo>/<name> with <version>/model.*.")],
+    model_dir: Annotated[
+        Path, typer.Argument(metavar="MODEL_DIR", help="Model directory: <repo>/<name> with <version>/model.*.")
+    ],
     name: Annotated[str | None, typer.Option(help="Model name (default: the directory's).")] = None,
     version: Annotated[str | None, typer.Option(help="Version whose artifact to read (default: highest).")] = None,
     max_batch_size: Annotated[

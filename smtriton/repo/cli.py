@@ -55,7 +55,7 @@ def _report(repo: Path, problems: list[Problem], quiet_ok: bool = False, checked
 
 
 def validate_command(
-    repo: Annotated[Path, typer.Argument(help="Model repository (one directory per model).")],
+    repo: Annotated[Path, typer.Argument(metavar="REPO", help="Model repository (one directory per model).")],
     mme: Annotated[bool, typer.Option("--mme", help="Multi-model endpoint rules: model names unique.")] = False,
     tensorrt_version: Annotated[
         str | None, typer.Option(help="Check TensorRT plans against this runtime TensorRT version.")
@@ -125,7 +125,7 @@ ValidateOpt = Annotated[bool, typer.Option(help="Validate the packaged models fi
 
 @package_app.command("sme")
 def package_sme_command(
-    repo: Annotated[Path, typer.Argument(help="Model repository.")],
+    repo: Annotated[Path, typer.Argument(metavar="REPO", help="Model repository.")],
     output: Annotated[Path, typer.Option("--output", "-o", help="Archive to write.")] = Path("model.tar.gz"),
     model: ModelsOpt = None,
     rename: RenameOpt = None,
@@ -153,7 +153,7 @@ def package_sme_command(
 
 @package_app.command("mme")
 def package_mme_command(
-    repo: Annotated[Path, typer.Argument(help="Model repository.")],
+    repo: Annotated[Path, typer.Argument(metavar="REPO", help="Model repository.")],
     output: Annotated[Path, typer.Option("--output", "-o", help="Directory for <model>.tar.gz files.")] = Path("."),
     model: ModelsOpt = None,
     rename: RenameOpt = None,

@@ -175,13 +175,9 @@ def test_config_validates_what_it_wrote_before_reporting_success(onnx_model):
     result = smtriton("config", onnx_model, "--input", "x:FP32:-1,5", "--output-tensor", "y:FP32:-1,2")
     assert result.exit_code == 1, result.output
     assert "✓" not in result.output
-    assert (
-        result.stderr.strip()
-        .splitlines()[-1]
-        .startswith(
-            f"error: written, but Triton would refuse {onnx_model / 'config.pbtxt'}: input 'x': config dims [-1, 5] differ"
-        )
-    )
+    last = result.stderr.strip().splitlines()[-1]
+    config = onnx_model / "config.pbtxt"
+    assert last.startswith(f"error: written, but Triton would refuse {config}: input 'x': config dims [-1, 5] differ")
     assert smtriton("config", onnx_model, "--force").exit_code == 0  # from the artifact's signature: valid
 
 
