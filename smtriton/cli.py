@@ -18,7 +18,7 @@ from rich.markup import escape
 from rich.progress import Progress, SpinnerColumn, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from typer._click.core import Command, Context, HelpFormatter  # typer carries its own copy of click
-from typer._click.exceptions import ClickException, UsageError
+from typer._click.exceptions import ClickException, NoArgsIsHelpError, UsageError
 from typer.core import TyperCommand, TyperGroup, TyperOption
 
 from smtriton.aws import cli as aws_cli
@@ -138,6 +138,8 @@ class ToolGroup(TyperGroup):
             return super().main(args, prog_name, standalone_mode=False, **extra)
         try:
             result = super().main(args, prog_name, standalone_mode=False, **extra)
+        except NoArgsIsHelpError:  # the help is already printed; no command is a usage error all the same
+            sys.exit(2)
         except ClickException as exc:
             error_line(_usage_message(exc))
             sys.exit(exc.exit_code)

@@ -73,6 +73,14 @@ def test_serve_help_shows_defaults_and_the_environment_it_reads(option):
     assert all(name in text for name in schema_variables), sorted(n for n in schema_variables if n not in text)
 
 
+@pytest.mark.parametrize("path", [(), ("convert",), ("package",)])
+def test_a_group_without_a_command_prints_its_help(path):
+    result = smtriton(*path)
+    assert result.exit_code == 2
+    assert "Usage" in result.stdout
+    assert "error" not in result.stderr
+
+
 def test_both_programs_print_their_version():
     version = cli.distribution_version()
     assert smtriton("--version").output.strip() == f"smtriton {version}"
