@@ -15,7 +15,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from smtriton.aws.docker_image import LABEL_BASE, TARGETS, BuildSpec, DockerError, SubprocessRunner
+from smtriton.aws.docker_image import LABEL_BASE, TARGETS, BuildSpec, SubprocessRunner
+from smtriton.errors import ToolError
 
 console = Console(stderr=True)
 
@@ -49,9 +50,9 @@ def _say(message: str) -> None:
     console.print(escape(message), highlight=False, soft_wrap=True)
 
 
-def _fail(message: str, code: int = 1) -> typer.Exit:
-    console.print(f"[red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
-    return typer.Exit(code)
+def _fail(message: str) -> ToolError:
+    """A failure to raise; `smtriton` prints it as one line and exits 1."""
+    return ToolError(message)
 
 
 def _pairs(values: list[str] | None, what: str) -> dict[str, str]:
@@ -126,10 +127,7 @@ def build_image_command(
     if dry_run:
         print(" ".join(build_argv(spec)))
         return
-    try:
-        build_image(spec, SubprocessRunner())
-    except DockerError as exc:
-        raise _fail(str(exc)) from None
+    build_image(spec, SubprocessRunner())
     print(tag)
 
 
@@ -155,18 +153,15 @@ def push_image_command(
 
     session = _session(region, profile)
     build = None if no_build else _build_spec(f"smtriton:{tag}", target, base_image, platform, build_arg)
-    try:
-        result = push_image(
-            session,
-            repository,
-            tag,
-            SubprocessRunner(),
-            build=build,
-            local_image=local_image or f"smtriton:{tag}",
-            progress=_say,
-        )
-    except DockerError as exc:
-        raise _fail(str(exc)) from None
+    result = push_image(
+        session,
+        repository,
+        tag,
+        SubprocessRunner(),
+        build=build,
+        local_image=local_image or f"smtriton:{tag}",
+        progress=_say,
+    )
     print(result.image_uri)
 
 
@@ -235,7 +230,7 @@ def deploy_command(
     Waits until the endpoint is InService, printing its status. Everything created is tagged
     smtriton:endpoint=<name> so `smtriton delete-endpoint` removes it all.
     """
-    from smtriton.aws.deploy import AsyncInference, AutoScaling, Aws, DeployError, EndpointSpec, Serverless, deploy
+    from smtriton.aws.deploy import AsyncInference, AutoScaling, Aws, EndpointSpec, Serverless, deploy
     from smtriton.aws.docker_image import image_labels
 
     labels = image_labels(SubprocessRunner(), image) or {}
@@ -259,12 +254,9 @@ def deploy_command(
         base_image=labels.get(LABEL_BASE),
     )
     session = _session(region, profile)
-    try:
-        result = deploy(
-            Aws.from_session(session), spec, progress=_say, poll_s=poll, timeout_s=timeout, keep_failed=keep_failed
-        )
-    except DeployError as exc:
-        raise _fail(str(exc)) from None
+    result = deploy(
+        Aws.from_session(session), spec, progress=_say, poll_s=poll, timeout_s=timeout, keep_failed=keep_failed
+    )
     verb = "updated" if result.updated else "created"
     console.print(f"[green]✓[/] endpoint [bold]{escape(result.endpoint_name)}[/] {verb}: {escape(result.endpoint_arn)}")
     print(result.endpoint_name)
@@ -280,13 +272,10 @@ def delete_endpoint_command(
     profile: ProfileOpt = None,
 ) -> None:
     """Delete an endpoint and everything smtriton created for it: auto-scaling, configurations, models."""
-    from smtriton.aws.deploy import Aws, DeployError, delete_endpoint
+    from smtriton.aws.deploy import Aws, delete_endpoint
 
     session = _session(region, profile)
-    try:
-        removed = delete_endpoint(Aws.from_session(session), endpoint_name, force=force, progress=_say, poll_s=poll)
-    except DeployError as exc:
-        raise _fail(str(exc)) from None
+    removed = delete_endpoint(Aws.from_session(session), endpoint_name, force=force, progress=_say, poll_s=poll)
     if not removed:
         console.print(f"nothing to delete for {escape(endpoint_name)}")
     for item in removed:

@@ -11,6 +11,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from smtriton.errors import ToolError, ToolUsageError
+
 if TYPE_CHECKING:  # the validator (protobuf, tritonclient) loads only when a command runs
     from smtriton.repo.validate import Problem
 
@@ -25,17 +27,12 @@ def _runtime(tensorrt_version: str | None, gpu_name: str | None, compute_capabil
     from smtriton.convert.trt_plan import RuntimeInfo
 
     if detect:
-        from smtriton.convert.trt_build import TensorRTError, runtime_info
+        from smtriton.convert.trt_build import runtime_info
 
-        try:
-            return runtime_info()
-        except TensorRTError as exc:
-            console.print(f"[red]error:[/] {escape(str(exc))}", highlight=False)
-            raise typer.Exit(2) from None
+        return runtime_info()  # a TensorRTError says where to run it instead
     given = [tensorrt_version, gpu_name, compute_capability]
     if any(given) and not all(given):
-        console.print("[red]error:[/] --tensorrt-version, --gpu-name and --compute-capability go together")
-        raise typer.Exit(2)
+        raise ToolUsageError("--tensorrt-version, --gpu-name and --compute-capability go together")
     return RuntimeInfo(tensorrt_version, gpu_name, compute_capability) if all(given) else None  # type: ignore[arg-type]
 
 
@@ -95,8 +92,7 @@ def _validate_before(repo: Path, names: list[str], mme: bool) -> None:
         if not first or first[0] in names:
             problems.append(p)
     if _report(repo, problems, quiet_ok=True):
-        console.print("not packaged; fix the errors, or pass --no-validate")
-        raise typer.Exit(1)
+        raise ToolError("not packaged; fix the errors above, or pass --no-validate")
 
 
 def _show(archives, uris: list[str] | None) -> None:
@@ -137,17 +133,13 @@ def package_sme_command(
     Deterministic: the same repository gives the same bytes (sorted entries, fixed times and owners,
     no gzip name or time); <archive>.sha256 is written beside it.
     """
-    from smtriton.repo.package import PackageError, model_dirs, package_sme, parse_renames, upload
+    from smtriton.repo.package import model_dirs, package_sme, parse_renames, upload
 
-    try:
-        names = list(model) if model else model_dirs(repo)
-        if validate:
-            _validate_before(repo, names, mme=False)
-        archive = package_sme(repo, output, models=model, renames=parse_renames(rename or ()))
-        uris = upload([archive], s3) if s3 else None
-    except PackageError as exc:
-        console.print(f"[red]error:[/] {escape(str(exc))}", highlight=False)
-        raise typer.Exit(2) from None
+    names = list(model) if model else model_dirs(repo)
+    if validate:
+        _validate_before(repo, names, mme=False)
+    archive = package_sme(repo, output, models=model, renames=parse_renames(rename or ()))
+    uris = upload([archive], s3) if s3 else None
     _show([archive], uris)
 
 
@@ -164,15 +156,11 @@ def package_mme_command(
 
     An ensemble's archive also holds the models its steps use. Deterministic, with a .sha256 each.
     """
-    from smtriton.repo.package import PackageError, model_dirs, package_mme, parse_renames, upload
+    from smtriton.repo.package import model_dirs, package_mme, parse_renames, upload
 
-    try:
-        names = list(model) if model else model_dirs(repo)
-        if validate:
-            _validate_before(repo, names, mme=True)
-        archives = package_mme(repo, output, models=model, renames=parse_renames(rename or ()))
-        uris = upload(archives, s3) if s3 else None
-    except PackageError as exc:
-        console.print(f"[red]error:[/] {escape(str(exc))}", highlight=False)
-        raise typer.Exit(2) from None
+    names = list(model) if model else model_dirs(repo)
+    if validate:
+        _validate_before(repo, names, mme=True)
+    archives = package_mme(repo, output, models=model, renames=parse_renames(rename or ()))
+    uris = upload(archives, s3) if s3 else None
     _show(archives, uris)
