@@ -1,9 +1,15 @@
-"""``smtriton``: build-time tools (model repositories today; conversion, packaging and deploy grow here)."""
+"""``smtriton``: build-time tools, in workflow order: convert, config, validate, package, deploy, invoke."""
 
 from __future__ import annotations
 
+import ast
+import importlib
+import importlib.util
+import sys
+from collections.abc import Callable, Sequence
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich import box
@@ -11,39 +17,185 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import Progress, SpinnerColumn, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from typer._click.core import Command, Context, HelpFormatter  # typer carries its own copy of click
+from typer._click.exceptions import ClickException, NoArgsIsHelpError, UsageError
+from typer.core import TyperCommand, TyperGroup, TyperOption
 
 from smtriton.aws import cli as aws_cli
-from smtriton.convert.cli import config_command, convert_app
+from smtriton.convert.cli import config_command, convert_app, validate_written
 from smtriton.convert.recipe import DEFAULT_RECIPE, RecipeError
 from smtriton.errors import ToolError
-from smtriton.local.cli import local_endpoint
 from smtriton.repo.cli import package_app, validate_command
 
+console = Console(stderr=True)
+HELP_OPTIONS = {"help_option_names": ["-h", "--help"]}
+
+# Commands whose modules are heavy to import (a web framework): loaded when run, listed from their docstring.
+LAZY_COMMANDS = {"local-endpoint": "smtriton.local.cli:local_endpoint"}
+# `smtriton --help` lists the commands in the order a model goes through them.
+WORKFLOW = (
+    "convert", "build-repository", "config", "validate", "package", "build-image", "push-image", "deploy", "invoke",
+    "delete-endpoint", "local-endpoint",
+)  # fmt: skip
+
+
+def distribution_version() -> str:
+    """The installed distribution's version (what `--version` prints)."""
+    try:
+        return version("smtriton")
+    except PackageNotFoundError:
+        return "unknown (not installed)"
+
+
+def error_line(message: str) -> None:
+    """A command's failure as the one line every tool prints: ``error: ...`` on stderr."""
+    console.print(f"[red]error:[/] {escape(message)}", soft_wrap=True, highlight=False)
+
+
+def _usage_message(exc: ClickException) -> str:
+    message = exc.format_message()
+    ctx = getattr(exc, "ctx", None)
+    if isinstance(exc, UsageError) and ctx is not None:
+        message += f" (see {ctx.command_path} --help)"
+    return " ".join(message.replace("Value error, ", "").split())
+
+
+def _plain_flags(command: Command) -> None:
+    """An on/off flag takes no value, so its help shows none (typer would print ``<bool>``)."""
+    for param in command.params:
+        if isinstance(param, TyperOption) and param.is_flag:
+            param.metavar = ""
+    make_help_option = command.get_help_option
+
+    def help_option(ctx: Context) -> Any:
+        option = make_help_option(ctx)
+        if option is not None:
+            option.metavar = ""
+        return option
+
+    command.get_help_option = help_option  # type: ignore[method-assign]
+    if isinstance(command, TyperGroup):
+        for sub in command.commands.values():
+            _plain_flags(sub)
+
+
+def _docstring_summary(target: str) -> str:
+    """First paragraph of a lazy command's docstring, read from its source without importing it."""
+    module, _, name = target.partition(":")
+    spec = importlib.util.find_spec(module)
+    if spec is None or spec.origin is None:
+        return ""
+    tree = ast.parse(Path(spec.origin).read_text(encoding="utf-8"))
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef) and node.name == name:
+            return (ast.get_docstring(node) or "").split("\n\n")[0].replace("\n", " ")
+    return ""
+
+
+def _load_command(name: str, target: str) -> Command:
+    module, _, attr = target.partition(":")
+    function: Callable[..., Any] = getattr(importlib.import_module(module), attr)
+    single = typer.Typer(add_completion=False)
+    single.command(name)(function)
+    command = typer.main.get_command(single)
+    command.name = name
+    _plain_flags(command)
+    return command
+
+
+class ToolGroup(TyperGroup):
+    """The `smtriton` group: every error one line with its exit status, lazy heavy commands, plain flags."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        _plain_flags(self)
+        self._listing = False
+
+    def list_commands(self, ctx: Context) -> list[str]:
+        names = [*super().list_commands(ctx), *(n for n in LAZY_COMMANDS if n not in self.commands)]
+        return sorted(names, key=lambda n: WORKFLOW.index(n) if n in WORKFLOW else len(WORKFLOW))
+
+    def get_command(self, ctx: Context, cmd_name: str) -> Command | None:
+        target = LAZY_COMMANDS.get(cmd_name)
+        if target is None or cmd_name in self.commands:
+            return super().get_command(ctx, cmd_name)
+        if self._listing:  # the command list needs only the summary
+            return TyperCommand(cmd_name, help=_docstring_summary(target))
+        self.commands[cmd_name] = _load_command(cmd_name, target)
+        return self.commands[cmd_name]
+
+    def format_help(self, ctx: Context, formatter: HelpFormatter) -> None:
+        self._listing = True
+        try:
+            super().format_help(ctx, formatter)
+        finally:
+            self._listing = False
+
+    def main(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, prog_name: str | None = None, **extra: Any
+    ) -> Any:
+        if extra.pop("standalone_mode", True) is False:
+            return super().main(args, prog_name, standalone_mode=False, **extra)
+        try:
+            result = super().main(args, prog_name, standalone_mode=False, **extra)
+        except NoArgsIsHelpError:  # the help is already printed; no command is a usage error all the same
+            sys.exit(2)
+        except ClickException as exc:
+            error_line(_usage_message(exc))
+            sys.exit(exc.exit_code)
+        except ToolError as exc:
+            error_line(str(exc))
+            sys.exit(exc.exit_code)
+        except typer.Abort:
+            error_line("aborted")
+            sys.exit(1)
+        sys.exit(result if isinstance(result, int) else 0)
+
+
 app = typer.Typer(
+    cls=ToolGroup,
     help="Build-time tools for serving PyTorch models with Triton behind the SageMaker contract.",
     no_args_is_help=True,
     add_completion=False,
+    context_settings=HELP_OPTIONS,
 )
-console = Console(stderr=True)
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        typer.echo(f"smtriton {distribution_version()}")
+        raise typer.Exit()
 
 
 @app.callback()
-def _root() -> None:
-    """Build-time tools for serving PyTorch models with Triton behind the SageMaker contract."""
+def _root(
+    show_version: Annotated[
+        bool,
+        typer.Option("--version", callback=_print_version, is_eager=True, help="Print the version and exit."),
+    ] = False,
+) -> None:
+    """Build-time tools for serving PyTorch models with Triton behind the SageMaker contract.
+
+    Workflow: convert (or build-repository) -> config -> validate -> package -> build-image ->
+    push-image -> deploy -> invoke; local-endpoint runs an endpoint on this machine.
+    """
 
 
-@app.command("build-repository")
 def build_repository_command(
     recipe: Annotated[
         Path,
-        typer.Argument(help="Recipe listing the models (format documented at the top of the demo recipe)."),
+        typer.Argument(
+            metavar="RECIPE",
+            help="Recipe listing the models (format documented at the top of the demo recipe).",
+            show_default="the demo recipe, model_repository/recipe.toml of a source checkout",
+        ),
     ] = DEFAULT_RECIPE,
     output: Annotated[
         Path | None,
         typer.Option("--output", "-o", help="Repository directory; default: the recipe's directory."),
     ] = None,
     model: Annotated[
-        list[str] | None, typer.Option("--model", "-m", help="Build only this model (repeatable).")
+        list[str] | None, typer.Option("--model", "-m", metavar="NAME", help="Build only this model (repeatable).")
     ] = None,
     force: Annotated[bool, typer.Option("--force", help="Rebuild even models whose stamp is current.")] = False,
 ) -> None:
@@ -73,10 +225,8 @@ def build_repository_command(
 
         try:
             report = build_repository(recipe, output, models=model or None, force=force, progress=on_progress)
-        except (RecipeError, KeyError) as exc:
-            message = exc.args[0] if isinstance(exc, KeyError) else str(exc)
-            console.print(f"[red]error:[/] {escape(message)}", soft_wrap=True, highlight=False)
-            raise typer.Exit(2) from None
+        except KeyError as exc:
+            raise RecipeError(str(exc.args[0])) from None
 
     table = Table(title=f"Model repository {escape(str(report.output))}", title_justify="left", box=box.SIMPLE_HEAD)
     table.add_column("model", no_wrap=True)
@@ -103,6 +253,7 @@ def build_repository_command(
             console.print(f"[bold red]{r.name} failed:[/] {escape(r.error)}", soft_wrap=True, highlight=False)
     if not report.ok:
         raise typer.Exit(1)
+    validate_written(report.output, [r.name for r in report.results])
     if report.up_to_date:
         console.print(f"All {len(report.results)} models up to date ({report.seconds:.2f} s), nothing to build.")
     else:
@@ -110,22 +261,18 @@ def build_repository_command(
         console.print(f"Built {built} of {len(report.results)} models in {report.seconds:.1f} s.")
 
 
-app.command("local-endpoint")(local_endpoint)
 app.add_typer(convert_app, name="convert")
+app.command("build-repository")(build_repository_command)
 app.command("config")(config_command)
 app.command("validate")(validate_command)
 app.add_typer(package_app, name="package")
 app.command("build-image")(aws_cli.build_image_command)
 app.command("push-image")(aws_cli.push_image_command)
 app.command("deploy")(aws_cli.deploy_command)
-app.command("delete-endpoint")(aws_cli.delete_endpoint_command)
 app.command("invoke")(aws_cli.invoke_command)
+app.command("delete-endpoint")(aws_cli.delete_endpoint_command)
 
 
 def main() -> None:
-    """The `smtriton` command: a tool's error is one line on stderr and exit status 2 (usage) or 1."""
-    try:
-        app()
-    except ToolError as exc:
-        console.print(f"[red]error:[/] {escape(str(exc))}", soft_wrap=True, highlight=False)
-        raise SystemExit(exc.exit_code) from None
+    """The `smtriton` command: any error is one line on stderr and exit status 2 (usage) or 1 (failure)."""
+    app()

@@ -8,14 +8,15 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from smtriton.aws.docker_image import LABEL_BASE, TARGETS, BuildSpec, DockerError, SubprocessRunner
+from smtriton.aws.docker_image import LABEL_BASE, TARGETS, BuildSpec, SubprocessRunner
+from smtriton.errors import ToolError
 
 console = Console(stderr=True)
 
@@ -31,7 +32,9 @@ BaseOpt = Annotated[
 PlatformOpt = Annotated[str, typer.Option(help="Target platform ('' for the builder's own)")]
 BuildArgOpt = Annotated[
     Optional[list[str]],  # noqa: UP045
-    typer.Option("--build-arg", help="KEY=VALUE passed to docker build (repeatable), e.g. TORCH_VERSION=2.13.0"),
+    typer.Option(
+        "--build-arg", metavar="KEY=VALUE", help="Passed to docker build (repeatable), e.g. TORCH_VERSION=2.13.0"
+    ),
 ]
 RegionOpt = Annotated[
     Optional[str],  # noqa: UP045
@@ -47,9 +50,9 @@ def _say(message: str) -> None:
     console.print(escape(message), highlight=False, soft_wrap=True)
 
 
-def _fail(message: str, code: int = 1) -> typer.Exit:
-    console.print(f"[red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
-    return typer.Exit(code)
+def _fail(message: str) -> ToolError:
+    """A failure to raise; `smtriton` prints it as one line and exits 1."""
+    return ToolError(message)
 
 
 def _pairs(values: list[str] | None, what: str) -> dict[str, str]:
@@ -60,6 +63,32 @@ def _pairs(values: list[str] | None, what: str) -> dict[str, str]:
             raise typer.BadParameter(f"{what} {value!r} is not KEY=VALUE")
         pairs[key] = rest
     return pairs
+
+
+def parse_input(text: str, default_dtype: str) -> tuple[str, Any]:
+    """``NAME=FILE.npy`` or ``NAME=JSON[:DTYPE]`` -> (name, numpy array); DTYPE is a Triton (INT64) or
+    numpy (int64) name and defaults to ``default_dtype``, so each input of a model can have its own."""
+    import numpy as np
+
+    from smtriton import dtypes
+
+    name, sep, value = text.partition("=")
+    if not sep or not name:
+        raise typer.BadParameter(f"{text!r}: write NAME=FILE.npy or NAME=JSON[:DTYPE], e.g. ids=[[1,2]]:INT64")
+    if value.endswith(".npy"):
+        return name, np.load(value, allow_pickle=False)
+    dtype = default_dtype
+    head, colon, tail = value.rpartition(":")
+    if colon and tail and not tail.endswith(("]", "}", '"')):
+        value, dtype = head, tail
+    try:
+        numpy_type = dtypes.numpy_dtype(dtype.upper()) if dtype.upper() in dtypes.TRITON_DTYPES else np.dtype(dtype)
+    except (TypeError, ValueError):
+        raise typer.BadParameter(f"{text!r}: {dtype!r} is not a dtype (e.g. INT64, FP32, int64, float32)") from None
+    try:
+        return name, np.asarray(json.loads(value), dtype=numpy_type)
+    except ValueError as exc:
+        raise typer.BadParameter(f"{text!r}: the value is not a JSON list of numbers ({exc})") from None
 
 
 def _session(region: str | None, profile: str | None):
@@ -98,10 +127,7 @@ def build_image_command(
     if dry_run:
         print(" ".join(build_argv(spec)))
         return
-    try:
-        build_image(spec, SubprocessRunner())
-    except DockerError as exc:
-        raise _fail(str(exc)) from None
+    build_image(spec, SubprocessRunner())
     print(tag)
 
 
@@ -127,23 +153,22 @@ def push_image_command(
 
     session = _session(region, profile)
     build = None if no_build else _build_spec(f"smtriton:{tag}", target, base_image, platform, build_arg)
-    try:
-        result = push_image(
-            session,
-            repository,
-            tag,
-            SubprocessRunner(),
-            build=build,
-            local_image=local_image or f"smtriton:{tag}",
-            progress=_say,
-        )
-    except DockerError as exc:
-        raise _fail(str(exc)) from None
+    result = push_image(
+        session,
+        repository,
+        tag,
+        SubprocessRunner(),
+        build=build,
+        local_image=local_image or f"smtriton:{tag}",
+        progress=_say,
+    )
     print(result.image_uri)
 
 
 def deploy_command(
-    endpoint_name: Annotated[str, typer.Argument(help="Endpoint name (created, or updated in place)")],
+    endpoint_name: Annotated[
+        str, typer.Argument(metavar="ENDPOINT", help="Endpoint name (created, or updated in place)")
+    ],
     image: Annotated[str, typer.Option(help="Image URI in ECR (smtriton push-image prints it)")],
     role: Annotated[str, typer.Option(help="SageMaker execution role ARN (reads the model data and the image)")],
     model_data: Annotated[
@@ -158,7 +183,9 @@ def deploy_command(
     instance_count: Annotated[int, typer.Option(help="Initial instance count")] = 1,
     env: Annotated[
         Optional[list[str]],  # noqa: UP045
-        typer.Option("--env", help="Container variable KEY=VALUE (repeatable), e.g. SAGEMAKER_TRITON_LOG_INFO=false"),
+        typer.Option(
+            "--env", metavar="KEY=VALUE", help="Container variable (repeatable), e.g. SAGEMAKER_TRITON_LOG_INFO=false"
+        ),
     ] = None,
     default_model: Annotated[
         Optional[str],  # noqa: UP045
@@ -190,7 +217,7 @@ def deploy_command(
     ] = None,
     tag: Annotated[
         Optional[list[str]],  # noqa: UP045
-        typer.Option("--tag", help="Extra resource tag KEY=VALUE (repeatable)"),
+        typer.Option("--tag", metavar="KEY=VALUE", help="Extra resource tag (repeatable)"),
     ] = None,
     keep_failed: Annotated[bool, typer.Option(help="Keep a failed new endpoint for inspection")] = False,
     poll: Annotated[float, typer.Option(help="Seconds between status checks")] = 30.0,
@@ -203,7 +230,7 @@ def deploy_command(
     Waits until the endpoint is InService, printing its status. Everything created is tagged
     smtriton:endpoint=<name> so `smtriton delete-endpoint` removes it all.
     """
-    from smtriton.aws.deploy import AsyncInference, AutoScaling, Aws, DeployError, EndpointSpec, Serverless, deploy
+    from smtriton.aws.deploy import AsyncInference, AutoScaling, Aws, EndpointSpec, Serverless, deploy
     from smtriton.aws.docker_image import image_labels
 
     labels = image_labels(SubprocessRunner(), image) or {}
@@ -227,19 +254,16 @@ def deploy_command(
         base_image=labels.get(LABEL_BASE),
     )
     session = _session(region, profile)
-    try:
-        result = deploy(
-            Aws.from_session(session), spec, progress=_say, poll_s=poll, timeout_s=timeout, keep_failed=keep_failed
-        )
-    except DeployError as exc:
-        raise _fail(str(exc)) from None
+    result = deploy(
+        Aws.from_session(session), spec, progress=_say, poll_s=poll, timeout_s=timeout, keep_failed=keep_failed
+    )
     verb = "updated" if result.updated else "created"
     console.print(f"[green]✓[/] endpoint [bold]{escape(result.endpoint_name)}[/] {verb}: {escape(result.endpoint_arn)}")
     print(result.endpoint_name)
 
 
 def delete_endpoint_command(
-    endpoint_name: Annotated[str, typer.Argument(help="Endpoint to delete")],
+    endpoint_name: Annotated[str, typer.Argument(metavar="ENDPOINT", help="Endpoint to delete")],
     force: Annotated[
         bool, typer.Option("--force", help="Also delete resources smtriton did not create (no smtriton tag)")
     ] = False,
@@ -248,13 +272,10 @@ def delete_endpoint_command(
     profile: ProfileOpt = None,
 ) -> None:
     """Delete an endpoint and everything smtriton created for it: auto-scaling, configurations, models."""
-    from smtriton.aws.deploy import Aws, DeployError, delete_endpoint
+    from smtriton.aws.deploy import Aws, delete_endpoint
 
     session = _session(region, profile)
-    try:
-        removed = delete_endpoint(Aws.from_session(session), endpoint_name, force=force, progress=_say, poll_s=poll)
-    except DeployError as exc:
-        raise _fail(str(exc)) from None
+    removed = delete_endpoint(Aws.from_session(session), endpoint_name, force=force, progress=_say, poll_s=poll)
     if not removed:
         console.print(f"nothing to delete for {escape(endpoint_name)}")
     for item in removed:
@@ -262,19 +283,24 @@ def delete_endpoint_command(
 
 
 def invoke_command(
-    endpoint_name: Annotated[str, typer.Argument(help="Endpoint name")],
+    endpoint_name: Annotated[str, typer.Argument(metavar="ENDPOINT", help="Endpoint name")],
     input: Annotated[
         Optional[list[str]],  # noqa: UP045
-        typer.Option("--input", "-i", help="NAME=FILE.npy, or NAME=JSON (a list; dtype from --dtype) (repeatable)"),
+        typer.Option(
+            "--input",
+            "-i",
+            metavar="NAME=FILE.npy|NAME=JSON[:DTYPE]",
+            help="An input (repeatable): a .npy file, or a JSON list with its own dtype, e.g. ids=[[1,2]]:INT64",
+        ),
     ] = None,
-    dtype: Annotated[str, typer.Option(help="numpy dtype for inputs given as JSON lists")] = "float32",
+    dtype: Annotated[str, typer.Option(help="dtype of JSON inputs that name none (Triton or numpy name)")] = "float32",
     request: Annotated[
         Optional[Path],  # noqa: UP045
         typer.Option(help="A complete KServe v2 JSON request file, sent as is (instead of --input)"),
     ] = None,
     output: Annotated[
         Optional[list[str]],  # noqa: UP045
-        typer.Option("--output", "-o", help="Output to return (repeatable) [default: all]"),
+        typer.Option("--output", "-o", metavar="NAME", help="Output to return (repeatable) [default: all]"),
     ] = None,
     binary: Annotated[bool, typer.Option("--binary/--json", help="binary+json (default) or JSON tensors")] = True,
     target_model: Annotated[
@@ -298,12 +324,7 @@ def invoke_command(
     if request is not None:
         body, content_type = request.read_bytes(), JSON
     else:
-        arrays = {}
-        for name, value in _pairs(input, "--input").items():
-            if value.endswith(".npy"):
-                arrays[name] = np.load(value, allow_pickle=False)
-            else:
-                arrays[name] = np.asarray(json.loads(value), dtype=dtype)
+        arrays = dict(parse_input(text, dtype) for text in input or ())
         body, content_type = encode_request(arrays, binary=binary, outputs=output)
     session = _session(region, profile)
     client = session.client("sagemaker-runtime")

@@ -3,7 +3,8 @@
 Config generation and repository validation both need the artifact's own signature, never the user's
 word for it. Read without torch and without running anything, so validating a repository is fast:
 
-- ONNX: the graph's inputs and outputs (``onnx.load`` without external weights).
+- ONNX: the graph's inputs and outputs (``onnx.load`` without external weights); a graph our exporter
+  wrote also records the max_batch_size it was converted for (metadata ``smtriton.signature``).
 - TorchScript: a TorchScript file has no declared shapes, so our exporter stores the signature inside
   ``model.pt`` as an extra file (``extra/smtriton_signature.json``), read here with ``zipfile``.
 - TensorRT: the sidecar JSON the builder writes beside the plan (the engine itself needs a GPU to read).
@@ -25,6 +26,7 @@ from smtriton.errors import ToolUsageError
 SigDim = int | str | None
 
 TORCHSCRIPT_SIGNATURE = "smtriton_signature.json"  # extra file name inside model.pt
+ONNX_SIGNATURE_KEY = "smtriton.signature"  # metadata_props key of model.onnx holding the same JSON
 SIGNATURE_FORMAT = "smtriton.signature/1"
 
 # Triton platform (or backend) -> the file its backend loads unless default_model_filename says otherwise.
@@ -128,7 +130,14 @@ def onnx_signature(path: Path) -> Signature:
         return TensorSig(value.name, dtype, tuple(dims))
 
     inputs = tuple(sig(v) for v in model.graph.input if v.name not in initializers)
-    return Signature(inputs, tuple(sig(v) for v in model.graph.output), "ONNX graph")
+    recorded = next((p.value for p in model.metadata_props if p.key == ONNX_SIGNATURE_KEY), None)
+    max_batch_size = None
+    if recorded is not None:  # what `smtriton convert onnx` decided; the graph itself stays the authority on I/O
+        try:
+            max_batch_size = json.loads(recorded).get("max_batch_size")
+        except (ValueError, AttributeError):
+            raise SignatureError(f"unreadable {ONNX_SIGNATURE_KEY} metadata") from None
+    return Signature(inputs, tuple(sig(v) for v in model.graph.output), "ONNX graph", max_batch_size)
 
 
 def onnx_external_data(path: Path) -> list[str]:
@@ -175,7 +184,8 @@ def plan_signature(path: Path) -> Signature | None:
         raise SignatureError(str(exc)) from None
     if sidecar is None:
         return None
-    return Signature.from_dict({"inputs": sidecar.inputs, "outputs": sidecar.outputs}, "TensorRT sidecar")
+    data = {"inputs": sidecar.inputs, "outputs": sidecar.outputs, "max_batch_size": sidecar.max_batch_size}
+    return Signature.from_dict(data, "TensorRT sidecar")
 
 
 def artifact_signature(path: Path) -> Signature | None:

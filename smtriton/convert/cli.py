@@ -11,6 +11,7 @@ import re
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from enum import Enum
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -20,17 +21,33 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TaskID, TextColumn, TimeElapsedColumn
 
 from smtriton.convert.recipe import DEFAULT_RECIPE, ModelSpec, RecipeError
+from smtriton.errors import ToolError, ToolUsageError
 
 console = Console(stderr=True, soft_wrap=True)  # one message, one line (logs, grep)
 convert_app = typer.Typer(
     help="Convert a PyTorch model (recipe entry or package.module:factory) to ONNX, TorchScript or TensorRT.",
     no_args_is_help=True,
 )
+# A default inside the source checkout is not one a user can type: help names it instead.
+DEMO_RECIPE_SHOWN = "the demo recipe, model_repository/recipe.toml of a source checkout"
 
 
-def fail(message: str, code: int = 2) -> typer.Exit:
-    console.print(f"[red]error:[/] {escape(message)}", soft_wrap=True, highlight=False)
-    return typer.Exit(code)
+def fail(message: str, code: int = 2) -> ToolError:
+    """The error to raise: the `smtriton` command prints it as one line and exits ``code`` (2: usage, 1)."""
+    return ToolUsageError(message) if code == 2 else ToolError(message)
+
+
+def validate_written(repo: Path, names: Sequence[str]) -> None:
+    """Run the repository validator on the models just written, so ✓ is never printed for a config
+    Triton would refuse."""
+    from smtriton.repo.validate import errors, validate_repository
+
+    problems = validate_repository(repo, models=names)
+    for problem in problems:
+        console.print(problem.line(repo), highlight=False, markup=False)
+    found = errors(problems)
+    if found:
+        raise ToolError(f"written, but Triton would refuse {found[0].path}: {found[0].message}")
 
 
 # --- model source: a recipe entry or command-line options -------------------------------------------
@@ -124,25 +141,39 @@ def model_spec(
 
 
 RecipeArg = Annotated[
-    Path, typer.Argument(help="Recipe naming the model (format: top of model_repository/recipe.toml).")
+    Path,
+    typer.Argument(
+        metavar="RECIPE",
+        help="Recipe naming the model (format: top of model_repository/recipe.toml).",
+        show_default=DEMO_RECIPE_SHOWN,
+    ),
 ]
-ModelOpt = Annotated[str | None, typer.Option("--model", "-m", help="Recipe entry to convert.")]
+ModelOpt = Annotated[str | None, typer.Option("--model", "-m", metavar="NAME", help="Recipe entry to convert.")]
 FactoryOpt = Annotated[
     str | None,
     typer.Option(help="Instead of a recipe: 'package.module:function' returning the torch.nn.Module."),
 ]
 InputOpt = Annotated[
     list[str] | None,
-    typer.Option("--input", help="With --factory, per input in forward() order: NAME:DTYPE:DIMS[:LOW..HIGH]."),
+    typer.Option(
+        "--input",
+        metavar="NAME:DTYPE:DIMS[:LOW..HIGH]",
+        help="With --factory, per input in forward() order, e.g. ids:INT64:batch,sequence:0..30522.",
+    ),
 ]
 OutputTensorOpt = Annotated[
-    list[str] | None, typer.Option("--output-tensor", help="With --factory, per output: NAME[:DTYPE:DIMS].")
+    list[str] | None,
+    typer.Option("--output-tensor", metavar="NAME[:DTYPE:DIMS]", help="With --factory, one per output."),
 ]
 MbsOpt = Annotated[
-    int | None, typer.Option("--max-batch-size", help="> 0: Triton batches; shapes start with the axis 'batch'.")
+    int | None,
+    typer.Option("--max-batch-size", min=0, help="> 0: Triton batches; shapes start with the axis 'batch'."),
 ]
 AxisOpt = Annotated[
-    list[str] | None, typer.Option("--axis", help="Parity-check sizes of an axis, e.g. sequence=7,32 (repeatable).")
+    list[str] | None,
+    typer.Option(
+        "--axis", metavar="AXIS=SIZES", help="Parity-check sizes of an axis, e.g. sequence=7,32 (repeatable)."
+    ),
 ]
 SeedOpt = Annotated[int | None, typer.Option(help="torch.manual_seed before the factory runs.")]
 CheckpointOpt = Annotated[Path | None, typer.Option(help="State-dict file loaded into the module.")]
@@ -181,9 +212,13 @@ def _run_conversion(spec: ModelSpec, output: Path, version: int, with_config: bo
             )
         except ParityError as exc:
             raise fail(str(exc), 1) from None
+        except ToolError:
+            raise
         except Exception as exc:  # exporters raise many kinds; the message is what the user needs
             raise fail(f"model {spec.name!r}: {exc}", 1) from None
     artifact = next(p for p in (result.path / str(version)).iterdir() if p.name.startswith("model."))
+    if with_config:
+        validate_written(output, [spec.name])
     p = result.parity
     console.print(f"[green]✓[/] {artifact} ({result.seconds:.1f} s)", highlight=False)
     if p is not None:
@@ -238,8 +273,8 @@ def convert_onnx(
             max_batch_size=max_batch_size, axes=axis, seed=seed, checkpoint=checkpoint, name=name,
             export=export, parity=_parity(atol, rtol, trials),
         )  # fmt: skip
-    except (RecipeError, KeyError) as exc:
-        raise fail(exc.args[0] if isinstance(exc, KeyError) else str(exc)) from None
+    except KeyError as exc:
+        raise fail(str(exc.args[0])) from None
     _run_conversion(spec, output, version, config)
 
 
@@ -276,8 +311,8 @@ def convert_torchscript(
             max_batch_size=max_batch_size, axes=axis, seed=seed, checkpoint=checkpoint, name=name,
             export={k: v for k, v in export.items() if v is not None}, parity=_parity(atol, rtol, trials),
         )  # fmt: skip
-    except (RecipeError, KeyError) as exc:
-        raise fail(exc.args[0] if isinstance(exc, KeyError) else str(exc)) from None
+    except KeyError as exc:
+        raise fail(str(exc.args[0])) from None
     _run_conversion(spec, output, version, config)
 
 
@@ -337,15 +372,18 @@ def _calibration_batches(path: Path) -> Callable[[], Iterator[dict[str, Any]]]:
 
 @convert_app.command("tensorrt")
 def convert_tensorrt(
-    source: Annotated[Path, typer.Argument(help="model.onnx, or a model directory holding one (highest version).")],
+    source: Annotated[
+        Path, typer.Argument(metavar="SOURCE", help="model.onnx, or a model directory holding one (highest version).")
+    ],
     output: OutputOpt = Path("model_repository"),
     name: Annotated[str | None, typer.Option(help="Model name (default: the source model's, with _trt).")] = None,
     version: VersionOpt = 1,
     profile: Annotated[
         list[str] | None,
         typer.Option(
-            help="Optimization profile, axis=min:opt:max,... e.g. batch=1:8:16,sequence=1:128:512 "
-            "(repeat for several). Default: from --recipe/--model, or batch=1:N:N with --max-batch-size N."
+            metavar="AXIS=MIN:OPT:MAX,...",
+            help="Optimization profile, e.g. batch=1:8:16,sequence=1:128:512 "
+            "(repeat for several). Default: from --recipe/--model, or batch=1:N:N with --max-batch-size N.",
         ),
     ] = None,
     recipe: Annotated[Path | None, typer.Option(help="Recipe whose entry gives axes, ranges and batching.")] = None,
@@ -376,7 +414,8 @@ def convert_tensorrt(
         ),
     ] = None,
     range_: Annotated[
-        list[str] | None, typer.Option("--range", help="Integer input values for verification: NAME=LOW..HIGH.")
+        list[str] | None,
+        typer.Option("--range", metavar="NAME=LOW..HIGH", help="Integer input values for verification."),
     ] = None,
     atol: AtolOpt = None,
     rtol: RtolOpt = None,
@@ -395,7 +434,14 @@ def convert_tensorrt(
     from smtriton.convert.artifacts import SignatureError, find_artifact, onnx_signature
     from smtriton.convert.config import ConfigOptions, signature_config
     from smtriton.convert.recipe import DynamicBatching, InstanceGroup, load_recipe
-    from smtriton.convert.trt_plan import ProfileError, parse_profile, profile_from_axes, read_sidecar, sidecar_path
+    from smtriton.convert.trt_plan import (
+        ProfileError,
+        parse_profile,
+        profile_from_axes,
+        read_sidecar,
+        sidecar_path,
+        write_sidecar,
+    )
 
     try:
         onnx_path = source if source.is_file() else find_artifact(source)
@@ -445,6 +491,8 @@ def convert_tensorrt(
                    TimeElapsedColumn())  # fmt: skip
         with Progress(*columns, console=console, transient=True) as bar:
             sidecar = trt_build.build_plan(onnx_path, plan, options, monitor=_RichMonitor(bar))
+        sidecar.max_batch_size = mbs  # recorded beside the plan, so `smtriton config` batches it the same way
+        write_sidecar(plan, sidecar)
         console.print(
             f"[green]✓[/] {plan} (TensorRT {sidecar.tensorrt_version}, {sidecar.gpu_name}, "
             f"compute capability {sidecar.compute_capability}, {sidecar.precision}); sidecar {sidecar_path(plan)}",
@@ -470,6 +518,7 @@ def convert_tensorrt(
             )
             plan_config = signature_config(model_name, ("platform", "tensorrt_plan"), signature, options_cfg)
             path = model_config.write(plan_config, output / model_name)
+            validate_written(output, [model_name])
             console.print(f"  config: {path}", highlight=False)
     except (trt_build.TensorRTError, ProfileError, SignatureError, RecipeError, ValueError) as exc:
         raise fail(str(exc), 1) from None
@@ -480,46 +529,64 @@ def convert_tensorrt(
 
 @contextmanager
 def _config_errors() -> Iterator[None]:
-    from smtriton.convert.artifacts import SignatureError
-    from smtriton.convert.config import ConfigError
-
     try:
         yield
-    except (ConfigError, SignatureError, RecipeError, ValueError) as exc:
+    except ToolError:
+        raise
+    except ValueError as exc:  # e.g. int() of a --warmup-size value
         raise fail(str(exc)) from None
 
 
+class InstanceKind(str, Enum):
+    """Where Triton places a model's instances (ModelInstanceGroup.Kind)."""
+
+    KIND_AUTO = "KIND_AUTO"
+    KIND_GPU = "KIND_GPU"
+    KIND_CPU = "KIND_CPU"
+    KIND_MODEL = "KIND_MODEL"
+
+
 def config_command(
-    model_dir: Annotated[Path, typer.Argument(help="Model directory: <repo>/<name> with <version>/model.*.")],
+    model_dir: Annotated[
+        Path, typer.Argument(metavar="MODEL_DIR", help="Model directory: <repo>/<name> with <version>/model.*.")
+    ],
     name: Annotated[str | None, typer.Option(help="Model name (default: the directory's).")] = None,
     version: Annotated[str | None, typer.Option(help="Version whose artifact to read (default: highest).")] = None,
     max_batch_size: Annotated[
         int | None,
         typer.Option(
+            min=0,
             help="> 0: Triton batches along the artifact's first (dynamic) dimension. Default: "
-            "what the artifact recorded, else 0."
+            "what the artifact recorded, else 0.",
         ),
     ] = None,
     dynamic_batching: Annotated[
         bool | None, typer.Option("--dynamic-batching/--no-dynamic-batching", help="Default: on when batching.")
     ] = None,
     preferred_batch_size: Annotated[
-        list[int] | None, typer.Option(help="Dynamic batcher's preferred sizes (repeatable).")
+        list[int] | None, typer.Option(min=1, metavar="SIZE", help="Dynamic batcher's preferred sizes (repeatable).")
     ] = None,
-    max_queue_delay_us: Annotated[int, typer.Option(help="Dynamic batcher's queue delay, microseconds.")] = 0,
+    max_queue_delay_us: Annotated[int, typer.Option(min=0, help="Dynamic batcher's queue delay, microseconds.")] = 0,
     instance_count: Annotated[int | None, typer.Option(min=1, help="Instances per device.")] = None,
-    instance_kind: Annotated[str | None, typer.Option(help="KIND_GPU | KIND_CPU | KIND_AUTO.")] = None,
+    instance_kind: Annotated[
+        InstanceKind | None,
+        typer.Option(
+            metavar="|".join(InstanceKind),
+            show_default=InstanceKind.KIND_AUTO.value,
+            help="Where the instances run.",
+        ),
+    ] = None,
     warmup: Annotated[bool, typer.Option(help="Warm-up request at load (random floats, zero integers).")] = False,
     warmup_size: Annotated[
-        list[str] | None, typer.Option(help="Size of a dynamic axis in warm-up data, e.g. sequence=128.")
+        list[str] | None,
+        typer.Option(metavar="AXIS=SIZE", help="Size of a dynamic axis in warm-up data, e.g. sequence=128."),
     ] = None,
     parameter: Annotated[
         list[str] | None,
         typer.Option(
-            help="Backend parameter KEY=VALUE (repeatable). PyTorch: INFERENCE_MODE, "
-            "DISABLE_OPTIMIZED_EXECUTION, ENABLE_WEIGHT_SHARING, ENABLE_CACHE_CLEANING, ENABLE_JIT_EXECUTOR, "
-            "INTRA_OP_THREAD_COUNT. ONNX Runtime: intra_op_thread_count, inter_op_thread_count, "
-            "execution_mode, cudnn_conv_algo_search, gpu_mem_limit, arena_extend_strategy."
+            metavar="KEY=VALUE",
+            help="Backend parameter (repeatable), e.g. INFERENCE_MODE=true (PyTorch), intra_op_thread_count=4 "
+            "(ONNX Runtime); a key the backend does not read is warned about, naming the ones it reads.",
         ),
     ] = None,
     graph_optimization_level: Annotated[
@@ -530,26 +597,33 @@ def config_command(
     ] = None,
     accelerator_parameter: Annotated[
         list[str] | None,
-        typer.Option(help="Accelerator KEY=VALUE, e.g. precision_mode=FP16, max_workspace_size_bytes=1073741824."),
+        typer.Option(
+            metavar="KEY=VALUE",
+            help="Accelerator parameter, e.g. precision_mode=FP16, max_workspace_size_bytes=1073741824.",
+        ),
     ] = None,
     input_: Annotated[
         list[str] | None,
-        typer.Option("--input", help="For artifacts without a signature (foreign model.pt): NAME:DTYPE:DIMS."),
+        typer.Option(
+            "--input", metavar="NAME:DTYPE:DIMS", help="For artifacts without a signature (foreign model.pt)."
+        ),
     ] = None,
     output_tensor: Annotated[
-        list[str] | None, typer.Option("--output-tensor", help="With --input: NAME:DTYPE:DIMS per output.")
+        list[str] | None,
+        typer.Option("--output-tensor", metavar="NAME:DTYPE:DIMS", help="With --input: one per output."),
     ] = None,
     stdout: Annotated[bool, typer.Option("--stdout", help="Print the config instead of writing it.")] = False,
     force: Annotated[bool, typer.Option(help="Overwrite an existing config.pbtxt.")] = False,
 ) -> None:
-    """Generate config.pbtxt from the artifact's own signature (ONNX graph, TensorRT sidecar/engine,
-    TorchScript signature) plus batching, instances, warm-up and backend options.
+    """Generate config.pbtxt from the artifact's own signature plus batching, instances and options.
 
-    Built through Triton's ModelConfig protobuf and written in its text format, never templated.
+    The signature is the ONNX graph's, the TensorRT sidecar's or the one stored in a converted
+    TorchScript file; batching defaults to what the conversion recorded. Built through Triton's
+    ModelConfig protobuf and written in its text format, never templated, then validated.
     """
     from smtriton import model_config
     from smtriton.convert.artifacts import PLATFORM_OF_FILE, Signature, TensorSig, artifact_signature, find_artifact
-    from smtriton.convert.config import ConfigOptions, signature_config
+    from smtriton.convert.config import ConfigOptions, signature_config, unknown_parameters
     from smtriton.convert.recipe import DynamicBatching, InstanceGroup
     from smtriton.model_config import CONFIG_FILE
 
@@ -575,7 +649,8 @@ def config_command(
         batching_on = dynamic_batching if dynamic_batching is not None else mbs > 0
         groups: tuple[InstanceGroup, ...] = ()
         if instance_count is not None or instance_kind is not None:
-            groups = (InstanceGroup(instance_count or 1, instance_kind or "KIND_AUTO"),)
+            kind = instance_kind.value if instance_kind is not None else InstanceKind.KIND_AUTO.value
+            groups = (InstanceGroup(instance_count or 1, kind),)
         options = ConfigOptions(
             max_batch_size=mbs,
             dynamic_batching=DynamicBatching(tuple(preferred_batch_size or ()), max_queue_delay_us)
@@ -589,13 +664,17 @@ def config_command(
             accelerator=accelerator,
             accelerator_parameters=parse_pairs(accelerator_parameter, "--accelerator-parameter"),
         )
-        config = signature_config(name or model_dir.name, PLATFORM_OF_FILE[artifact.name], signature, options)
+        platform = PLATFORM_OF_FILE[artifact.name]
+        config = signature_config(name or model_dir.name, platform, signature, options)
+    for warning in unknown_parameters(platform[1], options.parameters):
+        console.print(f"[yellow]warning:[/] {escape(warning)}", highlight=False)
     if stdout:
         typer.echo(model_config.to_text(config), nl=False)
         return
     if (model_dir / CONFIG_FILE).exists() and not force:
         raise fail(f"{model_dir / CONFIG_FILE} exists; --force overwrites it, --stdout prints instead")
     path = model_config.write(config, model_dir)
+    validate_written(model_dir.parent, [model_dir.name])
     console.print(f"[green]✓[/] {path} (from the {signature.source}, max_batch_size {mbs})", highlight=False)
     if mbs == 0 and all(t.shape and t.is_dynamic(0) for t in (*signature.inputs, *signature.outputs)):
         console.print("  every tensor starts with a dynamic axis: --max-batch-size N lets Triton batch them")

@@ -36,6 +36,16 @@ def config_dims(tensor: TensorSpec, max_batch_size: int) -> list[int]:
     return [d if isinstance(d, int) else -1 for d in shape]
 
 
+def io_entry(name: str, dtype: str, dims: Sequence[int], max_batch_size: int) -> dict[str, Any]:
+    """One config input/output. A batching model's tensor of shape [batch] has no dims left; Triton
+    refuses empty dims, so it is declared as ``dims: [1]`` reshaped to ``[]`` (Triton's own convention)."""
+    entry: dict[str, Any] = {"name": name, "data_type": dtypes.config_type(dtype), "dims": list(dims)}
+    if max_batch_size > 0 and not dims:
+        entry["dims"] = [1]
+        entry["reshape"] = {"shape": []}
+    return entry
+
+
 def config_dict(spec: ModelSpec, outputs: Sequence[TensorSpec]) -> dict[str, Any]:
     """The ModelConfig as a JSON-shaped dict (protobuf field names), from the spec and probed outputs."""
     key, value = PLATFORMS[spec.format]
@@ -69,6 +79,34 @@ class ConfigOptions:
     accelerator: str | None = None  # ONNX Runtime execution accelerator: "tensorrt" (GPU) or "openvino" (CPU)
     accelerator_parameters: Mapping[str, str] = field(default_factory=dict)  # e.g. precision_mode=FP16
     default_model_filename: str | None = None
+
+
+# Model parameters each backend reads (Triton's pytorch and onnxruntime backends); another key is
+# ignored by the backend, so `smtriton config` warns about it. ONNX Runtime also reads session.* keys.
+KNOWN_PARAMETERS: dict[str, tuple[str, ...]] = {
+    "pytorch_libtorch": (
+        "INFERENCE_MODE", "DISABLE_OPTIMIZED_EXECUTION", "DISABLE_CUDNN", "ENABLE_WEIGHT_SHARING",
+        "ENABLE_CACHE_CLEANING", "ENABLE_JIT_EXECUTOR", "ENABLE_JIT_PROFILING", "ENABLE_TENSOREXPR_FUSER",
+        "ENABLE_NVFUSER", "INTRA_OP_THREAD_COUNT", "INTER_OP_THREAD_COUNT",
+    ),
+    "onnxruntime_onnx": (
+        "intra_op_thread_count", "inter_op_thread_count", "execution_mode", "cudnn_conv_algo_search",
+        "gpu_mem_limit", "arena_extend_strategy", "enable_mem_arena", "enable_mem_pattern",
+        "memory.enable_memory_arena_shrinkage", "share_session_between_instances",
+    ),
+}  # fmt: skip
+
+
+def unknown_parameters(platform: str, parameters: Mapping[str, str]) -> list[str]:
+    """Warnings for parameters the platform's backend does not read (none for backends with free keys)."""
+    known = KNOWN_PARAMETERS.get(platform)
+    if known is None:
+        return []
+    return [
+        f"parameter {key!r} is not one the {platform} backend reads, so it has no effect (known: {', '.join(known)})"
+        for key in parameters
+        if key not in known and not (platform == "onnxruntime_onnx" and key.startswith("session."))
+    ]
 
 
 # ONNX Runtime execution accelerators Triton's onnxruntime backend knows, and where each goes.
@@ -133,7 +171,7 @@ def signature_config(name: str, platform: tuple[str, str], signature: Signature,
             raise ConfigError(f"preferred batch sizes {too_big} are not in 1..max_batch_size {mbs}")
 
     def io(t: TensorSig) -> dict[str, Any]:
-        return {"name": t.name, "data_type": dtypes.config_type(t.dtype), "dims": signature_dims(t, mbs)}
+        return io_entry(t.name, t.dtype, signature_dims(t, mbs), mbs)
 
     inputs = [io(t) for t in signature.inputs]
     outputs = [io(t) for t in signature.outputs]
@@ -167,16 +205,15 @@ def _warm_size(tensor: TensorSig, index: int, mbs: int, options: ConfigOptions) 
 
 
 def _io(tensor: TensorSpec, max_batch_size: int) -> dict[str, Any]:
-    return {
-        "name": tensor.name,
-        "data_type": dtypes.config_type(tensor.dtype),
-        "dims": config_dims(tensor, max_batch_size),
-    }
+    return io_entry(tensor.name, tensor.dtype, config_dims(tensor, max_batch_size), max_batch_size)
 
 
 def build_config(data: dict[str, Any]) -> ModelConfig:
-    """Parse the dict into the protobuf; unknown fields or enum values raise ParseError."""
-    return json_format.ParseDict(data, ModelConfig())
+    """Parse the dict into the protobuf; an unknown field or enum value is a ConfigError, one line."""
+    try:
+        return json_format.ParseDict(data, ModelConfig())
+    except json_format.ParseError as exc:
+        raise ConfigError(f"not a valid Triton config: {str(exc).splitlines()[0]}") from None
 
 
 def recipe_config(spec: ModelSpec, outputs: Sequence[TensorSpec]) -> ModelConfig:

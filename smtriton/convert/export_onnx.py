@@ -22,7 +22,7 @@ import numpy as np
 import onnx
 import torch
 
-from smtriton.convert.artifacts import SignatureError, onnx_signature
+from smtriton.convert.artifacts import ONNX_SIGNATURE_KEY, SignatureError, TensorSig, onnx_signature, signature_json
 from smtriton.convert.export import ExportError, Runner, quiet_tracing_logs
 from smtriton.convert.onnx_tools import OnnxToolError, cast_fp16, save, simplify
 from smtriton.convert.recipe import ModelSpec, TensorSpec
@@ -69,6 +69,7 @@ class OnnxExporter:
                 raise ExportError(str(exc)) from None
             save(model, path)
         check_signature(path, spec.inputs, outputs)
+        record_signature(path, spec, outputs)
 
     def load(self, spec: ModelSpec, outputs: Sequence[TensorSpec], path: Path) -> Runner:
         import onnxruntime as ort
@@ -81,6 +82,22 @@ class OnnxExporter:
             return dict(zip(names, session.run(names, feeds), strict=True))
 
         return run
+
+
+def record_signature(path: Path, spec: ModelSpec, outputs: Sequence[TensorSpec]) -> None:
+    """Store what the conversion decided (axis names, max_batch_size) in the graph's metadata, so
+    `smtriton config` generates the batching the model was exported for, wherever the file goes."""
+    model = onnx.load(str(path), load_external_data=False)  # external weights stay where they are
+    signature = signature_json(
+        [TensorSig(t.name, t.dtype, t.shape) for t in spec.inputs],
+        [TensorSig(t.name, t.dtype, t.shape) for t in outputs],
+        spec.max_batch_size,
+    )
+    kept = [p for p in model.metadata_props if p.key != ONNX_SIGNATURE_KEY]
+    del model.metadata_props[:]
+    model.metadata_props.extend(kept)
+    model.metadata_props.add(key=ONNX_SIGNATURE_KEY, value=signature)
+    onnx.save(model, str(path))
 
 
 def graph_signature(path: Path) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:

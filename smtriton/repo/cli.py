@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich import box
@@ -11,7 +11,10 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from smtriton.repo.validate import Problem
+from smtriton.errors import ToolError, ToolUsageError
+
+if TYPE_CHECKING:  # the validator (protobuf, tritonclient) loads only when a command runs
+    from smtriton.repo.validate import Problem
 
 console = Console(stderr=True, soft_wrap=True)  # one message, one line (logs, grep)
 package_app = typer.Typer(
@@ -24,21 +27,16 @@ def _runtime(tensorrt_version: str | None, gpu_name: str | None, compute_capabil
     from smtriton.convert.trt_plan import RuntimeInfo
 
     if detect:
-        from smtriton.convert.trt_build import TensorRTError, runtime_info
+        from smtriton.convert.trt_build import runtime_info
 
-        try:
-            return runtime_info()
-        except TensorRTError as exc:
-            console.print(f"[red]error:[/] {escape(str(exc))}", highlight=False)
-            raise typer.Exit(2) from None
+        return runtime_info()  # a TensorRTError says where to run it instead
     given = [tensorrt_version, gpu_name, compute_capability]
     if any(given) and not all(given):
-        console.print("[red]error:[/] --tensorrt-version, --gpu-name and --compute-capability go together")
-        raise typer.Exit(2)
+        raise ToolUsageError("--tensorrt-version, --gpu-name and --compute-capability go together")
     return RuntimeInfo(tensorrt_version, gpu_name, compute_capability) if all(given) else None  # type: ignore[arg-type]
 
 
-def _report(repo: Path, problems: list[Problem], quiet_ok: bool = False) -> int:
+def _report(repo: Path, problems: list[Problem], quiet_ok: bool = False, checked: int | None = None) -> int:
     """Print one line per problem (stdout) and a summary (stderr); the number of errors."""
     for problem in problems:
         typer.echo(problem.line(repo))
@@ -48,12 +46,13 @@ def _report(repo: Path, problems: list[Problem], quiet_ok: bool = False) -> int:
         console.print(f"[bold red]{n_errors} error(s)[/], {n_warnings} warning(s) in {escape(str(repo))}")
     elif not quiet_ok:
         warned = f", {n_warnings} warning(s)" if n_warnings else ""
-        console.print(f"[green]✓[/] {escape(str(repo))}: no errors{warned}")
+        models = "" if checked is None else f"{checked} model{'s' if checked != 1 else ''} checked, "
+        console.print(f"[green]✓[/] {escape(str(repo))}: {models}no errors{warned}")
     return n_errors
 
 
 def validate_command(
-    repo: Annotated[Path, typer.Argument(help="Model repository (one directory per model).")],
+    repo: Annotated[Path, typer.Argument(metavar="REPO", help="Model repository (one directory per model).")],
     mme: Annotated[bool, typer.Option("--mme", help="Multi-model endpoint rules: model names unique.")] = False,
     tensorrt_version: Annotated[
         str | None, typer.Option(help="Check TensorRT plans against this runtime TensorRT version.")
@@ -71,10 +70,12 @@ def validate_command(
     dims), max_batch_size agrees with the batch dimension, ensemble steps reference existing models
     and tensors, TensorRT sidecars match their plans. Exits 1 on any error.
     """
-    from smtriton.repo.validate import validate_repository
+    from smtriton.repo.validate import model_directories, validate_repository
 
     runtime = _runtime(tensorrt_version, gpu_name, compute_capability, detect_runtime)
-    if _report(repo, validate_repository(repo, mme=mme, runtime=runtime)):
+    problems = validate_repository(repo, mme=mme, runtime=runtime)
+    checked = len(model_directories(repo)) if repo.is_dir() else None
+    if _report(repo, problems, checked=checked):
         raise typer.Exit(1)
 
 
@@ -91,8 +92,7 @@ def _validate_before(repo: Path, names: list[str], mme: bool) -> None:
         if not first or first[0] in names:
             problems.append(p)
     if _report(repo, problems, quiet_ok=True):
-        console.print("not packaged; fix the errors, or pass --no-validate")
-        raise typer.Exit(1)
+        raise ToolError("not packaged; fix the errors above, or pass --no-validate")
 
 
 def _show(archives, uris: list[str] | None) -> None:
@@ -106,10 +106,14 @@ def _show(archives, uris: list[str] | None) -> None:
         console.print(f"uploaded {uri}", highlight=False)
 
 
-ModelsOpt = Annotated[list[str] | None, typer.Option("--model", "-m", help="Package only this model (repeatable).")]
+ModelsOpt = Annotated[
+    list[str] | None, typer.Option("--model", "-m", metavar="NAME", help="Package only this model (repeatable).")
+]
 RenameOpt = Annotated[
     list[str] | None,
-    typer.Option(help="OLD=NEW: rename a model in the archive (its directory, its config's name, ensemble steps)."),
+    typer.Option(
+        metavar="OLD=NEW", help="Rename a model in the archive (its directory, its config's name, ensemble steps)."
+    ),
 ]
 S3Opt = Annotated[str | None, typer.Option("--s3", help="Upload to s3://bucket/prefix/ (boto3 credentials).")]
 ValidateOpt = Annotated[bool, typer.Option(help="Validate the packaged models first (default on).")]
@@ -117,7 +121,7 @@ ValidateOpt = Annotated[bool, typer.Option(help="Validate the packaged models fi
 
 @package_app.command("sme")
 def package_sme_command(
-    repo: Annotated[Path, typer.Argument(help="Model repository.")],
+    repo: Annotated[Path, typer.Argument(metavar="REPO", help="Model repository.")],
     output: Annotated[Path, typer.Option("--output", "-o", help="Archive to write.")] = Path("model.tar.gz"),
     model: ModelsOpt = None,
     rename: RenameOpt = None,
@@ -129,23 +133,19 @@ def package_sme_command(
     Deterministic: the same repository gives the same bytes (sorted entries, fixed times and owners,
     no gzip name or time); <archive>.sha256 is written beside it.
     """
-    from smtriton.repo.package import PackageError, model_dirs, package_sme, parse_renames, upload
+    from smtriton.repo.package import model_dirs, package_sme, parse_renames, upload
 
-    try:
-        names = list(model) if model else model_dirs(repo)
-        if validate:
-            _validate_before(repo, names, mme=False)
-        archive = package_sme(repo, output, models=model, renames=parse_renames(rename or ()))
-        uris = upload([archive], s3) if s3 else None
-    except PackageError as exc:
-        console.print(f"[red]error:[/] {escape(str(exc))}", highlight=False)
-        raise typer.Exit(2) from None
+    names = list(model) if model else model_dirs(repo)
+    if validate:
+        _validate_before(repo, names, mme=False)
+    archive = package_sme(repo, output, models=model, renames=parse_renames(rename or ()))
+    uris = upload([archive], s3) if s3 else None
     _show([archive], uris)
 
 
 @package_app.command("mme")
 def package_mme_command(
-    repo: Annotated[Path, typer.Argument(help="Model repository.")],
+    repo: Annotated[Path, typer.Argument(metavar="REPO", help="Model repository.")],
     output: Annotated[Path, typer.Option("--output", "-o", help="Directory for <model>.tar.gz files.")] = Path("."),
     model: ModelsOpt = None,
     rename: RenameOpt = None,
@@ -156,15 +156,11 @@ def package_mme_command(
 
     An ensemble's archive also holds the models its steps use. Deterministic, with a .sha256 each.
     """
-    from smtriton.repo.package import PackageError, model_dirs, package_mme, parse_renames, upload
+    from smtriton.repo.package import model_dirs, package_mme, parse_renames, upload
 
-    try:
-        names = list(model) if model else model_dirs(repo)
-        if validate:
-            _validate_before(repo, names, mme=True)
-        archives = package_mme(repo, output, models=model, renames=parse_renames(rename or ()))
-        uris = upload(archives, s3) if s3 else None
-    except PackageError as exc:
-        console.print(f"[red]error:[/] {escape(str(exc))}", highlight=False)
-        raise typer.Exit(2) from None
+    names = list(model) if model else model_dirs(repo)
+    if validate:
+        _validate_before(repo, names, mme=True)
+    archives = package_mme(repo, output, models=model, renames=parse_renames(rename or ()))
+    uris = upload(archives, s3) if s3 else None
     _show(archives, uris)

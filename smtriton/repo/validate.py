@@ -15,7 +15,7 @@ from __future__ import annotations
 import ast
 import re
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -62,9 +62,11 @@ class Problem:
 
     def line(self, root: Path) -> str:
         try:
-            where = self.path.relative_to(root).as_posix() or "."
+            where = self.path.relative_to(root).as_posix()
         except ValueError:
             where = str(self.path)
+        if where in ("", "."):  # the repository itself: named as it was given
+            where = str(root)
         return f"{where}: {self.severity}: {self.message}"
 
 
@@ -83,34 +85,52 @@ class _Model:
         return self.directory.name if self.config is None else model_config.served_name(self.config, self.directory)
 
 
+def model_directories(repo: Path) -> list[Path]:
+    """The model directories of a repository: its sub-directories, hidden ones excepted."""
+    return [d for d in sorted(repo.iterdir()) if d.is_dir() and not d.name.startswith(".")]
+
+
 def validate_repository(
-    repo: Path, *, mme: bool = False, runtime: RuntimeInfo | None = None, load_torchscript: bool = True
+    repo: Path,
+    *,
+    mme: bool = False,
+    runtime: RuntimeInfo | None = None,
+    load_torchscript: bool = True,
+    models: Collection[str] | None = None,
 ) -> list[Problem]:
     """Every problem found, in a stable order (errors and warnings; only errors fail a deploy).
 
     ``runtime``: the TensorRT version and GPU the endpoint runs, to check plans against. With
     ``load_torchscript`` a TorchScript file without our embedded signature is loaded with torch to
-    count its forward() arguments.
+    count its forward() arguments. ``models``: check only these model directories (the others are
+    read only as far as an ensemble among them needs).
     """
     repo = Path(repo)
     if not repo.is_dir():
-        return [Problem(repo, "not a directory")]
-    problems: list[Problem] = []
+        return [Problem(repo, "not a directory" if repo.exists() else "no such directory")]
     if (repo / CONFIG_FILE).is_file():
-        problems.append(
-            Problem(repo / CONFIG_FILE, "a repository holds one directory per model; this is a model directory")
-        )
-    models = [_load(d, problems) for d in sorted(repo.iterdir()) if d.is_dir() and not d.name.startswith(".")]
-    if not models:
+        return [
+            Problem(
+                repo / CONFIG_FILE,
+                "this is a model directory, not a repository (one directory per model): validate its parent "
+                f"{repo.resolve().parent}",
+            )
+        ]
+    problems: list[Problem] = []
+    loaded = [_load(d, problems) for d in model_directories(repo)]
+    if not loaded:
         problems.append(Problem(repo, "no model directories"))
-    by_dir = {m.directory.name: m for m in models}
-    for model in models:
+    by_dir = {m.directory.name: m for m in loaded}
+    checked = [m for m in loaded if models is None or m.directory.name in models]
+    if models is not None:  # a problem of an unchecked model's config is not ours to report
+        problems = [p for p in problems if p.path.parent.name in models or p.path.name in models]
+    for model in checked:
         _check_model(model, problems, mme=mme, runtime=runtime, load_torchscript=load_torchscript)
-    for model in models:
+    for model in checked:
         if model.config is not None and model_config.is_ensemble(model.config):
             _check_ensemble(model, by_dir, problems)
     if mme:
-        _check_unique_names(models, problems)
+        _check_unique_names(loaded, problems)
     return problems
 
 

@@ -7,15 +7,18 @@ import logging
 import os
 import sys
 import tempfile
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
+from typer._click.exceptions import ClickException  # typer carries its own copy of click
+from typer.core import TyperCommand
 
 from smtriton.serve.errors import StartupError
 from smtriton.serve.logs import configure_logging
 from smtriton.serve.repository import refuse_unrunnable_plans, resolve_default_model
-from smtriton.serve.settings import Settings, warn_without_effect
+from smtriton.serve.settings import Settings, environment_help, flag_help, warn_without_effect
 from smtriton.serve.triton.installation import TritonInstallation, find_triton
 
 if TYPE_CHECKING:
@@ -24,49 +27,68 @@ if TYPE_CHECKING:
 log = logging.getLogger("serve")
 
 
-cli = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
+cli = typer.Typer(
+    add_completion=False, pretty_exceptions_enable=False, context_settings={"help_option_names": ["-h", "--help"]}
+)
 
 
-def _configure_logging(level: str) -> None:
-    logging.basicConfig(
-        level=level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stdout,
-        force=True,
-    )
+class _ServeCommand(TyperCommand):
+    """`serve`'s command: its flags take no value, so their help shows none (typer prints ``<bool>``)."""
+
+    def get_help_option(self, ctx: Any) -> Any:
+        option = super().get_help_option(ctx)
+        if option is not None:
+            option.metavar = ""
+        return option
 
 
-@cli.command()
+def _print_version(value: bool) -> None:
+    if value:
+        try:
+            typer.echo(f"serve (smtriton) {version('smtriton')}")
+        except PackageNotFoundError:
+            typer.echo("serve (smtriton) unknown (not installed)")
+        raise typer.Exit()
+
+
+@cli.command(cls=_ServeCommand, epilog=environment_help())
 def serve(
     mode: Annotated[
         Optional[str],  # noqa: UP045 - typer needs Optional at runtime on 3.10
-        typer.Argument(help="'serve' (SageMaker passes it as the container argument); ignored.", show_default=False),
+        typer.Argument(
+            metavar="serve",
+            help="'serve' (SageMaker passes it as the container argument); ignored.",
+            show_default=False,
+        ),
     ] = None,
     model_repository: Annotated[
         Optional[Path],  # noqa: UP045
-        typer.Option(help="Triton model repository to serve [default: /opt/ml/model]"),
+        typer.Option(metavar="DIR", help=flag_help("model_repository")),
     ] = None,
     model_root: Annotated[
         Optional[Path],  # noqa: UP045
-        typer.Option(help="Multi-model endpoints: where load urls must lie [default: /opt/ml/models]"),
+        typer.Option(metavar="DIR", help=flag_help("model_root")),
     ] = None,
     multi_model: Annotated[
         Optional[bool],  # noqa: UP045
-        typer.Option("--multi-model", help="Serve a multi-model endpoint [default: $SAGEMAKER_MULTI_MODEL]"),
+        typer.Option("--multi-model", metavar="", help=flag_help("multi_model")),
     ] = None,
-    port: Annotated[
-        Optional[int],  # noqa: UP045
-        typer.Option(help="Port to serve on [default: $SAGEMAKER_BIND_TO_PORT or 8080]"),
-    ] = None,
-    host: Annotated[Optional[str], typer.Option(help="Address to bind [default: 0.0.0.0]")] = None,  # noqa: UP045
+    port: Annotated[Optional[int], typer.Option(help=flag_help("port"))] = None,  # noqa: UP045
+    host: Annotated[Optional[str], typer.Option(metavar="ADDRESS", help=flag_help("host"))] = None,  # noqa: UP045
     default_model: Annotated[
         Optional[str],  # noqa: UP045
-        typer.Option(help="Model /invocations serves [default: $SAGEMAKER_TRITON_DEFAULT_MODEL_NAME]"),
+        typer.Option(metavar="NAME", help=flag_help("default_model")),
     ] = None,
     log_level: Annotated[
         Optional[str],  # noqa: UP045
-        typer.Option(help="debug, info, warning or error [default: $SMTRITON_LOG_LEVEL or info]"),
+        typer.Option(metavar="LEVEL", help=flag_help("log_level")),
     ] = None,
+    show_version: Annotated[
+        bool,
+        typer.Option(
+            "--version", metavar="", callback=_print_version, is_eager=True, help="Print the version and exit."
+        ),
+    ] = False,
 ) -> None:
     """Serve a Triton model repository behind SageMaker's hosting contract (/ping, /invocations)."""
     if mode not in (None, "serve"):
@@ -169,7 +191,13 @@ async def _serve(settings: Settings, installation: TritonInstallation, default: 
 
 
 def main() -> None:
-    cli()
+    """The `serve` command; a usage error is one line on stderr and exit status 2."""
+    try:
+        result = cli(standalone_mode=False)
+    except ClickException as exc:
+        print(f"error: {exc.format_message()} (see serve --help)", file=sys.stderr)
+        raise SystemExit(exc.exit_code) from None
+    raise SystemExit(result if isinstance(result, int) else 0)
 
 
 if __name__ == "__main__":

@@ -534,6 +534,21 @@ def warn_without_effect(env: Mapping[str, str]) -> None:
         log.warning("%s is set but has no effect: %s", name, why)
 
 
+def flag_help(name: str) -> str:
+    """The help of `serve --<name>`: the setting's meaning, its default and the variables it overrides."""
+    field = Settings.model_fields[name]
+    variables = " or ".join(_variables(field))
+    text = f"{field.description}. Default: {_shown(field)}; overrides {variables}"
+    text = text.replace("`", "").replace("—", "none")
+    return text[:1].upper() + text[1:]
+
+
+def environment_help() -> str:
+    """Every variable `serve` reads, for its --help (defaults and meanings: docs/settings.md)."""
+    names = [name for _, field in _fields(Settings) for name in _variables(field)]
+    return "Reads these environment variables (defaults and meanings: docs/settings.md): " + ", ".join(names) + "."
+
+
 def _shown(field: FieldInfo) -> str:
     shown = _extra(field).get("shown")
     if shown is not None:

@@ -54,6 +54,7 @@ class Sidecar:
     version_compatible: bool = False
     hardware_compatibility: str = "none"  # one of HARDWARE_LEVELS
     builder: str = "smtriton"
+    max_batch_size: int | None = None  # what the conversion batched for: `smtriton config`'s default
     format: str = SIDECAR_FORMAT
     extra: dict[str, Any] = field(default_factory=dict)
 

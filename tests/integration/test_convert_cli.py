@@ -7,6 +7,7 @@ from pathlib import Path
 
 import onnx
 import pytest
+import requests
 import torch
 from typer.testing import CliRunner
 
@@ -14,6 +15,7 @@ from smtriton import model_config
 from smtriton.cli import app
 from smtriton.convert.artifacts import onnx_signature, torchscript_signature
 from smtriton.repo.validate import validate_repository
+from tests.integration.conftest import start_serve
 
 pytestmark = pytest.mark.integration
 
@@ -35,8 +37,24 @@ class Noisy(torch.nn.Module):
         return x + torch.rand_like(x)
 
 
+class PerSample(torch.nn.Module):
+    """ids INT64 [batch] (one id per sample) -> vectors FP32 [batch, 4]."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embedding = torch.nn.Embedding(101, 4)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.embedding(ids)
+
+
 def tiny() -> torch.nn.Module:
     return TinyScorer()
+
+
+def per_sample() -> torch.nn.Module:
+    torch.manual_seed(0)
+    return PerSample()
 
 
 def noisy() -> torch.nn.Module:
@@ -154,3 +172,36 @@ export = {{ opset = 17 }}
     assert code == 0, output
     assert model_config.read(Path(tmp_path / "repo" / "scorer_ts")).platform == "pytorch_libtorch"
     assert validate_repository(tmp_path / "repo") == []
+
+
+def test_a_per_sample_scalar_input_converts_to_a_config_triton_loads(tmp_path):
+    """Issue 15.1 and 15.4: an input of shape [batch] with batching on is declared dims [1] reshaped to [],
+    the convert command validates what it wrote, Triton serves it, and `smtriton config` keeps the batching
+    the conversion recorded in the ONNX file."""
+    repo = tmp_path / "repo"
+    code, output = cli(
+        "convert", "onnx", "--factory", f"{__name__}:per_sample", "--name", "per_sample", "-o", repo,
+        "--input", "ids:INT64:batch:0..100", "--output-tensor", "vectors", "--max-batch-size", "8", "--trials", "1",
+    )  # fmt: skip
+    assert code == 0, output
+    config = model_config.read(repo / "per_sample")
+    assert [(list(i.dims), i.HasField("reshape"), list(i.reshape.shape)) for i in config.input] == [([1], True, [])]
+    assert validate_repository(repo) == []
+
+    code, printed = cli("config", repo / "per_sample", "--stdout")
+    assert code == 0, printed
+    assert "max_batch_size: 8" in printed
+    assert "dynamic_batching" in printed
+
+    server = start_serve(tmp_path, repo, "per_sample")
+    try:
+        body = {"inputs": [{"name": "ids", "shape": [3, 1], "datatype": "INT64", "data": [1, 2, 100]}]}
+        response = requests.post(f"{server.url}/invocations", json=body, timeout=30)
+    finally:
+        server.stop()
+    assert response.status_code == 200, response.text
+    (out,) = response.json()["outputs"]
+    assert out["shape"] == [3, 4]
+    with torch.no_grad():
+        expected = per_sample()(torch.tensor([1, 2, 100])).numpy()
+    assert out["data"] == pytest.approx(expected.reshape(-1).tolist(), abs=1e-6)

@@ -101,8 +101,9 @@ def test_invoke_command_prints_and_saves_outputs(mme, tmp_path):
         "AWS_SECRET_ACCESS_KEY": "local",
         "AWS_DEFAULT_REGION": "us-east-1",
     }
-    args = ["invoke", "local", "--input", f"INPUT0={tmp_path / 'a.npy'}", "--input", f"INPUT1={B.tolist()}",
-            "--dtype", "int32", "--target-model", "addsub20.tar.gz", "--save", str(tmp_path / "out")]  # fmt: skip
+    # INPUT1 names its own dtype (the default, float32, would be refused): issue 15.7's per-input dtype.
+    args = ["invoke", "local", "--input", f"INPUT0={tmp_path / 'a.npy'}", "--input", f"INPUT1={B.tolist()}:INT32",
+            "--target-model", "addsub20.tar.gz", "--save", str(tmp_path / "out")]  # fmt: skip
     result = CliRunner().invoke(app, args, env=env)
     assert result.exit_code == 0, result.output
     assert "OUTPUT0" in result.stdout

@@ -15,17 +15,6 @@ from smtriton.convert.recipe import DynamicBatching, InstanceGroup, RecipeError
 from tests.unit.test_repo_validate import tiny_onnx
 
 
-@pytest.mark.parametrize(
-    "command",
-    ["convert", "convert onnx", "convert torchscript", "convert tensorrt", "config", "validate", "package",
-     "package sme", "package mme"],
-)  # fmt: skip
-def test_every_command_has_help(command):
-    result = CliRunner().invoke(app, [*command.split(), "--help"])
-    assert result.exit_code == 0, result.output
-    assert "Usage" in result.output
-
-
 def test_tensor_option_parsing():
     assert parse_tensor("input_ids:INT64:batch,sequence:0..30522", require_type=True) == {
         "name": "input_ids", "dtype": "INT64", "shape": ["batch", "sequence"], "range": [0, 30522],

@@ -685,6 +685,10 @@ def test_cli_builds_verifies_configures_and_the_repository_validates(trt, tmp_pa
     assert "KIND_GPU" in config
     assert "max_batch_size: 8" in config
     assert validate_repository(repo) == []
+    # What the conversion decided is recorded beside the plan: `smtriton config` batches it the same way.
+    regenerated = CliRunner().invoke(app, ["config", str(model), "--stdout"])
+    assert regenerated.exit_code == 0, regenerated.output
+    assert "max_batch_size: 8" in regenerated.stdout
     here = RuntimeInfo(trt.__version__, GPU.name, GPU.compute_capability)
     assert validate_repository(repo, runtime=here) == []
     elsewhere = RuntimeInfo(trt.__version__, "NVIDIA L4", "8.9")

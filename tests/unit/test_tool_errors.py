@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import sys
+
 import pytest
+import typer
 
 from smtriton import cli
 from smtriton.aws.deploy import DeployError
@@ -14,10 +17,18 @@ from smtriton.repo.package import PackageError
 
 @pytest.mark.parametrize(("error", "status"), [(RecipeError("recipe.toml: bad dtype"), 2), (DeployError("no role"), 1)])
 def test_a_tool_error_is_one_line_on_stderr_and_its_exit_status(monkeypatch, capsys, error, status):
+    app = typer.Typer(cls=cli.ToolGroup)
+
+    @app.command("fail")
     def failing_command() -> None:
         raise error
 
-    monkeypatch.setattr(cli, "app", failing_command)
+    @app.command("other")
+    def other_command() -> None:
+        """A second command, so that the group keeps its subcommands."""
+
+    monkeypatch.setattr(cli, "app", app)
+    monkeypatch.setattr(sys, "argv", ["smtriton", "fail"])
     with pytest.raises(SystemExit) as exited:
         cli.main()
     assert exited.value.code == status

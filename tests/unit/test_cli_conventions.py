@@ -1,0 +1,233 @@
+"""Both programs as a newcomer meets them: help on every command, one-line errors, versions, order, speed."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import typer
+from typer.main import get_command
+from typer.testing import CliRunner
+
+from smtriton import cli
+from smtriton.aws.cli import parse_input
+from smtriton.serve import cli as serve_cli
+from smtriton.serve.settings import known_variables
+from tests.unit.test_repo_validate import tiny_onnx
+
+ROOT = Path(__file__).resolve().parents[2]
+WORKFLOW = ["convert", "build-repository", "config", "validate", "package", "build-image", "push-image", "deploy",
+            "invoke", "delete-endpoint", "local-endpoint"]  # fmt: skip
+
+
+def smtriton(*args: object) -> typer.testing.Result:
+    return CliRunner().invoke(cli.app, [str(a) for a in args])
+
+
+def _command_paths() -> list[tuple[str, ...]]:
+    """Every command and group of `smtriton`, as the words a user types."""
+    group = get_command(cli.app)
+    ctx = group.make_context("smtriton", ["--help"], resilient_parsing=True)
+    paths: list[tuple[str, ...]] = [()]
+    for name in group.list_commands(ctx):
+        command = group.get_command(ctx, name)
+        paths.append((name,))
+        for sub in getattr(command, "commands", {}):
+            paths.append((name, sub))
+    return paths
+
+
+COMMANDS = _command_paths()
+
+
+def test_every_command_is_reached():
+    assert {path[0] for path in COMMANDS if path} == set(WORKFLOW)
+    assert ("convert", "onnx") in COMMANDS
+    assert ("package", "mme") in COMMANDS
+
+
+@pytest.mark.parametrize("path", COMMANDS, ids=lambda path: " ".join(path) or "smtriton")
+@pytest.mark.parametrize("option", ["--help", "-h"])
+def test_every_smtriton_command_has_readable_help(path, option):
+    result = smtriton(*path, option)
+    assert result.exit_code == 0, result.output
+    assert "Usage" in result.output
+    # Metavars read like the value; a default is one a user can type, not a path inside this checkout.
+    assert not re.search(r"<(list\[|bool>)", result.output), result.output
+    assert str(ROOT) not in result.output.replace("\n", "").replace("│", "")
+
+
+@pytest.mark.parametrize("option", ["--help", "-h"])
+def test_serve_help_shows_defaults_and_the_environment_it_reads(option):
+    result = CliRunner().invoke(serve_cli.cli, [option], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.output.replace("│", " ").split())
+    assert "Default: 8080; overrides SAGEMAKER_BIND_TO_PORT" in text
+    assert "Default: /opt/ml/model; overrides SMTRITON_MODEL_REPOSITORY" in text
+    assert "<bool>" not in text
+    schema_variables = known_variables() - {"SAGEMAKER_TRITON_ALLOW_GRPC"}  # without effect: not read
+    assert all(name in text for name in schema_variables), sorted(n for n in schema_variables if n not in text)
+
+
+@pytest.mark.parametrize("path", [(), ("convert",), ("package",)])
+def test_a_group_without_a_command_prints_its_help(path):
+    result = smtriton(*path)
+    assert result.exit_code == 2
+    assert "Usage" in result.stdout
+    assert "error" not in result.stderr
+
+
+def test_both_programs_print_their_version():
+    version = cli.distribution_version()
+    assert smtriton("--version").output.strip() == f"smtriton {version}"
+    result = CliRunner().invoke(serve_cli.cli, ["--version"])
+    assert result.exit_code == 0
+    assert result.output.strip() == f"serve (smtriton) {version}"
+
+
+def test_commands_are_listed_in_workflow_order():
+    text = smtriton("--help").output
+    positions = [text.index(f" {name} ") for name in WORKFLOW]
+    assert positions == sorted(positions)
+
+
+def test_help_imports_no_heavy_module():
+    """`smtriton --help` stays fast: the web framework, torch, ONNX and AWS load only when a command runs."""
+    probe = (
+        "import sys\nfrom smtriton.cli import main\n"
+        "try:\n    main()\nexcept SystemExit:\n    pass\n"
+        "heavy = ('fastapi', 'uvicorn', 'torch', 'onnx', 'onnxruntime', 'boto3', 'tritonclient', 'google.protobuf')\n"
+        "print(sorted(m for m in heavy if m in sys.modules), file=sys.stderr)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe, "--help"], capture_output=True, text=True, timeout=60, cwd=ROOT, check=True
+    )
+    assert done.stderr.strip().splitlines()[-1] == "[]"
+
+
+# --- issue 15.3: every error one line with what to change; exit 2 for usage, 1 for failures --------
+
+
+@pytest.fixture
+def onnx_model(tmp_path: Path) -> Path:
+    model = tmp_path / "repo" / "scorer"
+    (model / "1").mkdir(parents=True)
+    tiny_onnx(model / "1" / "model.onnx")
+    return model
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (["--instance-kind", "GPU"], ["KIND_GPU", "KIND_CPU", "KIND_AUTO"]),
+        (["--max-queue-delay-us", "-5"], ["--max-queue-delay-us", "greater than or equal to 0"]),
+        (["--max-batch-size", "-1"], ["--max-batch-size", "greater than or equal to 0"]),
+        (["--preferred-batch-size", "0"], ["--preferred-batch-size", "greater than or equal to 1"]),
+        (["--bogus"], ["No such option", "--bogus"]),
+    ],
+)
+def test_config_usage_errors_are_one_line_naming_the_accepted_values(onnx_model, args, words):
+    result = smtriton("config", onnx_model, "--stdout", *args)
+    assert result.exit_code == 2, result.output
+    assert result.stdout == ""
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith("error: ")
+    assert all(word in line for word in words), line
+
+
+def test_config_accepts_an_instance_kind(onnx_model):
+    result = smtriton("config", onnx_model, "--stdout", "--instance-kind", "KIND_GPU")
+    assert result.exit_code == 0, result.output
+    assert "kind: KIND_GPU" in result.stdout
+
+
+def test_an_unknown_backend_parameter_is_a_warning_naming_the_known_ones(onnx_model):
+    result = smtriton(
+        "config", onnx_model, "--stdout", "--parameter", "BOGUS=1", "--parameter", "intra_op_thread_count=2"
+    )
+    assert result.exit_code == 0, result.output
+    (warning,) = result.stderr.strip().splitlines()
+    assert warning.startswith("warning: parameter 'BOGUS'")
+    assert "intra_op_thread_count" in warning
+    assert 'key: "BOGUS"' in result.stdout  # still written: the user may know a backend this tool does not
+
+
+def test_a_factory_that_cannot_be_imported_is_a_one_line_usage_error(tmp_path):
+    result = smtriton("convert", "onnx", "--factory", "no_such_module_anywhere:make", "-o", tmp_path,
+                      "--input", "x:FP32:batch,4", "--output-tensor", "y", "--max-batch-size", "2")  # fmt: skip
+    assert result.exit_code == 2, result.output
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith("error: ")
+    assert "no_such_module_anywhere" in line
+
+
+def test_serve_usage_error_is_one_line(capsys, monkeypatch):
+    monkeypatch.setattr(sys, "argv", ["serve", "--port", "x"])
+    with pytest.raises(SystemExit) as exited:
+        serve_cli.main()
+    assert exited.value.code == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("error: ")
+    assert "--port" in line
+
+
+# --- issue 15.1: nothing reports success for a config Triton would refuse ---------------------------------
+
+
+def test_config_validates_what_it_wrote_before_reporting_success(onnx_model):
+    """A description that disagrees with the artifact is written (the user asked for it) but is no ✓."""
+    result = smtriton("config", onnx_model, "--input", "x:FP32:-1,5", "--output-tensor", "y:FP32:-1,2")
+    assert result.exit_code == 1, result.output
+    assert "✓" not in result.output
+    last = result.stderr.strip().splitlines()[-1]
+    config = onnx_model / "config.pbtxt"
+    assert last.startswith(f"error: written, but Triton would refuse {config}: input 'x': config dims [-1, 5] differ")
+    assert smtriton("config", onnx_model, "--force").exit_code == 0  # from the artifact's signature: valid
+
+
+# --- issue 15.6: the validator's edge cases -----------------------------------------------------------
+
+
+def test_validate_names_a_missing_path_as_given(tmp_path):
+    missing = tmp_path / "nonexistent"
+    result = smtriton("validate", missing)
+    assert result.exit_code == 1
+    assert f"{missing}: error: no such directory" in result.stdout
+
+
+def test_validate_on_a_model_folder_says_so_and_nothing_else(onnx_model):
+    smtriton("config", onnx_model)
+    result = smtriton("validate", onnx_model)
+    assert result.exit_code == 1
+    (line,) = result.stdout.strip().splitlines()
+    assert "model directory, not a repository" in line
+    assert str(onnx_model.parent.resolve()) in line
+
+
+def test_a_clean_validation_says_how_many_models_it_checked(onnx_model):
+    assert smtriton("config", onnx_model).exit_code == 0
+    (onnx_model.parent / "other").symlink_to(onnx_model, target_is_directory=True)
+    result = smtriton("validate", onnx_model.parent)
+    assert result.exit_code == 1  # the copy's config names another model: one error, not a clean run
+    (onnx_model.parent / "other").unlink()
+    result = smtriton("validate", onnx_model.parent)
+    assert result.exit_code == 0, result.output
+    assert "1 model checked, no errors" in result.stderr
+
+
+# --- issue 15.7: `invoke --input NAME=JSON:DTYPE`, a dtype per input ----------------------------------
+
+
+def test_each_json_input_may_name_its_dtype():
+    name, ids = parse_input("ids=[[1,2]]:INT64", "float32")
+    assert (name, ids.dtype, ids.tolist()) == ("ids", np.int64, [[1, 2]])
+    assert parse_input("mask=[[1,1]]:int32", "float32")[1].dtype == np.int32
+    assert parse_input("x=[0.5]", "float16")[1].dtype == np.float16  # --dtype stays the default
+    with pytest.raises(typer.BadParameter, match="not a dtype"):
+        parse_input("x=[1]:INT65", "float32")
+    with pytest.raises(typer.BadParameter, match=r"NAME=FILE\.npy or NAME=JSON"):
+        parse_input("[1,2]", "float32")
