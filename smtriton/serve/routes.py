@@ -9,7 +9,7 @@ methods, unknown paths) goes on to the control app.
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from starlette.responses import StreamingResponse
@@ -246,7 +246,9 @@ async def _answer(send: Send, status: int, payload: bytes) -> None:
     await send({"type": "http.response.body", "body": payload})
 
 
-def _streamed(responses: AsyncIterator[dict[str, Any]], media_type: str, on_done: Any = None) -> StreamingResponse:
+def _streamed(
+    responses: AsyncIterator[dict[str, Any]], media_type: str, on_done: Callable[[], None] | None = None
+) -> StreamingResponse:
     """A streaming answer; the Triton stream is closed (cancelling it) when the client goes away, and
     ``on_done`` runs when the stream ends, however it ends."""
 
