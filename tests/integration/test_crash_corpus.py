@@ -143,3 +143,20 @@ def test_a_body_in_100000_tiny_chunks_is_answered_and_triton_survives(sme):
     assert response.status == 200, response.read()[:200]
     connection.close()
     assert_unharmed(sme, pid, "/invocations")
+
+
+@pytest.mark.parametrize(("inference_type", "model"), [("generate", "ident"), ("generate_stream", "tokens")])
+def test_the_generate_apis_refuse_what_would_crash_triton(tmp_path, test_repository, inference_type, model):
+    env = {"SAGEMAKER_TRITON_INFERENCE_TYPE": inference_type}
+    server = start_serve(tmp_path, test_repository, model, env=env)
+    try:
+        (pid,) = triton_pids(server.marker)
+        for body in (nested(200_000), b"[" * 200_000):
+            r = requests.post(f"{server.url}/invocations", data=body, headers=JSON, timeout=120)
+            assert_json_4xx(r)
+        assert triton_pids(server.marker) == [pid], "Triton was restarted"
+        assert requests.get(f"{server.url}/ping", timeout=10).status_code == 200
+        valid = {"INPUT0": [1.5, 2.5]} if model == "ident" else {"N": 2}
+        assert requests.post(f"{server.url}/invocations", json=valid, timeout=60).status_code == 200
+    finally:
+        server.stop()
