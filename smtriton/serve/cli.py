@@ -1,19 +1,21 @@
-"""The `serve` command: SageMaker runs it as the container's entry; locally it takes flags."""
+"""The `serve` command: SageMaker runs it as the container's entry; locally it takes flags.
+
+Its flags are parsed with argparse, so the image carries no CLI framework: every flag has an
+environment equivalent (in the container none is given), and their help comes from the settings schema.
+"""
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import logging
 import os
 import sys
 import tempfile
+from collections.abc import Sequence
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Optional
-
-import typer
-from typer._click.exceptions import ClickException  # typer carries its own copy of click
-from typer.core import TyperCommand
+from typing import TYPE_CHECKING, NoReturn
 
 from smtriton.serve.errors import StartupError
 from smtriton.serve.logs import configure_logging
@@ -27,83 +29,56 @@ if TYPE_CHECKING:
 log = logging.getLogger("serve")
 
 
-cli = typer.Typer(
-    add_completion=False, pretty_exceptions_enable=False, context_settings={"help_option_names": ["-h", "--help"]}
-)
+class _Parser(argparse.ArgumentParser):
+    """A usage error is one line on stderr, saying what to change, and exit status 2."""
+
+    def error(self, message: str) -> NoReturn:
+        print(f"error: {message} (see serve --help)", file=sys.stderr)
+        raise SystemExit(2)
 
 
-class _ServeCommand(TyperCommand):
-    """`serve`'s command: its flags take no value, so their help shows none (typer prints ``<bool>``)."""
-
-    def get_help_option(self, ctx: Any) -> Any:
-        option = super().get_help_option(ctx)
-        if option is not None:
-            option.metavar = ""
-        return option
-
-
-def _print_version(value: bool) -> None:
-    if value:
-        try:
-            typer.echo(f"serve (smtriton) {version('smtriton')}")
-        except PackageNotFoundError:
-            typer.echo("serve (smtriton) unknown (not installed)")
-        raise typer.Exit()
-
-
-@cli.command(cls=_ServeCommand, epilog=environment_help())
-def serve(
-    mode: Annotated[
-        Optional[str],  # noqa: UP045 - typer needs Optional at runtime on 3.10
-        typer.Argument(
-            metavar="serve",
-            help="'serve' (SageMaker passes it as the container argument); ignored.",
-            show_default=False,
-        ),
-    ] = None,
-    model_repository: Annotated[
-        Optional[Path],  # noqa: UP045
-        typer.Option(metavar="DIR", help=flag_help("model_repository")),
-    ] = None,
-    model_root: Annotated[
-        Optional[Path],  # noqa: UP045
-        typer.Option(metavar="DIR", help=flag_help("model_root")),
-    ] = None,
-    multi_model: Annotated[
-        Optional[bool],  # noqa: UP045
-        typer.Option("--multi-model", metavar="", help=flag_help("multi_model")),
-    ] = None,
-    port: Annotated[Optional[int], typer.Option(help=flag_help("port"))] = None,  # noqa: UP045
-    host: Annotated[Optional[str], typer.Option(metavar="ADDRESS", help=flag_help("host"))] = None,  # noqa: UP045
-    default_model: Annotated[
-        Optional[str],  # noqa: UP045
-        typer.Option(metavar="NAME", help=flag_help("default_model")),
-    ] = None,
-    log_level: Annotated[
-        Optional[str],  # noqa: UP045
-        typer.Option(metavar="LEVEL", help=flag_help("log_level")),
-    ] = None,
-    show_version: Annotated[
-        bool,
-        typer.Option(
-            "--version", metavar="", callback=_print_version, is_eager=True, help="Print the version and exit."
-        ),
-    ] = False,
-) -> None:
-    """Serve a Triton model repository behind SageMaker's hosting contract (/ping, /invocations)."""
-    if mode not in (None, "serve"):
-        raise typer.BadParameter(f"unknown argument {mode!r}; the only one accepted is 'serve'")
+def _version() -> str:
     try:
-        settings = Settings.from_env(
-            os.environ,
-            model_repository=model_repository,
-            model_root=model_root,
-            multi_model=multi_model,
-            port=port,
-            host=host,
-            default_model=default_model,
-            log_level=log_level,
-        )
+        return f"serve (smtriton) {version('smtriton')}"
+    except PackageNotFoundError:
+        return "serve (smtriton) unknown (not installed)"
+
+
+def parser() -> argparse.ArgumentParser:
+    """serve's flags: each one a setting of the schema (its help says the default and the variable)."""
+    parser = _Parser(
+        prog="serve",
+        description="Serve a Triton model repository behind SageMaker's hosting contract (/ping, /invocations).",
+        epilog=environment_help(),
+    )
+    parser.add_argument(
+        "mode",
+        nargs="?",
+        choices=["serve"],
+        metavar="serve",
+        help="'serve' (SageMaker passes it as the container argument); ignored",
+    )
+    parser.add_argument("--model-repository", type=Path, metavar="DIR", help=flag_help("model_repository"))
+    parser.add_argument("--model-root", type=Path, metavar="DIR", help=flag_help("model_root"))
+    parser.add_argument("--multi-model", action="store_true", default=None, help=flag_help("multi_model"))
+    parser.add_argument("--port", type=int, metavar="PORT", help=flag_help("port"))
+    parser.add_argument("--host", metavar="ADDRESS", help=flag_help("host"))
+    parser.add_argument("--default-model", metavar="NAME", help=flag_help("default_model"))
+    parser.add_argument("--log-level", metavar="LEVEL", help=flag_help("log_level"))
+    parser.add_argument("--version", action="version", version=_version(), help="print the version and exit")
+    return parser
+
+
+def flags(args: argparse.Namespace) -> dict[str, object]:
+    """The settings the command line gives (None: not given)."""
+    return {name: value for name, value in vars(args).items() if name != "mode"}
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Parse the flags, check the configuration (exit 1 with the reason), then serve until SIGTERM."""
+    args = parser().parse_args(argv)
+    try:
+        settings = Settings.from_env(os.environ, **flags(args))
         configure_logging(settings.log_level, settings.log_format)
         warn_without_effect(os.environ)
         default = None
@@ -113,7 +88,7 @@ def serve(
         installation = find_triton(settings.tritonserver)
     except StartupError as exc:
         print(str(exc), file=sys.stderr)
-        raise typer.Exit(1) from None
+        raise SystemExit(1) from None
     if settings.work_dir is not None:
         settings.work_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="smtriton-", dir=settings.work_dir) as work:
@@ -188,16 +163,6 @@ async def _serve(settings: Settings, installation: TritonInstallation, default: 
         await http_server(plane).serve()
     finally:
         await supervisor.stop()  # also when the server never started (its port taken, say)
-
-
-def main() -> None:
-    """The `serve` command; a usage error is one line on stderr and exit status 2."""
-    try:
-        result = cli(standalone_mode=False)
-    except ClickException as exc:
-        print(f"error: {exc.format_message()} (see serve --help)", file=sys.stderr)
-        raise SystemExit(exc.exit_code) from None
-    raise SystemExit(result if isinstance(result, int) else 0)
 
 
 if __name__ == "__main__":

@@ -61,11 +61,20 @@ def test_every_smtriton_command_has_readable_help(path, option):
     assert str(ROOT) not in result.output.replace("\n", "").replace("│", "")
 
 
+def serve(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    """`serve ARGS` as a user runs it: (exit status, stdout, stderr); only for what exits before serving."""
+    with pytest.raises(SystemExit) as exited:
+        serve_cli.main(list(args))
+    out, err = capsys.readouterr()
+    return int(exited.value.code or 0), out, err
+
+
 @pytest.mark.parametrize("option", ["--help", "-h"])
-def test_serve_help_shows_defaults_and_the_environment_it_reads(option):
-    result = CliRunner().invoke(serve_cli.cli, [option], env={"COLUMNS": "200"})
-    assert result.exit_code == 0, result.output
-    text = " ".join(result.output.replace("│", " ").split())
+def test_serve_help_shows_defaults_and_the_environment_it_reads(option, capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "200")
+    status, out, _ = serve(capsys, option)
+    assert status == 0, out
+    text = " ".join(out.split())
     assert "Default: 8080; overrides SAGEMAKER_BIND_TO_PORT" in text
     assert "Default: /opt/ml/model; overrides SMTRITON_MODEL_REPOSITORY" in text
     assert "<bool>" not in text
@@ -81,12 +90,10 @@ def test_a_group_without_a_command_prints_its_help(path):
     assert "error" not in result.stderr
 
 
-def test_both_programs_print_their_version():
+def test_both_programs_print_their_version(capsys):
     version = cli.distribution_version()
     assert smtriton("--version").output.strip() == f"smtriton {version}"
-    result = CliRunner().invoke(serve_cli.cli, ["--version"])
-    assert result.exit_code == 0
-    assert result.output.strip() == f"serve (smtriton) {version}"
+    assert serve(capsys, "--version")[:2] == (0, f"serve (smtriton) {version}\n")
 
 
 def test_commands_are_listed_in_workflow_order():
@@ -165,14 +172,14 @@ def test_a_factory_that_cannot_be_imported_is_a_one_line_usage_error(tmp_path):
     assert "no_such_module_anywhere" in line
 
 
-def test_serve_usage_error_is_one_line(capsys, monkeypatch):
-    monkeypatch.setattr(sys, "argv", ["serve", "--port", "x"])
-    with pytest.raises(SystemExit) as exited:
-        serve_cli.main()
-    assert exited.value.code == 2
-    (line,) = capsys.readouterr().err.strip().splitlines()
+@pytest.mark.parametrize("args", [("--port", "x"), ("--bogus",), ("predict",)])
+def test_serve_usage_error_is_one_line(capsys, args):
+    status, _, err = serve(capsys, *args)
+    assert status == 2
+    (line,) = err.strip().splitlines()
     assert line.startswith("error: ")
-    assert "--port" in line
+    assert line.endswith("(see serve --help)")
+    assert args[0] in line
 
 
 # --- issue 15.1: nothing reports success for a config Triton would refuse ---------------------------------
