@@ -84,12 +84,13 @@ stand_in_base() {
 
 if docker info >/dev/null 2>&1; then
   ENGINE=docker
-  build=(docker build)
+  build=(env DOCKER_BUILDKIT=1 docker build)  # RUN --mount needs BuildKit
 else
   install_podman
   configure_podman
   ENGINE=podman
-  build=(podman build --isolation chroot --network host)
+  # No layer cache: buildah does not mount a cached stage for a later stage's RUN --mount=from=.
+  build=(podman build --isolation chroot --network host --layers=false)
 fi
 
 base=$BASE
@@ -106,17 +107,23 @@ mkdir "$scratch/context"
 tar -c --exclude=__pycache__ --exclude='*.pyc' Dockerfile .dockerignore pyproject.toml README.md \
   requirements.lock smtriton | tar -x -C "$scratch/context"
 say "building $TAG (target cpu) on $base with $ENGINE"
+previous=$("$ENGINE" image inspect --format '{{.Id}}' "$TAG" 2>/dev/null || true)
 "${build[@]}" --target cpu --build-arg "CPU_BASE_IMAGE=$base" -t "$TAG" "$scratch/context" \
   >"$scratch/build.log" 2>&1 || { tail -n 40 "$scratch/build.log" >&2; say "build failed"; exit 1; }
 built=$(date +%s)
+# The image this build replaced under the same tag, so that repeated runs do not fill the disk.
+if [[ -n $previous && $previous != $("$ENGINE" image inspect --format '{{.Id}}' "$TAG") ]]; then
+  "$ENGINE" rmi "$previous" >/dev/null 2>&1 || true
+fi
 size=$("$ENGINE" image inspect --format '{{.Size}}' "$TAG")
 
 report=$scratch/report
 touch "$report"
 say "checking $TAG"
-SMTRITON_TEST_IMAGE=$TAG SMTRITON_CONTAINER_ENGINE=$ENGINE SMTRITON_IMAGE_REPORT=$report \
+PYTHONPATH=$PWD SMTRITON_TEST_IMAGE=$TAG SMTRITON_CONTAINER_ENGINE=$ENGINE SMTRITON_IMAGE_REPORT=$report \
   "$VENV/bin/python" -m pytest -q -p no:cacheprovider tests/image "$@"
 done_=$(date +%s)
 
-say "image $TAG: $((size / 1000000)) MB; $(cat "$report")"
+say "image $TAG: $((size / 1000000)) MB (base $base)"
+while read -r line; do say "$line"; done <"$report"
 say "base $((ready - began)) s, build $((built - ready)) s, checks $((done_ - built)) s, total $((done_ - began)) s"

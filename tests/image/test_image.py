@@ -209,3 +209,42 @@ def test_local_endpoint_runs_the_image_for_a_single_model_endpoint(tmp_path):
         np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), A + B + 7)
     finally:
         assert emulator.stop() == 0
+
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+
+
+def test_the_readme_docker_run_serves_the_demo_text_encoder(tmp_path):
+    """The README's container command (its mount and environment) and its first request, against the
+    demo text encoder built from model_repository/recipe.toml, answered as the eager torch model does."""
+    from smtriton.convert.build import build_repository
+    from smtriton.convert.recipe import DEFAULT_RECIPE
+    from smtriton.convert.reference import load_reference
+
+    readme = README.read_text()
+    run = re.search(r"^docker run .*?serve$", readme.replace("\\\n", " "), re.M | re.S)
+    assert run is not None, "the README's docker run command"
+    source, target = re.search(r"-v \$PWD/(\S+?):(\S+?):ro", run.group(0)).groups()
+    env = dict(re.findall(r"-e (\w+)=(\S+)", run.group(0)))
+    request = re.search(r"-d '(\{.*?\})'", readme, re.S)
+    assert request is not None, "the README's curl request"
+    body = json.loads(request.group(1))
+
+    report = build_repository(DEFAULT_RECIPE, models=[env["SAGEMAKER_TRITON_DEFAULT_MODEL_NAME"]])
+    assert report.output == (README.parent / source).resolve()
+    container, startup = _start(tmp_path, env=env, mounts=[Mount(report.output, target)])
+    try:
+        _report(f"start-up (the README's command, demo text encoder) {startup:.1f} s")
+        r = requests.post(f"{container.url}/invocations", json=body, timeout=60)
+        assert r.status_code == 200, r.text[:500]
+        reference = load_reference(env["SAGEMAKER_TRITON_DEFAULT_MODEL_NAME"])
+        dtypes = {"INT64": np.int64, "INT32": np.int32}
+        inputs = {
+            i["name"]: np.array(i["data"], dtype=dtypes[i["datatype"]]).reshape(i["shape"]) for i in body["inputs"]
+        }
+        want = reference.run(inputs)
+        (out,) = r.json()["outputs"]
+        got = np.array(out["data"], dtype=np.float32).reshape(out["shape"])
+        np.testing.assert_allclose(got, want[out["name"]], atol=1e-4, rtol=1e-3)
+    finally:
+        assert container.stop(30) == 0, container.log_tail()
