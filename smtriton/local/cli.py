@@ -68,8 +68,13 @@ def _launch(
     return child, "/opt/ml/models" if repository is None else None
 
 
+class _Terminated(Exception):
+    """SIGTERM: stop serve, clean up and exit 0, as on Ctrl-C."""
+
+
 def _on_sigterm(signum: int, frame: FrameType | None) -> None:
-    """uvicorn stops on SIGTERM and then raises it again: end normally, so that cleanup runs."""
+    # Also what uvicorn calls when it raises the signal again after its own graceful stop.
+    raise _Terminated
 
 
 def local_endpoint(
@@ -124,7 +129,7 @@ def local_endpoint(
         work_dir.mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix="smtriton-endpoint-", dir=work_dir))
     child: ServeProcess | None = None
-    started = False
+    failed = False
     previous = signal.signal(signal.SIGTERM, _on_sigterm)
     try:
         repository: Path | None = None
@@ -142,21 +147,23 @@ def local_endpoint(
         try:
             child.wait_healthy(START_TIMEOUT_S)
         except (RuntimeError, TimeoutError):
+            failed = True
             child.stop(SERVE_STOP_TIMEOUT_S)
             print(f"serve did not start; its last lines:\n{_last_lines(child.log_text())}", file=sys.stderr)
             print(f"serve's whole log: {child.log_path}", file=sys.stderr)
             raise typer.Exit(1) from None
-        started = True
         log.info("endpoint %s ready at /endpoints/%s/invocations (GET /ping: 200)", endpoint_name, endpoint_name)
         app = create_app(endpoint_name, child, scratch, source, capacity, model_url_root)
         uvicorn.run(app, host=host, port=port, log_config=None, server_header=False)
+    except (_Terminated, KeyboardInterrupt):
+        log.info("stopping")
     finally:
         signal.signal(signal.SIGTERM, previous)
         if child is not None:
             child.stop(SERVE_STOP_TIMEOUT_S)
         if keep_work_dir:
             print(f"scratch folder kept: {scratch}", file=sys.stderr)
-        elif child is not None and not started:
+        elif failed:
             # A failed start keeps serve's log (its path was printed above) and nothing else.
             for entry in scratch.iterdir():
                 if entry.name != "serve.log":
