@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import logging
 import os
@@ -9,11 +10,9 @@ import signal
 import sys
 import tempfile
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Annotated, Optional
 
-import typer
 import uvicorn
 
 from smtriton.serve.app import create_app
@@ -56,53 +55,46 @@ class _Server(uvicorn.Server):
                 signal.signal(sig, handler)
 
 
-cli = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
-
-
-def _configure_logging(level: str) -> None:
-    logging.basicConfig(
-        level=level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stdout,
-        force=True,
+def _parser() -> argparse.ArgumentParser:
+    """serve's flags; argparse, so that the image carries no CLI framework (every flag has an environment
+    equivalent, and in the container none is given)."""
+    parser = argparse.ArgumentParser(
+        prog="serve", description="Serve a Triton model repository behind SageMaker's hosting contract."
     )
+    parser.add_argument(
+        "mode", nargs="?", choices=["serve"], help="'serve' (SageMaker passes it as the container argument); ignored"
+    )
+    parser.add_argument(
+        "--model-repository", type=Path, help="Triton model repository to serve [default: /opt/ml/model]"
+    )
+    parser.add_argument(
+        "--model-root", type=Path, help="Multi-model endpoints: where load urls must lie [default: /opt/ml/models]"
+    )
+    parser.add_argument(
+        "--multi-model",
+        action="store_true",
+        default=None,
+        help="Serve a multi-model endpoint [default: $SAGEMAKER_MULTI_MODEL]",
+    )
+    parser.add_argument("--port", type=int, help="Port to serve on [default: $SAGEMAKER_BIND_TO_PORT or 8080]")
+    parser.add_argument("--host", help="Address to bind [default: 0.0.0.0]")
+    parser.add_argument(
+        "--default-model", help="Model /invocations serves [default: $SAGEMAKER_TRITON_DEFAULT_MODEL_NAME]"
+    )
+    parser.add_argument("--log-level", help="debug, info, warning or error [default: $SMTRITON_LOG_LEVEL or info]")
+    return parser
 
 
-@cli.command()
 def serve(
-    mode: Annotated[
-        Optional[str],  # noqa: UP045 - typer needs Optional at runtime on 3.10
-        typer.Argument(help="'serve' (SageMaker passes it as the container argument); ignored.", show_default=False),
-    ] = None,
-    model_repository: Annotated[
-        Optional[Path],  # noqa: UP045
-        typer.Option(help="Triton model repository to serve [default: /opt/ml/model]"),
-    ] = None,
-    model_root: Annotated[
-        Optional[Path],  # noqa: UP045
-        typer.Option(help="Multi-model endpoints: where load urls must lie [default: /opt/ml/models]"),
-    ] = None,
-    multi_model: Annotated[
-        Optional[bool],  # noqa: UP045
-        typer.Option("--multi-model", help="Serve a multi-model endpoint [default: $SAGEMAKER_MULTI_MODEL]"),
-    ] = None,
-    port: Annotated[
-        Optional[int],  # noqa: UP045
-        typer.Option(help="Port to serve on [default: $SAGEMAKER_BIND_TO_PORT or 8080]"),
-    ] = None,
-    host: Annotated[Optional[str], typer.Option(help="Address to bind [default: 0.0.0.0]")] = None,  # noqa: UP045
-    default_model: Annotated[
-        Optional[str],  # noqa: UP045
-        typer.Option(help="Model /invocations serves [default: $SAGEMAKER_TRITON_DEFAULT_MODEL_NAME]"),
-    ] = None,
-    log_level: Annotated[
-        Optional[str],  # noqa: UP045
-        typer.Option(help="debug, info, warning or error [default: $SMTRITON_LOG_LEVEL or info]"),
-    ] = None,
+    model_repository: Path | None = None,
+    model_root: Path | None = None,
+    multi_model: bool | None = None,
+    port: int | None = None,
+    host: str | None = None,
+    default_model: str | None = None,
+    log_level: str | None = None,
 ) -> None:
     """Serve a Triton model repository behind SageMaker's hosting contract (/ping, /invocations)."""
-    if mode not in (None, "serve"):
-        raise typer.BadParameter(f"unknown argument {mode!r}; the only one accepted is 'serve'")
     try:
         settings = Settings.from_env(
             os.environ,
@@ -123,7 +115,7 @@ def serve(
         installation = find_triton(settings.tritonserver)
     except StartupError as exc:
         print(str(exc), file=sys.stderr)
-        raise typer.Exit(1) from None
+        raise SystemExit(1) from None
     if settings.work_dir is not None:
         settings.work_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="smtriton-", dir=settings.work_dir) as work:
@@ -173,8 +165,10 @@ def _run(settings: Settings, installation: TritonInstallation, default: str | No
     _Server(config, plane).run()
 
 
-def main() -> None:
-    cli()
+def main(argv: Sequence[str] | None = None) -> None:
+    args = vars(_parser().parse_args(argv))
+    del args["mode"]
+    serve(**args)
 
 
 if __name__ == "__main__":
