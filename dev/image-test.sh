@@ -18,6 +18,8 @@ began=$(date +%s)
 scratch=$(mktemp -d /var/tmp/smtriton-image-test.XXXXXX)
 trap 'rm -rf "$scratch"' EXIT
 say() { echo "image-test: $*" >&2; }
+# The checks run from the project's environment (a no-op when it is set up).
+if [[ $VENV == .venv ]]; then bash dev/setup.sh; fi
 
 install_podman() {
   # Debian's podman, as root; quiet and idempotent.
