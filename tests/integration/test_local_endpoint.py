@@ -235,6 +235,12 @@ def test_a_failed_start_says_why_without_a_traceback_and_keeps_only_the_log(tmp_
     (scratch,) = work.iterdir()
     assert f"serve's whole log: {scratch / 'serve.log'}" in done.stderr
     assert [p.name for p in scratch.iterdir()] == ["serve.log"]
+    # Asked to keep it, the scratch folder stays whole (here: the log and serve's own scratch).
+    kept = subprocess.run([*cmd, "--keep-work-dir"], capture_output=True, text=True, timeout=120, env=env)
+    assert kept.returncode == 1
+    (second,) = set(work.iterdir()) - {scratch}
+    assert f"scratch folder kept: {second}" in kept.stderr
+    assert (second / "serve.log").is_file()
 
 
 def test_archives_with_links_out_or_traversal_are_refused(tmp_path):
