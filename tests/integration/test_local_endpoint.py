@@ -267,3 +267,41 @@ def test_archives_with_links_out_or_traversal_are_refused(tmp_path):
     with pytest.raises(ArchiveError, match="not a file"):
         safe_extract(evil, tmp_path / "out3")
     assert not (tmp_path / "escape.txt").exists()
+
+
+def test_sigterm_while_serve_starts_stops_it_and_cleans_up(tmp_path):
+    """A model that takes a minute to load: SIGTERM before the endpoint is ready still stops serve (and
+    its Triton), removes the scratch folder and exits 0, well before the load would have finished."""
+    repo = tmp_path / "repo"
+    _offset_model(repo / "addsub", 0)
+    model = repo / "addsub" / "1" / "model.py"
+    model.write_text(
+        "import time\n"
+        + model.read_text().replace(
+            "class TritonPythonModel:\n",
+            "class TritonPythonModel:\n    def initialize(self, args):\n        time.sleep(60)\n\n",
+        )
+    )
+    work = tmp_path / "work"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SAGEMAKER_", "SMTRITON_"))}
+    cmd = [SMTRITON, "local-endpoint", "--port", str(free_port()), "--work-dir", str(work), "--model-data", str(repo)]
+    with open(tmp_path / "emulator.log", "wb") as log:
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env)
+    try:
+        deadline = time.monotonic() + 60
+        while "loading: addsub" not in "".join(p.read_text() for p in work.glob("*/serve.log")):
+            assert proc.poll() is None, (tmp_path / "emulator.log").read_text()
+            assert time.monotonic() < deadline, (tmp_path / "emulator.log").read_text()
+            time.sleep(0.2)
+        began = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(50) == 0, (tmp_path / "emulator.log").read_text()
+        assert time.monotonic() - began < 50
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+        for pid in triton_pids(str(work)):
+            os.kill(pid, signal.SIGKILL)
+    assert triton_pids(str(work)) == []
+    assert list(work.iterdir()) == []
