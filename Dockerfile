@@ -42,10 +42,14 @@ ENV PATH=/opt/smtriton/bin:${PATH} \
     UV_NO_CACHE=1 \
     UV_COMPILE_BYTECODE=1 \
     UV_PYTHON_DOWNLOADS=never
+# The `local` extra, less what serve never imports: nvidia-pytriton is there for its Triton binary and
+# libraries only, so its Python dependencies (tritonclient[all], gevent, zmq, ...) are left out.
 RUN --mount=type=bind,from=uv,source=/usr/local/bin/uv,target=/usr/local/bin/uv \
     --mount=type=bind,target=/src,rw \
     uv venv --seed --python /usr/local/bin/python3 /opt/smtriton \
-    && uv pip install --python /opt/smtriton/bin/python --constraint /src/requirements.lock "/src[local]" \
+    && uv pip install --python /opt/smtriton/bin/python --constraint /src/requirements.lock /src onnxruntime \
+    && uv pip install --python /opt/smtriton/bin/python --constraint /src/requirements.lock \
+       --no-deps nvidia-pytriton \
     && rm -f /opt/smtriton/bin/smtriton \
     && mkdir -p /opt/ml/model /opt/ml/models
 RUN --mount=type=bind,from=uv,source=/usr/local/bin/uv,target=/usr/local/bin/uv \

@@ -14,3 +14,6 @@ settings.register_profile("ci", max_examples=1500, print_blob=True)
 settings.load_profile(
     os.environ.get("HYPOTHESIS_PROFILE") or ("ci" if os.environ.get("CI", "").lower() == "true" else "dev")
 )
+
+# The image tests need a built image (dev/image-test.sh builds it and names it here).
+collect_ignore = [] if os.environ.get("SMTRITON_TEST_IMAGE") else ["image"]

@@ -3,14 +3,78 @@
 from __future__ import annotations
 
 import logging
+import os
+import shutil
+import signal
+import sys
 import tempfile
 from pathlib import Path
+from types import FrameType
 from typing import Annotated, Optional
 
 import typer
 import uvicorn
 
 from smtriton.local.endpoint import ArchiveSource, create_app, safe_extract
+from smtriton.local.serve_process import Mount, ServeContainer, ServeProcess
+
+log = logging.getLogger("smtriton.local_endpoint")
+
+START_TIMEOUT_S = 600.0
+SERVE_STOP_TIMEOUT_S = 40.0
+ERROR_LINES = 15
+# What the image is told of this environment: SageMaker's and smtriton's settings, less what only
+# makes sense on this side of the container.
+PASSED_PREFIXES = ("SAGEMAKER_", "SMTRITON_")
+NOT_PASSED = {"SMTRITON_WORK_DIR", "SMTRITON_CONTAINER_ENGINE", "SMTRITON_TRITONSERVER", "SAGEMAKER_BIND_TO_PORT"}
+
+
+def _container_env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if k.startswith(PASSED_PREFIXES) and k not in NOT_PASSED}
+
+
+def _last_lines(text: str, count: int = ERROR_LINES) -> str:
+    lines = [line for line in text.splitlines() if line.strip()]
+    return "\n".join(lines[-count:])
+
+
+def _launch(
+    image: str | None,
+    engine: str | None,
+    work_dir: Path,
+    repository: Path | None,
+    default_model: str | None,
+) -> tuple[ServeProcess, str | None]:
+    """Start serve, from this environment or as the image; the child and where it sees the MME model root."""
+    log_path = work_dir / "serve.log"
+    if image is None:
+        env = {**os.environ, "SMTRITON_WORK_DIR": str(work_dir)}  # serve's own scratch stays inside ours
+        if repository is None:
+            args = ["--multi-model", "--model-root", str(work_dir / "models")]
+        else:
+            args = ["--model-repository", str(repository)]
+            if default_model:
+                args += ["--default-model", default_model]
+        return ServeProcess(args, log_path, env=env), None
+    container_env = _container_env()
+    if repository is None:
+        container_env["SAGEMAKER_MULTI_MODEL"] = "true"
+        mounts = [Mount(work_dir / "models", "/opt/ml/models")]
+    else:
+        if default_model:
+            container_env["SAGEMAKER_TRITON_DEFAULT_MODEL_NAME"] = default_model
+        mounts = [Mount(repository, "/opt/ml/model")]
+    child = ServeContainer(image, log_path, env=container_env, mounts=mounts, engine=engine)
+    return child, "/opt/ml/models" if repository is None else None
+
+
+class _Terminated(Exception):
+    """SIGTERM: stop serve, clean up and exit 0, as on Ctrl-C."""
+
+
+def _on_sigterm(signum: int, frame: FrameType | None) -> None:
+    # Also what uvicorn calls when it raises the signal again after its own graceful stop.
+    raise _Terminated
 
 
 def local_endpoint(
@@ -28,37 +92,81 @@ def local_endpoint(
     port: Annotated[int, typer.Option(help="Port of the SageMaker Runtime API")] = 8090,
     work_dir: Annotated[
         Optional[Path],  # noqa: UP045
-        typer.Option(help="Scratch directory (extracted models, serve's log) [default: a new temp dir]"),
+        typer.Option(help="Where to make the scratch folder (extracted models, serve's log) [default: system temp]"),
     ] = None,
+    keep_work_dir: Annotated[
+        bool, typer.Option("--keep-work-dir", help="Keep the scratch folder when the endpoint stops")
+    ] = False,
     default_model: Annotated[
         Optional[str],  # noqa: UP045
         typer.Option(help="SME: SAGEMAKER_TRITON_DEFAULT_MODEL_NAME when the repository has several models"),
+    ] = None,
+    image: Annotated[
+        Optional[str],  # noqa: UP045
+        typer.Option(help="Run this serving image (IMAGE serve, as SageMaker does) instead of serve from here"),
+    ] = None,
+    engine: Annotated[
+        Optional[str],  # noqa: UP045
+        typer.Option(
+            help="With --image: docker or podman [default: $SMTRITON_CONTAINER_ENGINE, else docker "
+            "where its daemon answers, else podman]"
+        ),
     ] = None,
 ) -> None:
     """Serve the SageMaker Runtime InvokeEndpoint API locally, in front of a real `serve` + Triton.
 
     Call it with boto3 exactly as a real endpoint:
     boto3.client("sagemaker-runtime", endpoint_url="http://127.0.0.1:8090").invoke_endpoint(
-    EndpointName="local", Body=..., ContentType=..., TargetModel="model.tar.gz")
+    EndpointName="local", Body=..., ContentType=..., TargetModel="model.tar.gz").
+    GET /ping answers 200 once serve is ready.
     """
     if (models is None) == (model_data is None):
         raise typer.BadParameter("give exactly one of --models (multi-model) or --model-data (single model)")
+    if model_data is not None and not model_data.exists():
+        raise typer.BadParameter(f"{model_data} does not exist", param_hint="--model-data")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    work_dir = Path(tempfile.mkdtemp(prefix="smtriton-endpoint-", dir=work_dir))
-    if models is not None:
-        (work_dir / "models").mkdir()
-        serve_args = ["--multi-model", "--model-root", str(work_dir / "models")]
-        source: ArchiveSource | None = ArchiveSource(models)
-    else:
-        assert model_data is not None
-        repository = model_data
-        if model_data.is_file():
-            repository = work_dir / "model"
-            safe_extract(model_data, repository)
-        serve_args = ["--model-repository", str(repository)]
-        if default_model:
-            serve_args += ["--default-model", default_model]
-        source = None
-    # serve's own scratch (Triton's backends, the MME repository) stays inside ours.
-    app = create_app(endpoint_name, serve_args, work_dir, source, capacity, {"SMTRITON_WORK_DIR": str(work_dir)})
-    uvicorn.run(app, host=host, port=port, log_config=None, server_header=False)
+    if work_dir is not None:
+        work_dir.mkdir(parents=True, exist_ok=True)
+    scratch = Path(tempfile.mkdtemp(prefix="smtriton-endpoint-", dir=work_dir))
+    child: ServeProcess | None = None
+    failed = False
+    previous = signal.signal(signal.SIGTERM, _on_sigterm)
+    try:
+        repository: Path | None = None
+        source: ArchiveSource | None = None
+        if models is not None:
+            (scratch / "models").mkdir()
+            source = ArchiveSource(models)
+        else:
+            assert model_data is not None
+            repository = model_data
+            if model_data.is_file():
+                repository = scratch / "model"
+                safe_extract(model_data, repository)
+        child, model_url_root = _launch(image, engine, scratch, repository, default_model)
+        try:
+            child.wait_healthy(START_TIMEOUT_S)
+        except (RuntimeError, TimeoutError):
+            failed = True
+            child.stop(SERVE_STOP_TIMEOUT_S)
+            print(f"serve did not start; its last lines:\n{_last_lines(child.log_text())}", file=sys.stderr)
+            print(f"serve's whole log: {child.log_path}", file=sys.stderr)
+            raise typer.Exit(1) from None
+        log.info("endpoint %s ready at /endpoints/%s/invocations (GET /ping: 200)", endpoint_name, endpoint_name)
+        app = create_app(endpoint_name, child, scratch, source, capacity, model_url_root)
+        uvicorn.run(app, host=host, port=port, log_config=None, server_header=False)
+    except (_Terminated, KeyboardInterrupt):
+        log.info("stopping")
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        if child is not None:
+            child.stop(SERVE_STOP_TIMEOUT_S)
+        if keep_work_dir:
+            print(f"scratch folder kept: {scratch}", file=sys.stderr)
+        elif failed:
+            # A failed start keeps serve's log (its path was printed above) and nothing else.
+            for entry in scratch.iterdir():
+                if entry.name != "serve.log":
+                    shutil.rmtree(entry, ignore_errors=True) if entry.is_dir() else entry.unlink(missing_ok=True)
+        else:
+            shutil.rmtree(scratch, ignore_errors=True)

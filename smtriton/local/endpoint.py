@@ -13,7 +13,6 @@ import asyncio
 import contextlib
 import hashlib
 import logging
-import os
 import shutil
 import tarfile
 import tempfile
@@ -32,7 +31,6 @@ from smtriton.local.serve_process import ServeProcess
 log = logging.getLogger("smtriton.local_endpoint")
 
 TARGET = "X-Amzn-SageMaker-Target-Model"
-SERVE_STOP_TIMEOUT_S = 40.0
 PASSED_HEADERS = ("Accept", "X-Amzn-SageMaker-Custom-Attributes", "X-Amzn-SageMaker-Inference-Id")
 
 
@@ -136,10 +134,18 @@ class _Placement:
     """Multi-model placement as SageMaker does it: a TargetModel's archive is fetched and extracted once,
     loaded with ``POST /models``, and the least recently used model is unloaded past capacity or on 507."""
 
-    def __init__(self, endpoint_name: str, work_dir: Path, source: ArchiveSource, loaded: LoadedModels) -> None:
+    def __init__(
+        self,
+        endpoint_name: str,
+        work_dir: Path,
+        source: ArchiveSource,
+        loaded: LoadedModels,
+        model_url_root: str | None = None,
+    ) -> None:
         self.endpoint_name = endpoint_name
         self.work_dir = work_dir
         self.model_root = work_dir / "models"
+        self.model_url_root = model_url_root or str(self.model_root)
         self.source = source
         self.loaded = loaded
         self.lock = asyncio.Lock()  # SageMaker serialises model placement on an instance; so do we
@@ -169,7 +175,8 @@ class _Placement:
     async def _load(self, serve: _Serve, name: str, target: str, model_dir: Path) -> Response | None:
         """Load into serve, making room on memory pressure; the error answer if it fails."""
         while True:
-            body = orjson.dumps({"model_name": name, "url": str(model_dir)})
+            url = f"{self.model_url_root}/{model_dir.relative_to(self.model_root).as_posix()}"
+            body = orjson.dumps({"model_name": name, "url": url})
             headers = {"Content-Type": "application/json", TARGET: target}
             async with serve.session.post(f"{serve.child.url}/models", data=body, headers=headers) as resp:
                 payload = await resp.read()
@@ -204,30 +211,28 @@ class _Placement:
 
 def create_app(
     endpoint_name: str,
-    serve_args: list[str],
+    child: ServeProcess,
     work_dir: Path,
     source: ArchiveSource | None,
     capacity: int,
-    serve_env: dict[str, str] | None = None,
-    startup_timeout_s: float = 600,
+    model_url_root: str | None = None,
 ) -> FastAPI:
-    """The emulator app; `source` None means a single-model endpoint (no TargetModel accepted)."""
+    """The emulator app in front of ``child``, a started `serve` (a process or the image) that its caller
+    stops; `source` None means a single-model endpoint (no TargetModel accepted). ``model_url_root`` is
+    where serve sees ``work_dir/models`` (the image mounts it elsewhere)."""
     loaded = LoadedModels(capacity)
-    placement = _Placement(endpoint_name, work_dir, source, loaded) if source is not None else None
+    placement = None
+    if source is not None:
+        placement = _Placement(endpoint_name, work_dir, source, loaded, model_url_root)
 
     @contextlib.asynccontextmanager
     async def lifespan(started: FastAPI) -> AsyncIterator[None]:
         session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=600))
-        env = {**os.environ, **(serve_env or {})}
-        child = ServeProcess(serve_args, work_dir / "serve.log", env=env, append_log=True)
         started.state.serve = _Serve(child, session)
         try:
-            await asyncio.to_thread(child.wait_healthy, startup_timeout_s)
-            log.info("endpoint %s ready at /endpoints/%s/invocations", endpoint_name, endpoint_name)
             yield
         finally:
             await session.close()
-            await asyncio.to_thread(child.stop, SERVE_STOP_TIMEOUT_S)
 
     app = FastAPI(lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
 
@@ -261,6 +266,17 @@ def create_app(
             if "X-Amzn-SageMaker-Custom-Attributes" in resp.headers:
                 out["X-Amzn-SageMaker-Custom-Attributes"] = resp.headers["X-Amzn-SageMaker-Custom-Attributes"]
             return Response(payload, status_code=200, headers=out)
+
+    @app.get("/ping")
+    async def ping(request: Request) -> Response:
+        """Emulator-only readiness: 200 while serve answers its own /ping with 200, else 503."""
+        serve: _Serve = request.app.state.serve
+        try:
+            async with serve.session.get(f"{serve.child.url}/ping", timeout=aiohttp.ClientTimeout(total=5)) as resp:
+                healthy = resp.status == 200
+        except (aiohttp.ClientError, asyncio.TimeoutError):
+            healthy = False
+        return Response(b"", status_code=200 if healthy else 503)
 
     @app.get("/_local/models")
     async def status() -> Response:

@@ -1,8 +1,10 @@
-"""Run `serve` as a child process on a loopback port: start it, wait until it is healthy, stop it.
+"""Run `serve` on a loopback port, as a child process or in the serving image: start, wait healthy, stop.
 
 The one way anything outside the container launches `serve`: the local SageMaker endpoint, the
-integration tests and the benchmark. The child gets its own process group so that stopping it can
-end everything it left behind, and a start that fails says why with the tail of the child's log.
+integration and image tests and the benchmark. ``ServeProcess`` runs it from this environment in its own
+process group, so that stopping it can end everything it left behind; ``ServeContainer`` runs the image
+with docker or podman as SageMaker does (``IMAGE serve``). A start that fails says why with the tail of
+the log.
 """
 
 from __future__ import annotations
@@ -11,11 +13,15 @@ import contextlib
 import ctypes
 import http.client
 import os
+import shlex
+import shutil
 import signal
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from smtriton.serve.triton.ports import LOOPBACK, pick_port
@@ -25,6 +31,9 @@ START_TIMEOUT_S = 180.0
 KILL_WAIT_S = 10.0
 LOG_TAIL_CHARS = 4000
 PR_SET_PDEATHSIG = 1
+# Triton's Python backend takes 16 MiB of /dev/shm per model instance at first; the engines' default of
+# 64 MiB holds four. SageMaker's instances give far more.
+SHM_SIZE = "1g"
 
 
 def free_port() -> int:
@@ -138,6 +147,110 @@ class ServeProcess:
             except subprocess.TimeoutExpired:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(self._proc.pid, signal.SIGKILL)
+                code = self._proc.wait(KILL_WAIT_S)
+        self._log.close()
+        return code
+
+
+def container_engine(engine: str | None = None) -> list[str]:
+    """The container command: ``engine`` or $SMTRITON_CONTAINER_ENGINE (split like a shell would, e.g.
+    ``podman --runtime runc``), else docker where its daemon answers, else podman."""
+    chosen = engine or os.environ.get("SMTRITON_CONTAINER_ENGINE")
+    if chosen:
+        return shlex.split(chosen)
+    if shutil.which("docker"):
+        probe = subprocess.run(["docker", "info"], capture_output=True, timeout=30, check=False)
+        if probe.returncode == 0:
+            return ["docker"]
+    if shutil.which("podman"):
+        return ["podman"]
+    raise RuntimeError("no container engine: install docker (with a running daemon) or podman")
+
+
+@dataclass(frozen=True)
+class Mount:
+    """A host path bind-mounted into the container."""
+
+    source: Path
+    target: str
+    read_only: bool = True
+
+    def arg(self) -> str:
+        return f"type=bind,source={self.source.resolve()},target={self.target}" + (",ro" if self.read_only else "")
+
+
+class ServeContainer(ServeProcess):
+    """The serving image run as SageMaker runs it (``IMAGE serve``), reached on ``127.0.0.1:<port>``.
+
+    Same interface as ``ServeProcess``: the child is the engine's foreground ``run`` (its output is the
+    container's log), and ``stop`` is the engine's ``stop``, which sends the image's STOPSIGNAL (SIGTERM)
+    and after ``timeout`` kills it. ``env`` is only what the container gets (the image sets the rest);
+    ``user`` runs it as another user, ``read_only`` with a read-only root filesystem (scratch on a tmpfs
+    /tmp); ``shm_size`` sizes /dev/shm. The container shares the host's network and listens on loopback only.
+    """
+
+    def __init__(
+        self,
+        image: str,
+        log_path: Path,
+        *,
+        env: Mapping[str, str] | None = None,
+        mounts: Sequence[Mount] = (),
+        port: int | None = None,
+        engine: str | None = None,
+        user: str | None = None,
+        read_only: bool = False,
+        shm_size: str = SHM_SIZE,
+        append_log: bool = False,
+    ) -> None:
+        self.port = port if port is not None else free_port()
+        self.url = f"http://{LOOPBACK}:{self.port}"
+        self.log_path = log_path
+        self.engine = container_engine(engine)
+        self.name = f"smtriton-serve-{uuid.uuid4().hex[:12]}"
+        run = [*self.engine, "run", "--rm", "--name", self.name, "--network", "host", "--stop-timeout", "60"]
+        run += ["--shm-size", shm_size, "--env", f"SAGEMAKER_BIND_TO_PORT={self.port}"]
+        for key, value in (env or {}).items():
+            run += ["--env", f"{key}={value}"]
+        for mount in mounts:
+            run += ["--mount", mount.arg()]
+        if user is not None:
+            run += ["--user", user]
+        if read_only:
+            run += ["--read-only", "--tmpfs", "/tmp:rw,exec,mode=1777"]
+        # Loopback only: the host's network is shared, and nothing outside this machine should reach it.
+        self.command = [*run, image, "serve", "--host", LOOPBACK]
+        self._log = log_path.open("ab" if append_log else "wb")
+        try:
+            self._proc = subprocess.Popen(
+                self.command, stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT
+            )
+        except BaseException:
+            self._log.close()
+            raise
+
+    def send_signal(self, sig: int) -> None:
+        """Signal serve inside the container (the engine's own process would not pass it on)."""
+        self._engine("kill", "--signal", str(int(sig)), self.name)
+
+    def _engine(self, *args: str, timeout: float = 30.0) -> int:
+        try:
+            done = subprocess.run([*self.engine, *args], capture_output=True, timeout=timeout, check=False)
+        except subprocess.TimeoutExpired:
+            return -1
+        return done.returncode
+
+    def stop(self, timeout: float = 60.0) -> int:
+        """``ENGINE stop`` (SIGTERM: serve drains and stops its Triton; SIGKILL after ``timeout``), then the
+        exit status of ``ENGINE run``, which is the container's."""
+        code = self._proc.poll()
+        if code is None:
+            self._engine("stop", "--time", str(round(timeout)), self.name, timeout=timeout + 30)
+            try:
+                code = self._proc.wait(KILL_WAIT_S)
+            except subprocess.TimeoutExpired:
+                self._engine("rm", "--force", self.name)
+                self._proc.kill()
                 code = self._proc.wait(KILL_WAIT_S)
         self._log.close()
         return code

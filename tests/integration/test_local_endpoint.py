@@ -59,10 +59,11 @@ class Emulator:
             assert self.proc.poll() is None, self.log_path.read_text()[-3000:]
             assert time.monotonic() < deadline, self.log_path.read_text()[-3000:]
             try:
-                requests.get(f"{self.url}/_local/models", timeout=2)
-                break
+                if requests.get(f"{self.url}/ping", timeout=5).status_code == 200:
+                    break
             except requests.ConnectionError:
-                time.sleep(0.3)
+                pass
+            time.sleep(0.3)
         self.client = boto3.client(
             "sagemaker-runtime",
             endpoint_url=self.url,
@@ -72,7 +73,8 @@ class Emulator:
             config=Config(retries={"max_attempts": 1}, read_timeout=120),
         )
 
-    def stop(self) -> None:
+    def stop(self) -> int:
+        """SIGTERM, as a user's Ctrl-C or a supervisor would; the emulator's exit status."""
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             try:
@@ -83,6 +85,7 @@ class Emulator:
         for pid in triton_pids(str(self.work)):
             os.kill(pid, signal.SIGKILL)
         self._log.close()
+        return self.proc.returncode
 
 
 @pytest.fixture(scope="module")
@@ -204,8 +207,40 @@ def test_single_model_endpoint_from_a_model_tar_gz(tmp_path):
         r = emulator.client.invoke_endpoint(EndpointName="local", Body=body, ContentType="application/json")
         out = json.loads(r["Body"].read())
         assert out["outputs"][0]["data"] == (A + B + 7).flatten().tolist()
+        (scratch,) = emulator.work.iterdir()
+        assert scratch.name.startswith("smtriton-endpoint-")
     finally:
-        emulator.stop()
+        code = emulator.stop()
+    assert code == 0
+    assert list(emulator.work.iterdir()) == []  # the scratch folder (extracted model, log) is gone
+
+
+def test_a_failed_start_says_why_without_a_traceback_and_keeps_only_the_log(tmp_path):
+    """Two models and no --default-model: serve refuses to start; the emulator prints serve's reason and
+    the log's path, exits 1, and leaves nothing but that log (in a --work-dir it had to create)."""
+    repo = tmp_path / "repo"
+    _offset_model(repo / "addsub", 0)
+    _offset_model(repo / "addsub2", 1)
+    (repo / "addsub2" / "config.pbtxt").write_text(
+        (repo / "addsub2" / "config.pbtxt").read_text().replace('"addsub"', '"addsub2"')
+    )
+    work = tmp_path / "not" / "yet"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SAGEMAKER_", "SMTRITON_"))}
+    cmd = [SMTRITON, "local-endpoint", "--port", str(free_port()), "--work-dir", str(work), "--model-data", str(repo)]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env)
+    assert done.returncode == 1, done.stderr
+    assert "Traceback" not in done.stderr + done.stdout
+    assert "More than 1 model directory found" in done.stderr
+    assert "--default-model" in done.stderr
+    (scratch,) = work.iterdir()
+    assert f"serve's whole log: {scratch / 'serve.log'}" in done.stderr
+    assert [p.name for p in scratch.iterdir()] == ["serve.log"]
+    # Asked to keep it, the scratch folder stays whole (here: the log and serve's own scratch).
+    kept = subprocess.run([*cmd, "--keep-work-dir"], capture_output=True, text=True, timeout=120, env=env)
+    assert kept.returncode == 1
+    (second,) = set(work.iterdir()) - {scratch}
+    assert f"scratch folder kept: {second}" in kept.stderr
+    assert (second / "serve.log").is_file()
 
 
 def test_archives_with_links_out_or_traversal_are_refused(tmp_path):
@@ -232,3 +267,41 @@ def test_archives_with_links_out_or_traversal_are_refused(tmp_path):
     with pytest.raises(ArchiveError, match="not a file"):
         safe_extract(evil, tmp_path / "out3")
     assert not (tmp_path / "escape.txt").exists()
+
+
+def test_sigterm_while_serve_starts_stops_it_and_cleans_up(tmp_path):
+    """A model that takes a minute to load: SIGTERM before the endpoint is ready still stops serve (and
+    its Triton), removes the scratch folder and exits 0, well before the load would have finished."""
+    repo = tmp_path / "repo"
+    _offset_model(repo / "addsub", 0)
+    model = repo / "addsub" / "1" / "model.py"
+    model.write_text(
+        "import time\n"
+        + model.read_text().replace(
+            "class TritonPythonModel:\n",
+            "class TritonPythonModel:\n    def initialize(self, args):\n        time.sleep(60)\n\n",
+        )
+    )
+    work = tmp_path / "work"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SAGEMAKER_", "SMTRITON_"))}
+    cmd = [SMTRITON, "local-endpoint", "--port", str(free_port()), "--work-dir", str(work), "--model-data", str(repo)]
+    with open(tmp_path / "emulator.log", "wb") as log:
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env)
+    try:
+        deadline = time.monotonic() + 60
+        while "loading: addsub" not in "".join(p.read_text() for p in work.glob("*/serve.log")):
+            assert proc.poll() is None, (tmp_path / "emulator.log").read_text()
+            assert time.monotonic() < deadline, (tmp_path / "emulator.log").read_text()
+            time.sleep(0.2)
+        began = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(50) == 0, (tmp_path / "emulator.log").read_text()
+        assert time.monotonic() - began < 50
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+        for pid in triton_pids(str(work)):
+            os.kill(pid, signal.SIGKILL)
+    assert triton_pids(str(work)) == []
+    assert list(work.iterdir()) == []

@@ -143,7 +143,8 @@ def test_runs_as_root_by_default_installs_locked_versions_and_keeps_no_caches(ta
     env = " ".join(args for keyword, args in stage if keyword == "ENV")
     assert "UV_NO_CACHE=1" in env
     assert "UV_PYTHON_DOWNLOADS=never" in env
-    assert ("[local]" in runs) == (target == "cpu")  # the wheel's Triton only where no native one exists
+    # The wheel's Triton only where no native one exists, without the wheel's Python dependencies.
+    assert ("--no-deps nvidia-pytriton" in runs) == (target == "cpu")
 
 
 def test_hadolint_passes_on_the_dockerfile():

@@ -259,3 +259,21 @@ def test_docs_name_every_variable():
     text = (ROOT / "docs" / "settings.md").read_text()
     for name in known_variables() | set(WITHOUT_EFFECT):
         assert f"`{name}`" in text, name
+
+
+def test_serve_takes_sagemakers_serve_argument_and_each_flag_once():
+    parsed = vars(cli.parser().parse_args(["serve", "--multi-model", "--port", "9000", "--model-root", "/m"]))
+    assert parsed == {
+        "mode": "serve",
+        "model_repository": None,
+        "model_root": Path("/m"),
+        "multi_model": True,
+        "port": 9000,
+        "host": None,
+        "default_model": None,
+        "log_level": None,
+    }
+    assert vars(cli.parser().parse_args([]))["multi_model"] is None  # unset: $SAGEMAKER_MULTI_MODEL decides
+    with pytest.raises(SystemExit) as exited:
+        cli.parser().parse_args(["train"])
+    assert exited.value.code == 2
