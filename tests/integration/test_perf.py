@@ -1,0 +1,85 @@
+"""`smtriton perf` against the real serve and Triton (the addsub Python model): a short sweep through the
+command line, its JSON checked, and its request count checked against serve's own /metrics count."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.integration.conftest import TEST_MODELS, start_serve
+from tests.integration.harness import ServeProcess, free_port, metric_samples
+
+pytestmark = pytest.mark.integration
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def served(server: ServeProcess) -> float:
+    """Requests serve answered 200 on /invocations, by its own Prometheus counter."""
+    return sum(
+        value
+        for (name, labels), value in metric_samples(server.metrics_url).items()
+        if name == "smtriton_requests_total" and ("route", "invocations") in labels and ("status", "200") in labels
+    )
+
+
+def perf(*args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
+    """The perf command as a user runs it, in a child bounded in time (run() kills it on timeout)."""
+    code = "from smtriton.cli import main; main()"
+    return subprocess.run(
+        [sys.executable, "-c", code, "perf", *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout
+    )
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory, test_repository: Path):
+    env = {"SMTRITON_METRICS_PORT": str(free_port())}
+    proc = start_serve(tmp_path_factory.mktemp("perf"), test_repository, "addsub", env=env)
+    yield proc
+    proc.stop()
+
+
+def test_a_concurrency_sweep_reports_what_serve_counted(server: ServeProcess, tmp_path: Path):
+    before = served(server)
+    out = tmp_path / "run.json"
+    result = perf(
+        server.url, "--model-dir", str(TEST_MODELS / "addsub"), "--concurrency", "1,8",
+        "--warmup", "0.5", "--duration", "2", "--json", str(out), "--csv", str(tmp_path / "run.csv"),
+        "--chart", str(tmp_path / "chart"),
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    report = json.loads(out.read_text())
+    steps = report["steps"]
+    assert [s["load"] for s in steps] == [1, 8]
+    for step in steps:
+        assert step["throughput_rps"] > 0
+        assert step["errors"] == {}
+        assert step["ok"] == step["requests"] > 0
+        lat = step["latency_ms"]
+        assert 0 < lat["p50"] <= lat["p90"] <= lat["p99"] <= lat["p99.9"]
+        assert 0 <= step["client_cpu"] < 1.5
+    # serve's own counter saw exactly the requests perf says it completed (warm-ups and drains included)
+    assert served(server) - before == sum(s["sent_total"] for s in steps)
+    assert (tmp_path / "run.csv").read_text().splitlines()[0].startswith("mode,load,")
+    assert (tmp_path / "chart.png").read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
+    page = (tmp_path / "chart.html").read_text()
+    assert "<svg" in page
+    assert "c=8" in page
+    assert not any(ref in page for ref in ("src=", "href=", "<script", "@import"))  # self-contained
+
+
+def test_an_open_loop_holds_its_rate(server: ServeProcess, tmp_path: Path):
+    out = tmp_path / "run.json"
+    result = perf(
+        server.url, "--model-dir", str(TEST_MODELS / "addsub"), "--rate", "50", "--arrival", "poisson",
+        "--body-format", "json", "--warmup", "0.5", "--duration", "2", "--json", str(out),
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    (step,) = json.loads(out.read_text())["steps"]
+    assert step["mode"] == "rate"
+    assert step["errors"] == {}
+    assert 25 < step["throughput_rps"] < 100  # a Poisson count over 2 s at 50/s
+    assert step["latency_ms"]["p50"] <= step["latency_ms"]["p99"]
