@@ -50,11 +50,15 @@ def perf(
     ] = None,
     input_file: Annotated[
         Optional[list[str]],  # noqa: UP045
-        typer.Option(help="NAME=FILE.npy (repeatable), or one ready .json / binary+json .bin body"),
+        typer.Option(
+            metavar="NAME=FILE.npy|BODY", help="NAME=FILE.npy (repeatable), or one ready .json / binary+json .bin body"
+        ),
     ] = None,
     shape: Annotated[
         Optional[list[str]],  # noqa: UP045
-        typer.Option(help="NAME=D1,D2: an input's shape without the batch dim, for variable (-1) dims [default: 1]"),
+        typer.Option(
+            metavar="NAME=D1,D2", help="An input's shape without the batch dim, for variable (-1) dims [default: 1]"
+        ),
     ] = None,
     batch_size: Annotated[int, typer.Option(min=1, help="Batch dim of generated inputs (batching models)")] = 1,
     body_format: Annotated[str, typer.Option(help="binary (binary+json) or json request bodies")] = "binary",

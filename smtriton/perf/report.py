@@ -84,10 +84,20 @@ def _points(results: Sequence[StepResult], key: str) -> list[tuple[float, float,
     return [(r.throughput_rps, float(r.latency_ms[key] or 0.0), r.label) for r in results if r.latency_ms[key]]
 
 
+def nice_max(value: float, ticks: int = 5) -> float:
+    """The axis end above ``value`` whose ``ticks`` steps are round numbers (1, 2, 2.5 or 5 times 10^k)."""
+    if value <= 0:
+        return 1.0
+    raw = value / ticks
+    magnitude = 10.0 ** np.floor(np.log10(raw))
+    step = next(m * magnitude for m in (1.0, 2.0, 2.5, 5.0, 10.0) if m * magnitude >= raw)
+    return float(step * ticks)
+
+
 def _scale(points: list[tuple[float, float, str]]) -> tuple[float, float]:
-    xmax = max((p[0] for p in points), default=1.0) * 1.1 or 1.0
-    ymax = max((p[1] for p in points), default=1.0) * 1.15 or 1.0
-    return xmax, ymax
+    xmax = max((p[0] for p in points), default=1.0) * 1.05
+    ymax = max((p[1] for p in points), default=1.0) * 1.1
+    return nice_max(xmax), nice_max(ymax)
 
 
 def _xy(x: float, y: float, xmax: float, ymax: float) -> tuple[int, int]:
@@ -151,6 +161,7 @@ FONT = {
     ".": (0, 0, 0, 0, 2), ",": (0, 0, 0, 2, 4), "=": (0, 7, 0, 7, 0), "/": (1, 1, 2, 4, 4), "c": (0, 7, 4, 4, 7),
     "s": (0, 7, 6, 3, 7), "m": (0, 7, 7, 5, 5), "p": (0, 7, 5, 7, 4), "r": (0, 7, 4, 4, 4), "e": (0, 7, 7, 4, 7),
     "q": (0, 7, 5, 7, 1), "l": (6, 2, 2, 2, 7), "a": (0, 6, 3, 5, 7), "t": (2, 7, 2, 2, 3), " ": (0, 0, 0, 0, 0),
+    "n": (0, 6, 5, 5, 5), "y": (0, 5, 7, 1, 7), "o": (0, 7, 5, 5, 7), "u": (0, 5, 5, 5, 7), "i": (2, 0, 2, 2, 2),
     "(": (1, 2, 2, 2, 1), ")": (4, 2, 2, 2, 4), "-": (0, 0, 7, 0, 0), "k": (4, 5, 6, 5, 5),
 }  # fmt: skip
 

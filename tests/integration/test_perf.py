@@ -46,14 +46,15 @@ def test_a_concurrency_sweep_reports_what_serve_counted(server: ServeProcess, tm
     before = served(server)
     out = tmp_path / "run.json"
     result = perf(
-        server.url, "--model-dir", str(TEST_MODELS / "addsub"), "--concurrency", "1,8",
+        server.url, "--model-dir", str(TEST_MODELS / "addsub"), "--concurrency", "1,8,16",
         "--warmup", "0.5", "--duration", "2", "--json", str(out), "--csv", str(tmp_path / "run.csv"),
         "--chart", str(tmp_path / "chart"),
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
+    print(result.stderr)  # the table, for the log: requests/s and client CPU on this machine
     report = json.loads(out.read_text())
     steps = report["steps"]
-    assert [s["load"] for s in steps] == [1, 8]
+    assert [s["load"] for s in steps] == [1, 8, 16]
     for step in steps:
         assert step["throughput_rps"] > 0
         assert step["errors"] == {}
