@@ -4,6 +4,7 @@ command line, its JSON checked, and its request count checked against serve's ow
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -26,12 +27,14 @@ def served(server: ServeProcess) -> float:
     )
 
 
-def perf(*args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
+def perf(*args: str, env: dict[str, str] | None = None, timeout: float = 240) -> subprocess.CompletedProcess[str]:
     """The perf command as a user runs it, in a child bounded in time (run() kills it on timeout)."""
     code = "from smtriton.cli import main; main()"
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "SAGEMAKER_"))} | (env or {})
     return subprocess.run(
-        [sys.executable, "-c", code, "perf", *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout
-    )
+        [sys.executable, "-c", code, "perf", *args],
+        cwd=ROOT, capture_output=True, text=True, timeout=timeout, env=full_env,
+    )  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -84,3 +87,31 @@ def test_an_open_loop_holds_its_rate(server: ServeProcess, tmp_path: Path):
     assert step["errors"] == {}
     assert 25 < step["throughput_rps"] < 100  # a Poisson count over 2 s at 50/s
     assert step["latency_ms"]["p50"] <= step["latency_ms"]["p99"]
+
+
+def test_an_endpoint_by_name_through_boto3_and_the_local_endpoint(test_repository: Path, tmp_path: Path):
+    """An endpoint name goes through boto3's invoke_endpoint (SigV4, the SageMaker Runtime API): here the
+    local endpoint's, with --endpoint-url; an endpoint that does not exist comes back as errors by status."""
+    from tests.integration.test_local_endpoint import Emulator
+
+    emulator = Emulator(tmp_path, ["--model-data", str(test_repository), "--default-model", "addsub",
+                                   "--endpoint-name", "demo"])  # fmt: skip
+    env = {"AWS_ACCESS_KEY_ID": "local", "AWS_SECRET_ACCESS_KEY": "local", "AWS_DEFAULT_REGION": "us-east-1"}
+    try:
+        out = tmp_path / "run.json"
+        common = ["--endpoint-url", emulator.url, "--model-dir", str(TEST_MODELS / "addsub"), "--concurrency", "2",
+                  "--warmup", "0.3", "--duration", "1.5", "--json", str(out)]  # fmt: skip
+        result = perf("demo", *common, env=env)
+        assert result.returncode == 0, result.stderr
+        (step,) = json.loads(out.read_text())["steps"]
+        assert step["ok"] > 0
+        assert step["errors"] == {}
+        assert "invoke_endpoint demo" in json.loads(out.read_text())["description"]
+        missing = perf("no-such-endpoint", *common, env=env)
+        assert missing.returncode == 1
+        (step,) = json.loads(out.read_text())["steps"]
+        assert step["ok"] == 0
+        assert set(step["errors"]) == {"400"}  # SageMaker answers a missing endpoint with a ValidationError
+        assert "no request succeeded" in missing.stderr
+    finally:
+        emulator.stop()
