@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections import Counter
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -149,5 +150,7 @@ def perf(
         for path in report.write_chart(results, chart, chart_latency, title):
             console.print(f"wrote {path}")
     if not any(r.ok for r in results):
-        errors = {k: sum(r.errors.get(k, 0) for r in results) for r in results for k in r.errors}
-        raise ToolError(f"no request succeeded (errors by status: {json.dumps(errors)})")
+        errors: Counter[str] = Counter()
+        for r in results:
+            errors.update(r.errors)
+        raise ToolError(f"no request succeeded (errors by status: {json.dumps(dict(errors))})")
