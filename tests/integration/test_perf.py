@@ -115,3 +115,32 @@ def test_an_endpoint_by_name_through_boto3_and_the_local_endpoint(test_repositor
         assert "no request succeeded" in missing.stderr
     finally:
         emulator.stop()
+
+
+def test_a_multi_model_endpoint_gets_the_target_model(tmp_path: Path):
+    """--target-model reaches the endpoint as TargetModel: the local MME endpoint loads that archive, only it."""
+    import requests
+
+    from tests.integration.test_local_endpoint import Emulator, _offset_model, _tar
+
+    archives = tmp_path / "archives"
+    archives.mkdir()
+    for i in range(2):
+        _offset_model(tmp_path / f"src{i}" / "addsub", i)
+        _tar(tmp_path / f"src{i}", archives / f"model{i}.tar.gz")
+    emulator = Emulator(tmp_path, ["--models", str(archives), "--capacity", "2"])
+    env = {"AWS_ACCESS_KEY_ID": "local", "AWS_SECRET_ACCESS_KEY": "local", "AWS_DEFAULT_REGION": "us-east-1"}
+    try:
+        out = tmp_path / "run.json"
+        result = perf("local", "--endpoint-url", emulator.url, "--target-model", "model1.tar.gz",
+                      "--model-dir", str(TEST_MODELS / "addsub"), "--concurrency", "2", "--warmup", "0.5",
+                      "--duration", "1", "--json", str(out), env=env)  # fmt: skip
+        assert result.returncode == 0, result.stderr
+        (step,) = json.loads(out.read_text())["steps"]
+        assert step["ok"] > 0
+        assert step["errors"] == {}
+        status = requests.get(f"{emulator.url}/_local/models", timeout=5).json()
+        assert status["loaded"] == ["model1.tar.gz"]
+        assert status["loads"] == 1
+    finally:
+        emulator.stop()
