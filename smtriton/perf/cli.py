@@ -38,6 +38,31 @@ def parse_loads(text: str | None, option: str) -> list[float]:
     return values
 
 
+class LiveLine:
+    """The progress line: the step, its phase, and the answers per second since the last tick."""
+
+    def __init__(self, live: Live) -> None:
+        self.live = live
+        self.label, self.elapsed, self.completed = "", 0.0, 0
+
+    def __call__(self, label: str, phase: str, elapsed: float, completed: int) -> None:
+        if label != self.label or elapsed <= self.elapsed:  # a new step
+            self.label, self.elapsed, self.completed = label, 0.0, 0
+        rate = (completed - self.completed) / max(elapsed - self.elapsed, 1e-9)
+        self.elapsed, self.completed = elapsed, completed
+        self.live.update(Text(f"{label}  {phase}  {elapsed:5.1f} s  {completed:,} answered  {rate:,.0f}/s now"))
+
+
+def check_choices(body_format: str, arrival: str, chart_latency: str) -> None:
+    """Options with a fixed set of values, refused with the values they take."""
+    if body_format not in ("binary", "json"):
+        raise ToolUsageError(f"--body-format {body_format!r}: binary or json")
+    if arrival not in ("fixed", "poisson"):
+        raise ToolUsageError(f"--arrival {arrival!r}: fixed or poisson")
+    if chart_latency not in [percentile_key(q) for q in PERCENTILES]:
+        raise ToolUsageError(f"--chart-latency {chart_latency!r}: p50, p90, p99 or p99.9")
+
+
 def perf(
     target: Annotated[
         str,
@@ -99,12 +124,7 @@ def perf(
     latency, errors by status, and the client's own CPU (a saturated client is flagged, not mistaken
     for the server). A TARGET that is no http:// URL is an endpoint name, called through boto3.
     """
-    if body_format not in ("binary", "json"):
-        raise ToolUsageError(f"--body-format {body_format!r}: binary or json")
-    if arrival not in ("fixed", "poisson"):
-        raise ToolUsageError(f"--arrival {arrival!r}: fixed or poisson")
-    if chart_latency not in [percentile_key(q) for q in PERCENTILES]:
-        raise ToolUsageError(f"--chart-latency {chart_latency!r}: p50, p90, p99 or p99.9")
+    check_choices(body_format, arrival, chart_latency)
     levels = parse_loads(concurrency, "--concurrency")
     rates = parse_loads(rate, "--rate")
     if not levels and not rates:
@@ -128,13 +148,8 @@ def perf(
             target, bodies, target_model=target_model, endpoint_url=endpoint_url, region=region, workers=workers
         )
     console.print(f"perf: {client.description}, {len(plans)} steps of {warmup:g} s warm-up + {duration:g} s")
-    line = Text()
-    with Live(line, console=console, transient=True, refresh_per_second=4) as live:
-
-        def progress(label: str, phase: str, elapsed: float, completed: int) -> None:
-            live.update(Text(f"{label}  {phase}  {elapsed:5.1f} s  {completed:,} answered"))
-
-        results = run(client, plans, progress)
+    with Live(Text(), console=console, transient=True, refresh_per_second=4) as live:
+        results = run(client, plans, LiveLine(live))
     title = f"smtriton perf: {client.description}"
     console.print(report.table(results, title))
     for r in results:

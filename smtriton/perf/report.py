@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import csv
 import html
-import itertools
 import json
 import struct
 import zlib
@@ -94,6 +93,13 @@ def nice_max(value: float, ticks: int = 5) -> float:
     return float(step * ticks)
 
 
+def _joined(points: list[tuple[float, float, str]]) -> list[tuple[int, int]]:
+    """Index pairs of the points joined by a line: consecutive steps of one kind (a concurrency sweep, a
+    rate sweep), never a concurrency step to a rate step."""
+    kind = ["/s" in label for _, _, label in points]
+    return [(i, i + 1) for i in range(len(points) - 1) if kind[i] == kind[i + 1]]
+
+
 def _scale(points: list[tuple[float, float, str]]) -> tuple[float, float]:
     xmax = max((p[0] for p in points), default=1.0) * 1.05
     ymax = max((p[1] for p in points), default=1.0) * 1.1
@@ -126,9 +132,9 @@ def svg(results: Sequence[StepResult], key: str, title: str) -> str:
     out.append(f'<text x="16" y="{(y0 + y1) // 2}" transform="rotate(-90 16 {(y0 + y1) // 2})" '
                f'text-anchor="middle">{key} latency (ms)</text>')  # fmt: skip
     coords = [_xy(x, y, xmax, ymax) for x, y, _ in pts]
-    if len(coords) > 1:
-        out.append('<polyline fill="none" stroke="#1f77b4" stroke-width="2" points="'
-                   + " ".join(f"{x},{y}" for x, y in coords) + '"/>')  # fmt: skip
+    for i, j in _joined(pts):
+        (xa, ya), (xb, yb) = coords[i], coords[j]
+        out.append(f'<line x1="{xa}" y1="{ya}" x2="{xb}" y2="{yb}" stroke="#1f77b4" stroke-width="2"/>')
     for (x, y), (tx, ty, label) in zip(coords, pts, strict=True):
         tip = f"{label}: {tx:,.0f} req/s, {key} {ty:.2f} ms"
         out.append(f'<circle cx="{x}" cy="{y}" r="4" fill="#1f77b4"><title>{html.escape(tip)}</title></circle>')
@@ -206,8 +212,8 @@ def png(results: Sequence[StepResult], key: str) -> bytes:
     _text(img, 8, TOP - 30, f"{key} latency (ms)")
     coords = [_xy(x, y, xmax, ymax) for x, y, _ in pts]
     blue = (31, 119, 180)
-    for a, b in itertools.pairwise(coords):
-        _line(img, a, b, blue)
+    for i, j in _joined(pts):
+        _line(img, coords[i], coords[j], blue)
     for (x, y), (_, _, label) in zip(coords, pts, strict=True):
         img[max(y - 4, 0) : y + 5, max(x - 4, 0) : x + 5] = blue
         _text(img, x + 8, y - 16, label)

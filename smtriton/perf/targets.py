@@ -117,7 +117,8 @@ class HttpChannel:
                 self.conn = None
                 return 0
         assert conn.transport is not None
-        waiter = conn.waiter = asyncio.get_running_loop().create_future()
+        waiter: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        conn.waiter = waiter
         conn.transport.write(self.requests[index % self.count])
         return await waiter
 

@@ -49,3 +49,22 @@ def test_a_run_where_nothing_answered_fails_with_the_errors_by_status(tmp_path: 
     (step,) = json.loads(out.read_text())["steps"]  # the results are written all the same
     assert step["ok"] == 0
     assert step["errors"]["connection"] > 0
+
+
+def test_the_live_line_shows_the_current_rate_and_restarts_with_each_step():
+    from rich.console import Console
+    from rich.live import Live
+
+    from smtriton.perf.cli import LiveLine
+
+    shown: list[str] = []
+    live = Live(console=Console(file=None, force_terminal=False))
+    live.update = lambda text, **_: shown.append(str(text))  # type: ignore[method-assign]
+    line = LiveLine(live)
+    line("c=1", "warm-up", 0.5, 100)
+    line("c=1", "measure", 1.0, 400)
+    line("c=8", "warm-up", 0.25, 50)
+    assert shown[0].endswith("100 answered  200/s now")
+    assert shown[1].endswith("400 answered  600/s now")
+    assert shown[2].startswith("c=8  warm-up")
+    assert shown[2].endswith("50 answered  200/s now")

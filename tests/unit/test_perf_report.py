@@ -83,6 +83,11 @@ def test_the_html_chart_is_self_contained_with_labelled_points(tmp_path: Path):
     assert not any(ref in page for ref in ("src=", "href=", "<script"))
 
 
+def test_lines_join_steps_of_one_kind_only():
+    page = report.svg(steps(), "p99", "t")
+    assert page.count("<line ") == 1  # c=1 to c=8; not c=8 to the rate step
+
+
 def test_axis_ends_are_round_numbers():
     assert report.nice_max(3932 * 1.05) == 5000
     assert report.nice_max(11.3) == 12.5
