@@ -100,6 +100,7 @@ def summarize(
     if late and late > 0.01 * max(len(lags_s), 1):
         result.notes.append(
             f"client fell behind its schedule: {late} of {len(lags_s)} requests left over {LATE_S * 1000:g} ms late"
+            f" (at most {result.max_lag_ms:.1f} ms)"
         )
     return result
 

@@ -64,7 +64,8 @@ def test_a_concurrency_sweep_reports_what_serve_counted(server: ServeProcess, tm
         assert step["ok"] == step["requests"] > 0
         lat = step["latency_ms"]
         assert 0 < lat["p50"] <= lat["p90"] <= lat["p99"] <= lat["p99.9"]
-        assert 0 <= step["client_cpu"] < 1.5
+        assert 0 < step["client_cpu"] < 1.5
+    assert not steps[-1]["client_saturated"], "at c=16 the client, not serve, was the limit"
     # serve's own counter saw exactly the requests perf says it completed (warm-ups and drains included)
     assert served(server) - before == sum(s["sent_total"] for s in steps)
     assert (tmp_path / "run.csv").read_text().splitlines()[0].startswith("mode,load,")
