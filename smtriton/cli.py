@@ -31,11 +31,11 @@ console = Console(stderr=True)
 HELP_OPTIONS = {"help_option_names": ["-h", "--help"]}
 
 # Commands whose modules are heavy to import (a web framework): loaded when run, listed from their docstring.
-LAZY_COMMANDS = {"local-endpoint": "smtriton.local.cli:local_endpoint"}
+LAZY_COMMANDS = {"local-endpoint": "smtriton.local.cli:local_endpoint", "perf": "smtriton.perf.cli:perf"}
 # `smtriton --help` lists the commands in the order a model goes through them.
 WORKFLOW = (
     "convert", "build-repository", "config", "validate", "package", "build-image", "push-image", "deploy", "invoke",
-    "delete-endpoint", "local-endpoint",
+    "delete-endpoint", "local-endpoint", "perf",
 )  # fmt: skip
 
 

@@ -1,0 +1,198 @@
+"""The load loops: closed loop (N workers, each sends its next request when the last one answers) and
+open loop (requests start on a schedule, whatever the answers; latency counts from the scheduled start).
+
+Each step runs a warm-up, then the measured window, then drains what is in flight. Only requests that
+complete inside the window are measured; every completed request counts in ``sent_total`` (what the
+server saw). The client's CPU time over the window says whether the client was the limit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from smtriton.perf.stats import StepResult, schedule, summarize
+from smtriton.perf.targets import Channel, Target
+
+DRAIN_TIMEOUT_S = 30.0
+TICK_S = 0.25
+
+Progress = Callable[[str, str, float, int], None]  # (step label, phase, seconds into the step, completed)
+
+
+@dataclass(frozen=True)
+class StepPlan:
+    mode: str  # concurrency | rate
+    load: float
+    warmup_s: float
+    duration_s: float
+    arrival: str = "fixed"
+    connections: int = 64  # open loop: most requests in flight at once
+
+    @property
+    def label(self) -> str:
+        return f"c={self.load:g}" if self.mode == "concurrency" else f"{self.load:g}/s"
+
+
+class _Record:
+    """Raw per-request record, appended to in the hot loop (three list appends per request)."""
+
+    def __init__(self) -> None:
+        self.done_at: list[float] = []
+        self.latency: list[float] = []
+        self.status: list[int] = []
+
+    def add(self, done_at: float, latency: float, status: int) -> None:
+        self.done_at.append(done_at)
+        self.latency.append(latency)
+        self.status.append(status)
+
+    def window(self, start: float, end: float) -> tuple[list[float], Counter[int]]:
+        """(latencies of the 2xx answers, every status count) of the requests that completed in [start, end]."""
+        done = np.asarray(self.done_at)
+        lat = np.asarray(self.latency)
+        status = np.asarray(self.status, dtype=np.int64)
+        inside = (done >= start) & (done <= end)
+        ok = inside & (status >= 200) & (status < 300)
+        counts = Counter({int(s): int(n) for s, n in zip(*np.unique(status[inside], return_counts=True), strict=True)})
+        return lat[ok].tolist(), counts
+
+
+async def _window(plan: StepPlan, start: float, record: _Record, progress: Progress | None) -> tuple[float, float]:
+    """Wait through warm-up and the measured window (ticking the progress); CPU seconds and wall seconds used."""
+    begin = start + plan.warmup_s
+    end = begin + plan.duration_s
+    cpu0 = 0.0
+    measuring = False
+    while True:
+        now = time.perf_counter()
+        if not measuring and now >= begin:
+            cpu0, begin, measuring = time.process_time(), now, True
+        if now >= end:
+            return time.process_time() - cpu0, now - begin
+        if progress is not None:
+            progress(plan.label, "measure" if measuring else "warm-up", now - start, len(record.status))
+        await asyncio.sleep(min(TICK_S, max((begin if not measuring else end) - now, 0.0)))
+
+
+async def _drain(tasks: list[asyncio.Task[None]]) -> int:
+    """Wait for in-flight requests; cancel those still out after the timeout; how many were cancelled."""
+    if not tasks:
+        return 0
+    _, pending = await asyncio.wait(tasks, timeout=DRAIN_TIMEOUT_S)
+    for task in pending:
+        task.cancel()
+    if pending:
+        await asyncio.wait(pending)
+    for task in tasks:  # a bug in the client must stop the run, not read as a slow server
+        if not task.cancelled() and task.exception() is not None:
+            raise task.exception()  # type: ignore[misc]
+    return len(pending)
+
+
+async def closed_loop(target: Target, plan: StepPlan, progress: Progress | None = None) -> StepResult:
+    """``plan.load`` workers, each on its own connection, sending back to back."""
+    record = _Record()
+    running = True
+    channels: list[Channel] = [await target.channel() for _ in range(int(plan.load))]
+
+    async def worker(ch: Channel, first: int) -> None:
+        index = first
+        clock = time.perf_counter
+        add = record.add
+        while running:
+            t0 = clock()
+            status = await ch.send(index)
+            t1 = clock()
+            add(t1, t1 - t0, status)
+            index += 1
+
+    start = time.perf_counter()
+    tasks = [asyncio.create_task(worker(ch, i)) for i, ch in enumerate(channels)]
+    cpu_s, wall_s = await _window(plan, start, record, progress)
+    end = time.perf_counter()
+    running = False
+    stuck = await _drain(tasks)
+    for ch in channels:
+        ch.close()
+    latencies, statuses = record.window(end - wall_s, end)
+    result = summarize(plan.mode, plan.load, wall_s, latencies, statuses, cpu_s, len(record.status))
+    if stuck:
+        result.notes.append(f"{stuck} requests still unanswered {DRAIN_TIMEOUT_S:g} s after the step were abandoned")
+    return result
+
+
+async def open_loop(target: Target, plan: StepPlan, progress: Progress | None = None) -> StepResult:
+    """Requests start at ``plan.load`` per second on a fixed or Poisson schedule, over at most
+    ``plan.connections`` connections; latency runs from the scheduled start, so waiting shows."""
+    record = _Record()
+    idle: asyncio.Queue[Channel] = asyncio.Queue()
+    channels: list[Channel] = [await target.channel() for _ in range(plan.connections)]
+    for ch in channels:
+        idle.put_nowait(ch)
+    times = schedule(plan.load, plan.warmup_s + plan.duration_s, plan.arrival)
+    lags: list[float] = []
+    clock = time.perf_counter
+
+    async def one(at: float, index: int) -> None:
+        ch = await idle.get()
+        try:
+            status = await ch.send(index)
+        finally:
+            idle.put_nowait(ch)
+        done = clock()
+        record.add(done, done - at, status)
+
+    start = clock() + 0.01
+    window = asyncio.create_task(_window(plan, start, record, progress))
+    tasks: list[asyncio.Task[None]] = []
+    measured_from = start + plan.warmup_s
+    behind = 0
+    for index, offset in enumerate(times.tolist()):
+        at = start + offset
+        delay = at - clock()
+        if delay > 0:
+            behind = 0
+            await asyncio.sleep(delay)
+        else:
+            behind += 1
+            if behind % 16 == 0:  # far behind: still let the answers in
+                await asyncio.sleep(0)
+        if at >= measured_from:
+            lags.append(clock() - at)
+        tasks.append(asyncio.create_task(one(at, index)))
+    cpu_s, wall_s = await window
+    end = clock()
+    stuck = await _drain(tasks)
+    for ch in channels:
+        ch.close()
+    latencies, statuses = record.window(end - wall_s, end)
+    result = summarize(plan.mode, plan.load, wall_s, latencies, statuses, cpu_s, len(record.status), lags)
+    if stuck:
+        result.notes.append(f"{stuck} requests still unanswered {DRAIN_TIMEOUT_S:g} s after the step were abandoned")
+    return result
+
+
+async def run_steps(target: Target, plans: list[StepPlan], progress: Progress | None = None) -> list[StepResult]:
+    results = []
+    try:
+        for plan in plans:
+            step = closed_loop if plan.mode == "concurrency" else open_loop
+            results.append(await step(target, plan, progress))
+    finally:
+        target.close()
+    return results
+
+
+def run(target: Target, plans: list[StepPlan], progress: Progress | None = None) -> list[StepResult]:
+    """Run the steps on uvloop where it is installed (it halves the client's cost per request)."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.run(run_steps(target, plans, progress))
+    return uvloop.run(run_steps(target, plans, progress))

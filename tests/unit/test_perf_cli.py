@@ -1,0 +1,70 @@
+"""The perf command's refusals and its one-line failure, through the `smtriton` group as a user meets them."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from smtriton import cli
+
+ADDSUB = Path(__file__).resolve().parents[1] / "integration" / "models" / "addsub"
+
+
+def perf(*args: str):
+    return CliRunner().invoke(cli.app, ["perf", *args])
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--body-format", "xml"], "--body-format"),
+        (["--arrival", "burst"], "--arrival"),
+        (["--chart-latency", "p75"], "--chart-latency"),
+        (["--concurrency", "0"], "--concurrency"),
+        (["--rate", "fast"], "--rate"),
+        ([], "--model-dir"),
+    ],
+)
+def test_what_cannot_be_run_is_a_usage_error(args: list[str], message: str):
+    result = perf("http://127.0.0.1:1", *args)
+    assert result.exit_code == 2
+    assert message in result.output
+
+
+def test_https_urls_are_refused_with_what_to_do_instead():
+    result = perf("https://example.com", "--model-dir", str(ADDSUB))
+    assert result.exit_code == 2
+    assert "endpoint: give its name" in result.output
+
+
+def test_a_run_where_nothing_answered_fails_with_the_errors_by_status(tmp_path: Path):
+    out = tmp_path / "r.json"
+    result = perf("http://127.0.0.1:1", "--model-dir", str(ADDSUB), "--concurrency", "2",
+                  "--warmup", "0", "--duration", "0.2", "--json", str(out))  # fmt: skip
+    assert result.exit_code == 1
+    assert 'no request succeeded (errors by status: {"connection":' in result.output
+    (step,) = json.loads(out.read_text())["steps"]  # the results are written all the same
+    assert step["ok"] == 0
+    assert step["errors"]["connection"] > 0
+
+
+def test_the_live_line_shows_the_current_rate_and_restarts_with_each_step():
+    from rich.console import Console
+    from rich.live import Live
+
+    from smtriton.perf.cli import LiveLine
+
+    shown: list[str] = []
+    live = Live(console=Console(file=None, force_terminal=False))
+    live.update = lambda text, **_: shown.append(str(text))  # type: ignore[method-assign]
+    line = LiveLine(live)
+    line("c=1", "warm-up", 0.5, 100)
+    line("c=1", "measure", 1.0, 400)
+    line("c=8", "warm-up", 0.25, 50)
+    assert shown[0].endswith("100 answered  200/s now")
+    assert shown[1].endswith("400 answered  600/s now")
+    assert shown[2].startswith("c=8  warm-up")
+    assert shown[2].endswith("50 answered  200/s now")

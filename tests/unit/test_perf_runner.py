@@ -1,0 +1,111 @@
+"""perf's HTTP client and load loops against a tiny in-process HTTP server whose answers the test controls."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+
+import pytest
+
+from smtriton.perf.bodies import Body
+from smtriton.perf.runner import StepPlan, closed_loop, open_loop
+from smtriton.perf.targets import HttpTarget
+
+Answer = Callable[[int], tuple[int, bool]]  # request number -> (status, close the connection after it)
+
+
+async def serve_fake(answer: Answer, delay_s: float = 0.0) -> tuple[asyncio.AbstractServer, dict[str, int]]:
+    """An HTTP/1.1 server that reads whole requests (Content-Length bodies) and answers as ``answer`` says."""
+    seen = {"requests": 0, "connections": 0, "target_model_header": 0}
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        seen["connections"] += 1
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                headers = dict(line.split(": ", 1) for line in head.decode("latin-1").split("\r\n")[1:] if ": " in line)
+                await reader.readexactly(int(headers["Content-Length"]))
+                seen["target_model_header"] += "X-Amzn-SageMaker-Target-Model" in headers
+                number = seen["requests"]
+                seen["requests"] += 1
+                status, close = answer(number)
+                if delay_s:
+                    await asyncio.sleep(delay_s)
+                body = b'{"outputs": []}'
+                extra = b"Connection: close\r\n" if close else b""
+                writer.write(b"HTTP/1.1 %d X\r\nContent-Length: %d\r\n%s\r\n%s" % (status, len(body), extra, body))
+                await writer.drain()
+                if close:
+                    break
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    return server, seen
+
+
+def run_against(
+    answer: Answer, step: Callable[[HttpTarget], Awaitable], delay_s: float = 0.0, model: str | None = None
+):
+    async def main():
+        server, seen = await serve_fake(answer, delay_s)
+        port = server.sockets[0].getsockname()[1]
+        target = HttpTarget(f"http://127.0.0.1:{port}", [Body(b'{"inputs": []}', "application/json")], model)
+        try:
+            result = await asyncio.wait_for(step(target), timeout=20)
+        finally:
+            target.close()
+            server.close()
+        return result, seen
+
+    return asyncio.run(main())
+
+
+def test_a_closed_loop_counts_every_request_the_server_answered():
+    plan = StepPlan("concurrency", 4, warmup_s=0.2, duration_s=0.5)
+    result, seen = run_against(lambda n: (200, False), lambda t: closed_loop(t, plan))
+    assert result.sent_total == seen["requests"] > result.requests > 0
+    assert result.errors == {}
+    assert seen["connections"] == 4  # one keep-alive connection per worker
+    lat = result.latency_ms
+    assert lat["p50"] <= lat["p90"] <= lat["p99"] <= lat["p99.9"]
+
+
+def test_errors_are_counted_by_status_and_closed_connections_reopen():
+    plan = StepPlan("concurrency", 2, warmup_s=0.0, duration_s=0.5)
+    result, seen = run_against(lambda n: (503 if n % 4 == 0 else 200, n % 10 == 0), lambda t: closed_loop(t, plan))
+    assert set(result.errors) == {"503"}
+    assert result.errors["503"] == pytest.approx(result.requests / 4, rel=0.2)
+    assert result.ok + result.errors["503"] == result.requests
+    assert seen["connections"] > 2  # the server closed some; the client reconnected and went on
+
+
+def test_an_unreachable_server_is_a_connection_error_not_a_crash():
+    async def step(target: HttpTarget):
+        target.port = 1  # nothing listens on port 1
+        return await closed_loop(target, StepPlan("concurrency", 1, warmup_s=0.0, duration_s=0.2))
+
+    result, _ = run_against(lambda n: (200, False), step)
+    assert result.ok == 0
+    assert result.errors["connection"] > 0
+
+
+def test_an_open_loop_keeps_its_rate_and_measures_from_the_schedule():
+    plan = StepPlan("rate", 200, warmup_s=0.2, duration_s=1.0, arrival="fixed", connections=8)
+    result, seen = run_against(lambda n: (200, False), lambda t: open_loop(t, plan), model="m.tar.gz")
+    assert result.throughput_rps == pytest.approx(200, rel=0.1)
+    assert seen["requests"] == result.sent_total == pytest.approx(240, abs=3)
+    assert seen["target_model_header"] == seen["requests"]
+
+
+def test_an_open_loop_above_capacity_shows_the_queueing_in_its_latency():
+    # 2 connections, 20 ms per answer: at most 100/s served; at 200/s the wait grows through the step
+    plan = StepPlan("rate", 200, warmup_s=0.0, duration_s=0.6, arrival="fixed", connections=2)
+    start = time.perf_counter()
+    result, _ = run_against(lambda n: (200, False), lambda t: open_loop(t, plan), delay_s=0.02)
+    assert result.throughput_rps < 120
+    assert result.latency_ms["p99"] > 100  # far above the 20 ms service time: the queue shows
+    assert time.perf_counter() - start < 15
