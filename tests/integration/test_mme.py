@@ -1,4 +1,4 @@
-"""Multi-model endpoint API (CONTRACT.md §2.4, §4) against the real serve + Triton."""
+"""Multi-model endpoint API (docs/contract.md §2.4, §4) against the real serve + Triton."""
 
 from __future__ import annotations
 
@@ -111,7 +111,7 @@ def test_load_list_describe_invoke_unload_reload(mme):
 def test_target_model_header_names_the_triton_model_and_binds_the_record(mme):
     url = _archive(mme.root, "hashB", "subdir")
     assert _load(mme, "hashB", url, target="modelB.tar.gz").status_code == 200
-    # Native answers with the TargetModel as model_name; the header is optional afterwards (B4, B7).
+    # Native answers with the TargetModel as model_name; the header is optional afterwards (docs/contract.md §6 B4, B7).
     r = _invoke(mme, "hashB", **{"X-Amzn-SageMaker-Target-Model": "modelB.tar.gz"})
     assert r.status_code == 200
     assert r.json()["model_name"] == "modelB.tar.gz"
@@ -119,7 +119,7 @@ def test_target_model_header_names_the_triton_model_and_binds_the_record(mme):
     wrong = _invoke(mme, "hashB", **{"X-Amzn-SageMaker-Target-Model": "other.tar.gz"})
     assert wrong.status_code == 400
     assert "does not match" in wrong.json()["error"]
-    assert _unload(mme, "hashB").status_code == 200  # no header needed (B4)
+    assert _unload(mme, "hashB").status_code == 200  # no header needed (docs/contract.md §6 B4)
 
 
 def test_a_model_loaded_without_the_header_can_be_invoked_with_it_naming_the_model(mme):
@@ -152,7 +152,7 @@ def test_ensemble_archive_loads_and_unloads_with_its_members(mme):
     result = parse(r)
     np.testing.assert_array_equal(result.as_numpy("SUM"), A + B)
     np.testing.assert_array_equal(result.as_numpy("DIFF"), A - B)
-    # Members are not reachable through another name (B7).
+    # Members are not reachable through another name (docs/contract.md §6 B7).
     assert _invoke(mme, "hashE", **{"X-Amzn-SageMaker-Target-Model": "addsub"}).status_code == 400
     assert _unload(mme, "hashE").status_code == 200
     assert _load(mme, "hashE", url, target="ens.tar.gz").status_code == 200  # members were released too

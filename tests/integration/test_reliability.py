@@ -1,4 +1,4 @@
-"""Shutdown under load, hostile input, and what must never be exposed (CONTRACT.md §1.7, DESIGN.md §7)."""
+"""Shutdown under load, hostile input, and what must never be exposed (docs/contract.md §1.7, docs/design.md §7)."""
 
 from __future__ import annotations
 

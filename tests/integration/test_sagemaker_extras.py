@@ -1,4 +1,4 @@
-"""Contract parts NVIDIA's front end lacks (CONTRACT.md §7): batch transform, custom attributes,
+"""Contract parts NVIDIA's front end lacks (docs/contract.md §7): batch transform, custom attributes,
 compressed requests."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""SageMaker single-model contract (CONTRACT.md §2, §3) against the real serve + Triton."""
+"""SageMaker single-model contract (docs/contract.md §2, §3) against the real serve + Triton."""
 
 from __future__ import annotations
 

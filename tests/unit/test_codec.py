@@ -1,4 +1,4 @@
-"""Content-type parsing of CONTRACT.md §3.1 (project rules) and the response type of §3.3."""
+"""Content-type parsing of docs/contract.md §3.1 (project rules) and the response type of §3.3."""
 
 import pytest
 

@@ -21,7 +21,8 @@ def test_oom_patterns_match_native_and_whole_word_oom():
     assert multimodel.is_oom("CUDA out of memory. Tried to allocate 2.00 GiB")
     assert multimodel.is_oom("MemoryError: Failed to allocate memory for weights")
     assert multimodel.is_oom("worker hit OOM while loading")
-    assert not multimodel.is_oom("ZOOM level out of range")  # native's substring match would say yes (B15)
+    # NVIDIA's substring match would say yes (docs/contract.md §6 B15).
+    assert not multimodel.is_oom("ZOOM level out of range")
 
 
 def test_a_stub_killed_by_the_oom_killer_counts_as_oom(monkeypatch):

@@ -1,4 +1,4 @@
-"""SME start-up rules of CONTRACT.md §1.5, with native's messages."""
+"""SME start-up rules of docs/contract.md §1.5, with native's messages."""
 
 import pytest
 
