@@ -20,6 +20,7 @@ from smtriton.perf.stats import StepResult, schedule, summarize
 from smtriton.perf.targets import Channel, Target
 
 DRAIN_TIMEOUT_S = 30.0
+FIRST_ANSWER_LIMIT_S = 120.0
 TICK_S = 0.25
 
 Progress = Callable[[str, str, float, int], None]  # (step label, phase, seconds into the step, completed)
@@ -63,21 +64,29 @@ class _Record:
         return lat[ok].tolist(), counts
 
 
-async def _window(plan: StepPlan, start: float, record: _Record, progress: Progress | None) -> tuple[float, float]:
-    """Wait through warm-up and the measured window (ticking the progress); CPU seconds and wall seconds used."""
+async def _window(
+    plan: StepPlan, start: float, record: _Record, progress: Progress | None, first_answers: int = 0
+) -> tuple[float, float]:
+    """Wait through warm-up and the measured window (ticking the progress); CPU seconds and wall seconds used.
+
+    The warm-up also lasts until ``first_answers`` requests have been answered (at most
+    :data:`FIRST_ANSWER_LIMIT_S`): a multi-model endpoint loads a model on its first request, and a
+    window that opens before the load ends measures the load, not the model."""
     begin = start + plan.warmup_s
     end = begin + plan.duration_s
     cpu0 = 0.0
     measuring = False
     while True:
         now = time.perf_counter()
-        if not measuring and now >= begin:
+        answered = len(record.status) >= first_answers or now - start >= FIRST_ANSWER_LIMIT_S
+        if not measuring and now >= begin and answered:
             cpu0, begin, measuring = time.process_time(), now, True
-        if now >= end:
+            end = begin + plan.duration_s
+        if measuring and now >= end:
             return time.process_time() - cpu0, now - begin
         if progress is not None:
             progress(plan.label, "measure" if measuring else "warm-up", now - start, len(record.status))
-        await asyncio.sleep(min(TICK_S, max((begin if not measuring else end) - now, 0.0)))
+        await asyncio.sleep(min(TICK_S, max((begin if not measuring else end) - now, 0.01)))
 
 
 async def _drain(tasks: list[asyncio.Task[None]]) -> int:
@@ -114,7 +123,7 @@ async def closed_loop(target: Target, plan: StepPlan, progress: Progress | None 
 
     start = time.perf_counter()
     tasks = [asyncio.create_task(worker(ch, i)) for i, ch in enumerate(channels)]
-    cpu_s, wall_s = await _window(plan, start, record, progress)
+    cpu_s, wall_s = await _window(plan, start, record, progress, first_answers=len(channels))
     end = time.perf_counter()
     running = False
     stuck = await _drain(tasks)

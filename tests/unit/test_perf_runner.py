@@ -15,7 +15,9 @@ from smtriton.perf.targets import HttpTarget
 Answer = Callable[[int], tuple[int, bool]]  # request number -> (status, close the connection after it)
 
 
-async def serve_fake(answer: Answer, delay_s: float = 0.0) -> tuple[asyncio.AbstractServer, dict[str, int]]:
+async def serve_fake(
+    answer: Answer, delay_s: float = 0.0, first_delay_s: float = 0.0
+) -> tuple[asyncio.AbstractServer, dict[str, int]]:
     """An HTTP/1.1 server that reads whole requests (Content-Length bodies) and answers as ``answer`` says."""
     seen = {"requests": 0, "connections": 0, "target_model_header": 0}
 
@@ -30,6 +32,8 @@ async def serve_fake(answer: Answer, delay_s: float = 0.0) -> tuple[asyncio.Abst
                 number = seen["requests"]
                 seen["requests"] += 1
                 status, close = answer(number)
+                if number == 0 and first_delay_s:  # a model loaded on its first request, say
+                    await asyncio.sleep(first_delay_s)
                 if delay_s:
                     await asyncio.sleep(delay_s)
                 body = b'{"outputs": []}'
@@ -48,10 +52,14 @@ async def serve_fake(answer: Answer, delay_s: float = 0.0) -> tuple[asyncio.Abst
 
 
 def run_against(
-    answer: Answer, step: Callable[[HttpTarget], Awaitable], delay_s: float = 0.0, model: str | None = None
+    answer: Answer,
+    step: Callable[[HttpTarget], Awaitable],
+    delay_s: float = 0.0,
+    model: str | None = None,
+    first_delay_s: float = 0.0,
 ):
     async def main():
-        server, seen = await serve_fake(answer, delay_s)
+        server, seen = await serve_fake(answer, delay_s, first_delay_s)
         port = server.sockets[0].getsockname()[1]
         target = HttpTarget(f"http://127.0.0.1:{port}", [Body(b'{"inputs": []}', "application/json")], model)
         try:
@@ -72,6 +80,16 @@ def test_a_closed_loop_counts_every_request_the_server_answered():
     assert seen["connections"] == 4  # one keep-alive connection per worker
     lat = result.latency_ms
     assert lat["p50"] <= lat["p90"] <= lat["p99"] <= lat["p99.9"]
+
+
+def test_the_warm_up_lasts_until_every_worker_has_its_first_answer():
+    """The first request waits 1 s (a multi-model endpoint loading the model): the measured window opens
+    after it, so it measures the model, not the load."""
+    plan = StepPlan("concurrency", 1, warmup_s=0.1, duration_s=0.4)
+    result, seen = run_against(lambda n: (200, False), lambda t: closed_loop(t, plan), first_delay_s=1.0)
+    assert result.requests > 0
+    assert result.latency_ms["p99.9"] < 500
+    assert seen["requests"] > result.requests  # the slow first answer was warm-up
 
 
 def test_errors_are_counted_by_status_and_closed_connections_reopen():
