@@ -16,7 +16,7 @@ from smtriton.perf.cli import parse_loads
 from smtriton.perf.runner import StepPlan
 from smtriton.tune import report
 from smtriton.tune.knobs import apply, describe, key, knobs_for
-from smtriton.tune.search import TrialStore, coordinate_descent
+from smtriton.tune.search import TrialStore, confirm, coordinate_descent, record_key
 from smtriton.tune.trial import measure
 
 console = Console(stderr=True)
@@ -49,6 +49,9 @@ def tune(
     ] = None,
     batch_size: Annotated[int, typer.Option(min=1, help="Batch dim of each request (batching models)")] = 1,
     seed: Annotated[int, typer.Option(help="Seed of the random inputs")] = 0,
+    confirm_winner: Annotated[
+        bool, typer.Option("--confirm/--no-confirm", help="Measure the baseline and the winner once more")
+    ] = True,
 ) -> None:
     """Serve a model with candidate configurations and keep the one with most throughput under --p99-ms.
 
@@ -77,14 +80,16 @@ def tune(
                 "shapes": shapes, "seed": seed}  # fmt: skip
     store = TrialStore(work_dir, settings)
 
-    def run_trial(changes: dict[str, Any]) -> tuple[dict[str, Any], bool]:
-        found = store.get(changes)
+    def run_trial(changes: dict[str, Any], repeat: int) -> tuple[dict[str, Any], bool]:
+        name = describe(changes) + (f" (again, #{repeat})" if repeat else "")
+        found = store.get(changes, repeat)
         if found is not None:
-            console.print(f"trial {describe(changes)}: measured before, resumed from {store.path}")
+            console.print(f"trial {name}: measured before, resumed from {store.path}")
             return found, True
         config = apply(baseline, changes, knobs)
-        console.print(f"trial {describe(changes)}: serving and measuring {len(plans)} steps ...")
-        record = measure(model_dir, config, changes, work_dir / "trials" / str(len(store.records)), bodies, plans)
+        console.print(f"trial {name}: serving and measuring {len(plans)} steps ...")
+        folder = work_dir / "trials" / str(len(store.records))
+        record = measure(model_dir, config, changes, folder, bodies, plans, record_key(changes, repeat))
         store.add(record)
         if record["error"]:
             console.print(f"  [yellow]serve did not start with this config[/]: {record['error'].splitlines()[0]}")
@@ -94,18 +99,25 @@ def tune(
         return record, False
 
     search = coordinate_descent(baseline, knobs, run_trial, p99_ms=p99_ms, max_trials=max_trials, min_gain=min_gain)
+    if confirm_winner:
+        confirm(search, run_trial, p99_ms=p99_ms, min_gain=min_gain)
     assert search.winner is not None
     title = f"smtriton tune: {settings['model']}" + (f", p99 <= {p99_ms:g} ms" if p99_ms is not None else "")
     console.print(report.table(search, title))
     line = report.summary(search, p99_ms)
     console.print(line, highlight=False)
+    if search.confirmation is not None:
+        base_scores, win_scores = (" and ".join(f"{v:,.0f}" for v in scores) for scores in search.confirmation)
+        held = "" if search.confirmed else ": the gain did not hold, so the baseline stays"
+        console.print(f"measured twice: baseline {base_scores} req/s, winner {win_scores} req/s{held}", highlight=False)
     if search.stopped_by_budget:
         console.print(f"[yellow]stopped at --max-trials {max_trials}[/]: knobs left untried", highlight=False)
     winner = apply(baseline, search.winner.changes, knobs)
     model_config.write(winner, work_dir)
     summary = {"winner": search.winner.trial, "changes": search.winner.changes, "summary": line, "p99_ms": p99_ms,
                "trials": [{"trial": o.trial, "key": key(o.changes), "score_rps": o.score, "verdict": o.verdict,
-                           "step": o.step, "resumed": o.resumed} for o in search.outcomes]}  # fmt: skip
+                           "step": o.step, "resumed": o.resumed} for o in search.outcomes],
+               "confirmation": search.confirmation, "confirmed": search.confirmed}  # fmt: skip
     (work_dir / "report.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
     for path in report.write_chart(search, work_dir / "chart", title):
         console.print(f"wrote {path}")

@@ -43,12 +43,18 @@ def summary(search: Search, p99_ms: float | None) -> str:
     assert win is not None
     budget = f"p99 <= {p99_ms:g} ms" if p99_ms is not None else "no latency budget"
     if win is base:
-        return f"winner: the baseline ({base.score:,.0f} req/s, {budget}); no knob beat it by the margin"
+        return f"winner: the baseline ({base.score:,.0f} req/s, {budget}); no change beat it by the margin"
     step = win.step or {}
-    gain = f"{(win.score / base.score - 1) * 100:+.0f} %" if base.score > 0 else "the baseline met no step of it"
+    win_rps, base_rps = win.score, base.score
+    twice = ""
+    if search.confirmation is not None:  # the mean of both measurements, the fairer comparison
+        base_rps, win_rps = (sum(scores) / len(scores) for scores in search.confirmation)
+        twice = ", means of two measurements each"
+    gain = f"{(win_rps / base_rps - 1) * 100:+.0f} %" if base_rps > 0 else "the baseline met no step of it"
     return (
-        f"winner: trial {win.trial} ({describe(win.changes)}): {win.score:,.0f} req/s at c={step.get('load', 0):g}"
-        f" with p99 {_p99(step)} ms, against the baseline's {base.score:,.0f} req/s ({gain}; {budget})"
+        f"winner: trial {win.trial} ({describe(win.changes)}): {win_rps:,.0f} req/s"
+        f" (best step c={step.get('load', 0):g}, p99 {_p99(step)} ms)"
+        f" against the baseline's {base_rps:,.0f} req/s ({gain}; {budget}{twice})"
     )
 
 

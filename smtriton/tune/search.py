@@ -24,6 +24,13 @@ SETTINGS_FILE = "settings.json"
 Record = dict[str, Any]  # one line of trials.jsonl: changes, every step's raw figures, error, seconds
 
 
+def record_score(record: Record, p99_ms: float | None) -> tuple[float, Mapping[str, Any] | None]:
+    """A trial's score; a trial whose serve did not start scores nothing."""
+    if record.get("error"):
+        return 0.0, None
+    return score(record["steps"], p99_ms)
+
+
 def score(steps: list[Mapping[str, Any]], p99_ms: float | None) -> tuple[float, Mapping[str, Any] | None]:
     """The best throughput among the steps with no error and p99 within the budget, and that step;
     (0, None) when no step qualifies (a configuration that cannot meet the budget is worth nothing)."""
@@ -37,6 +44,11 @@ def score(steps: list[Mapping[str, Any]], p99_ms: float | None) -> tuple[float, 
         if best is None or step["throughput_rps"] > best["throughput_rps"]:
             best = step
     return (float(best["throughput_rps"]) if best else 0.0), best
+
+
+def record_key(changes: Changes, repeat: int = 0) -> str:
+    """A trial's key in the store: the candidate's, and ``#N`` for its N-th re-measurement."""
+    return key(changes) + (f"#{repeat}" if repeat else "")
 
 
 class TrialStore:
@@ -67,8 +79,8 @@ class TrialStore:
                     record = json.loads(line)
                     self.records[record["key"]] = record
 
-    def get(self, changes: Changes) -> Record | None:
-        return self.records.get(key(changes))
+    def get(self, changes: Changes, repeat: int = 0) -> Record | None:
+        return self.records.get(record_key(changes, repeat))
 
     def add(self, record: Record) -> None:
         self.records[record["key"]] = record
@@ -94,13 +106,17 @@ class Search:
     outcomes: list[Outcome] = field(default_factory=list)
     winner: Outcome | None = None
     stopped_by_budget: bool = False
+    # The re-measurement of the baseline and the search's winner: (baseline scores, winner scores).
+    confirmation: tuple[list[float], list[float]] | None = None
+    confirmed: bool = True
 
     @property
     def baseline(self) -> Outcome:
         return self.outcomes[0]
 
 
-Measure = Callable[[dict[str, Any]], tuple[Record, bool]]  # changes -> (record, True when read from the store)
+# (changes, repeat) -> (record, True when read from the store); repeat 0 is a candidate's first measurement.
+Measure = Callable[[dict[str, Any], int], tuple[Record, bool]]
 
 
 def _gain(new: float, old: float) -> str:
@@ -136,10 +152,8 @@ def coordinate_descent(
     search = Search()
 
     def run(changes: dict[str, Any]) -> Outcome:
-        record, resumed = measure(changes)
-        value, step = score(record["steps"], p99_ms)
-        if record.get("error"):
-            value, step = 0.0, None
+        record, resumed = measure(changes, 0)
+        value, step = record_score(record, p99_ms)
         outcome = Outcome(len(search.outcomes), changes, record, value, step, resumed)
         search.outcomes.append(outcome)
         return outcome
@@ -173,3 +187,19 @@ def coordinate_descent(
             break
     search.winner = incumbent
     return search
+
+
+def confirm(search: Search, measure: Measure, *, p99_ms: float | None, min_gain: float) -> None:
+    """Measure the baseline and the winner once more and keep the winner only if the mean of its two
+    scores still beats the baseline's mean by ``min_gain``: a single short measurement can be lucky."""
+    win, base = search.winner, search.baseline
+    if win is None or win is base:
+        return
+    again = [record_score(measure(o.changes, 1)[0], p99_ms)[0] for o in (base, win)]
+    base_scores, win_scores = [base.score, again[0]], [win.score, again[1]]
+    search.confirmation = (base_scores, win_scores)
+    mean_base, mean_win = sum(base_scores) / 2, sum(win_scores) / 2
+    if mean_win <= mean_base * (1 + min_gain):
+        search.confirmed = False
+        win.verdict += f"; not confirmed (mean {mean_win:,.0f} against the baseline's {mean_base:,.0f} req/s)"
+        search.winner = base

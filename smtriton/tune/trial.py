@@ -16,7 +16,6 @@ from smtriton.model_config import ModelConfig
 from smtriton.perf.bodies import Body
 from smtriton.perf.runner import StepPlan, run
 from smtriton.perf.targets import HttpTarget
-from smtriton.tune.knobs import key
 
 START_TIMEOUT_S = 180.0
 
@@ -51,6 +50,7 @@ def measure(
     trial_dir: Path,
     bodies: Sequence[Body],
     plans: list[StepPlan],
+    record_key: str,
 ) -> dict[str, Any]:
     """Serve the candidate and run the steps; the trials.jsonl record (with ``error`` when serve did
     not start, e.g. a configuration Triton refuses)."""
@@ -60,7 +60,7 @@ def measure(
     serve_work = trial_dir / "serve-work"
     serve_work.mkdir(exist_ok=True)
     name = folder.name
-    record: dict[str, Any] = {"key": key(changes), "changes": changes, "config": model_config.to_text(config)}
+    record: dict[str, Any] = {"key": record_key, "changes": changes, "config": model_config.to_text(config)}
     server = ServeProcess(
         ["--model-repository", str(folder.parent), "--default-model", name],
         trial_dir / "serve.log",
