@@ -105,7 +105,7 @@ def tune(
     title = f"smtriton tune: {settings['model']}" + (f", p99 <= {p99_ms:g} ms" if p99_ms is not None else "")
     console.print(report.table(search, title))
     line = report.summary(search, p99_ms)
-    console.print(line, highlight=False)
+    console.print(line, highlight=False, soft_wrap=True)
     if search.confirmation is not None:
         base_scores, win_scores = (" and ".join(f"{v:,.0f}" for v in scores) for scores in search.confirmation)
         held = "" if search.confirmed else ": the gain did not hold, so the baseline stays"
