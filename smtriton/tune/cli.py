@@ -103,7 +103,7 @@ def tune(
         confirm(search, run_trial, p99_ms=p99_ms, min_gain=min_gain)
     assert search.winner is not None
     title = f"smtriton tune: {settings['model']}" + (f", p99 <= {p99_ms:g} ms" if p99_ms is not None else "")
-    console.print(report.table(search, title))
+    console.print(report.table(search, title), width=max(console.width, 140), crop=False)  # a verdict per line
     line = report.summary(search, p99_ms)
     console.print(line, highlight=False, soft_wrap=True)
     if search.confirmation is not None:

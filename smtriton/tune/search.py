@@ -123,15 +123,18 @@ def _gain(new: float, old: float) -> str:
     return f"{(new / old - 1) * 100:+.0f} %" if old > 0 else "from nothing under the budget"
 
 
-def _verdict(outcome: Outcome, best_of_knob: bool, incumbent: Outcome, min_gain: float) -> str:
-    """Why a trial was kept or not, against the incumbent it tried to beat."""
+def _verdict(outcome: Outcome, best: Outcome | None, incumbent: Outcome, min_gain: float) -> str:
+    """Why a trial was kept or not, against the incumbent it tried to beat and the best value of its knob."""
     if outcome.record.get("error"):
         return f"failed: {outcome.record['error'].splitlines()[0][:80]}"
     if outcome.score == 0:
         return "no step within the budget"
     gain = _gain(outcome.score, incumbent.score)
-    if best_of_knob and outcome.score > incumbent.score * (1 + min_gain):
+    beats = outcome.score > incumbent.score * (1 + min_gain)
+    if outcome is best and beats:
         return f"kept: {gain} over trial {incumbent.trial}"
+    if beats and best is not None:
+        return f"not kept: {gain} over trial {incumbent.trial}, but trial {best.trial} did better"
     if outcome.score > incumbent.score:
         return f"not kept: {gain} over trial {incumbent.trial}, within the {min_gain:.0%} margin"
     return f"not kept: {gain} against trial {incumbent.trial}"
@@ -180,7 +183,7 @@ def coordinate_descent(
             if best is None or outcome.score > best.score:
                 best = outcome
         for outcome in tried:
-            outcome.verdict = _verdict(outcome, outcome is best, incumbent, min_gain)
+            outcome.verdict = _verdict(outcome, best, incumbent, min_gain)
         if best is not None and best.verdict.startswith("kept"):
             incumbent = best
         if search.stopped_by_budget:
