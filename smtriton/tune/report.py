@@ -64,7 +64,7 @@ def table(search: Search, title: str) -> Any:
 
     t = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD)
     t.add_column("trial", justify="right")
-    t.add_column("changes from the baseline", min_width=29)  # the longest one change, unbroken
+    t.add_column("changes from the baseline", min_width=38)  # the longest single change, unbroken
     t.add_column("req/s", justify="right")
     t.add_column("at", no_wrap=True)
     t.add_column("p99 ms", justify="right")
