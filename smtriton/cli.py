@@ -31,11 +31,15 @@ console = Console(stderr=True)
 HELP_OPTIONS = {"help_option_names": ["-h", "--help"]}
 
 # Commands whose modules are heavy to import (a web framework): loaded when run, listed from their docstring.
-LAZY_COMMANDS = {"local-endpoint": "smtriton.local.cli:local_endpoint", "perf": "smtriton.perf.cli:perf"}
+LAZY_COMMANDS = {
+    "local-endpoint": "smtriton.local.cli:local_endpoint",
+    "perf": "smtriton.perf.cli:perf",
+    "tune": "smtriton.tune.cli:tune",
+}
 # `smtriton --help` lists the commands in the order a model goes through them.
 WORKFLOW = (
     "convert", "build-repository", "config", "validate", "package", "build-image", "push-image", "deploy", "invoke",
-    "delete-endpoint", "local-endpoint", "perf",
+    "delete-endpoint", "local-endpoint", "perf", "tune",
 )  # fmt: skip
 
 

@@ -1,0 +1,80 @@
+"""One trial: the model in a scratch repository with the candidate's config, served by `serve`
+(:class:`ServeProcess`), loaded by the perf engine, stopped; the raw figures of every step kept."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from smtriton import model_config
+from smtriton.local.serve_process import ServeProcess
+from smtriton.model_config import ModelConfig
+from smtriton.perf.bodies import Body
+from smtriton.perf.runner import StepPlan, run
+from smtriton.perf.targets import HttpTarget
+
+START_TIMEOUT_S = 180.0
+
+
+def scratch_repository(model_dir: Path, config: ModelConfig, repo: Path) -> Path:
+    """``repo/<name>/``: every entry of ``model_dir`` symlinked (the weights are never copied) and the
+    candidate's config.pbtxt written through the protobuf. Returns the model folder."""
+    name = model_config.served_name(config, model_dir)
+    if repo.exists():
+        shutil.rmtree(repo)
+    target = repo / name
+    target.mkdir(parents=True)
+    for entry in model_dir.resolve().iterdir():
+        if entry.name != model_config.CONFIG_FILE and not entry.name.startswith("."):
+            (target / entry.name).symlink_to(entry)
+    model_config.write(config, target)
+    return target
+
+
+def serve_env(scratch: Path) -> dict[str, str]:
+    """This environment without SageMaker or serve settings (they would change what is measured), serve's
+    own scratch inside the trial's folder."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SAGEMAKER_", "SMTRITON_"))}
+    env["SMTRITON_WORK_DIR"] = str(scratch)
+    return env
+
+
+def measure(
+    model_dir: Path,
+    config: ModelConfig,
+    changes: dict[str, Any],
+    trial_dir: Path,
+    bodies: Sequence[Body],
+    plans: list[StepPlan],
+    record_key: str,
+) -> dict[str, Any]:
+    """Serve the candidate and run the steps; the trials.jsonl record (with ``error`` when serve did
+    not start, e.g. a configuration Triton refuses)."""
+    started = time.monotonic()
+    trial_dir.mkdir(parents=True, exist_ok=True)
+    folder = scratch_repository(model_dir, config, trial_dir / "repo")
+    serve_work = trial_dir / "serve-work"
+    serve_work.mkdir(exist_ok=True)
+    name = folder.name
+    record: dict[str, Any] = {"key": record_key, "changes": changes, "config": model_config.to_text(config)}
+    server = ServeProcess(
+        ["--model-repository", str(folder.parent), "--default-model", name],
+        trial_dir / "serve.log",
+        env=serve_env(serve_work),
+    )
+    try:
+        try:
+            server.wait_healthy(START_TIMEOUT_S)
+        except (RuntimeError, TimeoutError) as exc:
+            record.update(steps=[], error=str(exc)[-2000:])
+            return record
+        steps = run(HttpTarget(server.url, bodies, None), plans)
+        record.update(steps=[s.to_dict() for s in steps], error=None)
+    finally:
+        server.stop()
+        record["seconds"] = round(time.monotonic() - started, 2)
+    return record
