@@ -80,25 +80,14 @@ INFERENCE_CRASHERS = {
 
 
 @pytest.mark.parametrize("case", sorted(INFERENCE_CRASHERS))
-def test_sme_invocations_refuse_what_would_crash_triton(sme, case):
-    (pid,) = triton_pids(sme.marker)
+@pytest.mark.parametrize(("endpoint", "path"), [("sme", "/invocations"), ("mme", "/models/m/invoke")])
+def test_inference_refuses_what_would_crash_triton(request, endpoint, path, case):
+    server: ServeProcess = request.getfixturevalue(endpoint)
+    (pid,) = triton_pids(server.marker)
     content_type, body, headers = INFERENCE_CRASHERS[case]
-    r = requests.post(
-        f"{sme.url}/invocations", data=body, headers={"Content-Type": content_type, **headers}, timeout=120
-    )
+    r = requests.post(f"{server.url}{path}", data=body, headers={"Content-Type": content_type, **headers}, timeout=120)
     assert_json_4xx(r)
-    assert_unharmed(sme, pid, "/invocations")
-
-
-@pytest.mark.parametrize("case", sorted(INFERENCE_CRASHERS))
-def test_mme_invoke_refuses_what_would_crash_triton(mme, case):
-    (pid,) = triton_pids(mme.marker)
-    content_type, body, headers = INFERENCE_CRASHERS[case]
-    r = requests.post(
-        f"{mme.url}/models/m/invoke", data=body, headers={"Content-Type": content_type, **headers}, timeout=120
-    )
-    assert_json_4xx(r)
-    assert_unharmed(mme, pid, "/models/m/invoke")
+    assert_unharmed(server, pid, path)
 
 
 @pytest.mark.parametrize(
