@@ -160,9 +160,11 @@ class DataPlane:
         return await client.generate(model, body)
 
     @contextlib.asynccontextmanager
-    async def generate_stream(self, model: str, body: bytes) -> AsyncIterator[tuple[UpstreamResponse, Any]]:
-        """Triton's generate stream: its status and headers (with the error body when it failed), and
-        the server-sent events as they arrive; leaving the context early drops the upstream request."""
+    async def generate_stream(
+        self, model: str, body: bytes
+    ) -> AsyncIterator[tuple[UpstreamResponse | None, AsyncIterator[bytes] | None]]:
+        """Triton's generate stream: ``(failure, None)`` with Triton's error answer, or ``(None, events)``
+        with the server-sent events as they arrive; leaving the context early drops the upstream request."""
         client = self._ready_client(model)
         guard.check_json_depth(body)
         async with client.generate_stream(model, body) as upstream:
@@ -170,7 +172,7 @@ class DataPlane:
                 payload = await upstream.read()
                 yield UpstreamResponse(upstream.status, upstream.headers.get("Content-Type", ""), None, payload), None
                 return
-            yield UpstreamResponse(200, "text/event-stream", None, b""), upstream.content.iter_any()
+            yield None, upstream.content.iter_any()
 
     def stream(
         self, triton_name: str, body: bytes, content_type: str | None, custom_attributes: str | None = None

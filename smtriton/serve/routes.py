@@ -35,6 +35,8 @@ _ATTRIBUTES = edge.CUSTOM_ATTRIBUTES_HEADER.lower().encode()
 _TARGET = edge.TARGET_MODEL_HEADER.lower().encode()
 _INFERENCE_ID = edge.INFERENCE_ID_HEADER.lower().encode()
 _MODELS = "/models/"
+# An inference answer: status, content type, body, custom attributes for the header, or a stream instead.
+Reply = tuple[int, str, bytes, str | None, StreamingResponse | None]
 _INVOKE = "/invoke"
 
 
@@ -177,17 +179,11 @@ class DataRoutes:
         if stream is not None:
             await stream(scope, receive, send)
             return
-        headers = [(b"content-type", response_type.encode()), (b"content-length", b"%d" % len(payload))]
-        if attribute is not None:
-            headers.append((_ATTRIBUTES, attribute.encode("latin-1", errors="replace")))
         if status != 200:
             log_failure("POST", scope["path"], status, request.inference_id)
-        await send({"type": "http.response.start", "status": status, "headers": headers})
-        await send({"type": "http.response.body", "body": payload})
+        await _answer(send, status, payload, response_type, attribute)
 
-    async def _sme(
-        self, model: str, body: bytes, request: Invocation
-    ) -> tuple[int, str, bytes, str | None, StreamingResponse | None]:
+    async def _sme(self, model: str, body: bytes, request: Invocation) -> Reply:
         plane = self.plane
         if self.inference_type == "infer":
             if plane.decoupled:
@@ -200,16 +196,15 @@ class DataRoutes:
             return await self._generate_stream(model, body)
         return (*edge.to_sagemaker(upstream), edge.custom_attributes(upstream), None)
 
-    async def _generate_stream(
-        self, model: str, body: bytes
-    ) -> tuple[int, str, bytes, str | None, StreamingResponse | None]:
+    async def _generate_stream(self, model: str, body: bytes) -> Reply:
         """Triton's server-sent events, passed on as they arrive (chunked); a client that goes away
         closes the upstream request too."""
         context = self.plane.generate_stream(model, body)
-        upstream, events = await context.__aenter__()
+        failure, events = await context.__aenter__()
         if events is None:
             await context.__aexit__(None, None, None)
-            return (*edge.to_sagemaker(upstream), None, None)
+            assert failure is not None
+            return (*edge.to_sagemaker(failure), None, None)
 
         async def passed_on() -> AsyncIterator[bytes]:
             try:
@@ -220,9 +215,7 @@ class DataRoutes:
 
         return 200, "", b"", None, StreamingResponse(passed_on(), media_type=edge.SSE)
 
-    async def _mme(
-        self, name: str, body: bytes, request: Invocation
-    ) -> tuple[int, str, bytes, str | None, StreamingResponse | None]:
+    async def _mme(self, name: str, body: bytes, request: Invocation) -> Reply:
         plane = self.plane
         record = plane.begin_invoke(name, request.target_model)
         if record.decoupled:
@@ -240,8 +233,13 @@ class DataRoutes:
         return (*edge.to_mme_response(record, upstream, plane.invoke_oom), edge.custom_attributes(upstream), None)
 
 
-async def _answer(send: Send, status: int, payload: bytes) -> None:
-    headers = [(b"content-type", codec.JSON.encode()), (b"content-length", b"%d" % len(payload))]
+async def _answer(
+    send: Send, status: int, payload: bytes, content_type: str = codec.JSON, attributes: str | None = None
+) -> None:
+    """A whole answer in one body message; ``attributes`` is the custom attributes header the model set."""
+    headers = [(b"content-type", content_type.encode()), (b"content-length", b"%d" % len(payload))]
+    if attributes is not None:
+        headers.append((_ATTRIBUTES, attributes.encode("latin-1", errors="replace")))
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": payload})
 
