@@ -25,6 +25,8 @@ EXPERIMENTS: dict[str, tuple[str, str, int]] = {
     "serve-no-transcode": ("serve", "bench.experiments.serve_no_transcode", 1),
     # serve itself, uvicorn pausing body reads only past 4 MiB buffered (not 64 KiB).
     "serve-big-reads": ("serve", "bench.experiments.serve_big_reads", 1),
+    # serve itself, the data routes served through uvicorn's ASGI cycle (no protocol-level fast path).
+    "serve-asgi": ("serve", "bench.experiments.serve_asgi", 1),
     # serve itself, recording the collector's pauses to $BENCH_GC_STATS at exit.
     "serve-gc-stats": ("serve", "bench.experiments.serve_gc_stats", 1),
 }

@@ -176,6 +176,6 @@ def create_control_app(plane: DataPlane) -> FastAPI:
     return app
 
 
-def create_app(plane: DataPlane) -> ASGIApp:
+def create_app(plane: DataPlane) -> DataRoutes:
     """The whole ASGI application `serve` runs."""
     return DataRoutes(create_control_app(plane), plane)

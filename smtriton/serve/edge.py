@@ -7,6 +7,7 @@ multi-model endpoint's renaming of ``model_name`` (§4.1), and the framing of st
 
 from __future__ import annotations
 
+import re
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -29,6 +30,7 @@ JSON_LINES = "application/jsonlines"
 _PARSE_ERROR_PREFIXES = (b'{"error":"failed to parse the request JSON buffer', b'{"error":"Unable to parse')
 
 Answer = tuple[int, str, bytes]  # status, content type, body
+_NOT_IN_A_HEADER = re.compile("[\x00-\x08\x0a-\x1f\x7f]")
 
 # ONNX Runtime refusing the request's data: its INVALID_ARGUMENT status (a token id out of an
 # embedding's range, a wrong rank), and its FAIL status for shapes that cannot broadcast. The
@@ -89,10 +91,14 @@ def rename_in_response(
 
 
 def custom_attributes(upstream: UpstreamResponse) -> str | None:
-    """The custom attributes a model set on a successful response, for the response header."""
+    """The custom attributes a model set on a successful response, for the response header; None
+    when it set none, or a value no HTTP header may carry (control characters, line breaks)."""
     if upstream.status != 200:
         return None
-    return codec.response_parameter(upstream.body, upstream.header_length, CUSTOM_ATTRIBUTES)
+    value = codec.response_parameter(upstream.body, upstream.header_length, CUSTOM_ATTRIBUTES)
+    if value is None or _NOT_IN_A_HEADER.search(value):
+        return None
+    return value
 
 
 def stream_media_type(accept: str | None) -> str:

@@ -9,7 +9,7 @@ methods, unknown paths) goes on to the control app.
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from typing import Any
 
 from starlette.responses import StreamingResponse
@@ -31,10 +31,12 @@ log = logging.getLogger("serve.access")
 
 _PLAIN_EMPTY = [(b"content-type", b"text/plain"), (b"content-length", b"0")]
 _BODY_END: Message = {"type": "http.response.body", "body": b""}
-_ATTRIBUTES = edge.CUSTOM_ATTRIBUTES_HEADER.lower().encode()
+ATTRIBUTES_HEADER = edge.CUSTOM_ATTRIBUTES_HEADER.lower().encode()
 _TARGET = edge.TARGET_MODEL_HEADER.lower().encode()
 _INFERENCE_ID = edge.INFERENCE_ID_HEADER.lower().encode()
 _MODELS = "/models/"
+PING = "/ping"
+INVOCATIONS = "/invocations"
 # An inference answer: status, content type, body, custom attributes for the header, or a stream instead.
 Reply = tuple[int, str, bytes, str | None, StreamingResponse | None]
 _INVOKE = "/invoke"
@@ -45,14 +47,19 @@ def log_failure(method: str, path: str, status: int, inference_id: str | None) -
     log.info("%s %s answered %d", method, path, status, extra={"status": status, "inference_id": inference_id})
 
 
-async def read_limited(receive: Receive, content_length: bytes | None, limit: int) -> bytes:
-    """The whole request body, refused with 413 as soon as it is known to pass ``limit``: from
-    Content-Length before reading anything, else while a chunked body streams in."""
+def check_declared_length(content_length: bytes | None, limit: int) -> None:
+    """Refuse a body whose Content-Length already says it passes ``limit`` (413), before reading it."""
     if content_length is not None:
         if not content_length.isdigit():
             raise BadRequest("invalid Content-Length")
         if int(content_length) > limit:
             raise PayloadTooLarge(limit)
+
+
+async def read_limited(receive: Receive, content_length: bytes | None, limit: int) -> bytes:
+    """The whole request body, refused with 413 as soon as it is known to pass ``limit``: from
+    Content-Length before reading anything, else while a chunked body streams in."""
+    check_declared_length(content_length, limit)
     message = await receive()
     body: bytes = message.get("body", b"")
     if not message.get("more_body"):
@@ -74,12 +81,12 @@ async def read_limited(receive: Receive, content_length: bytes | None, limit: in
 class Invocation:
     """What the data routes read from one request's headers."""
 
-    def __init__(self, scope: Scope) -> None:
+    def __init__(self, headers: Iterable[tuple[bytes, bytes]]) -> None:
         self.content_type = self.content_length = self.encoding = self.attributes = None
         self.inference_id = self.accept = None
         target: str | None = None
         size = 0
-        for name, value in scope["headers"]:
+        for name, value in headers:
             size += len(name) + len(value)
             if name == b"content-type":
                 self.content_type = value.decode("latin-1")
@@ -87,7 +94,7 @@ class Invocation:
                 self.content_length = value
             elif name == b"content-encoding":
                 self.encoding = value.decode("latin-1")
-            elif name == _ATTRIBUTES:
+            elif name == ATTRIBUTES_HEADER:
                 self.attributes = value.decode("latin-1")
             elif name == _INFERENCE_ID:
                 self.inference_id = value.decode("latin-1")
@@ -108,8 +115,19 @@ class Invocation:
     target_model: str | None
 
 
+def invoke_name(path: str) -> str | None:
+    """The model name in a multi-model invoke path, ``/models/<name>/invoke``; None for any other path."""
+    if path.startswith(_MODELS) and path.endswith(_INVOKE):
+        name = path[len(_MODELS) : -len(_INVOKE)]
+        if name and "/" not in name:
+            return name
+    return None
+
+
 class DataRoutes:
-    """ASGI app: serves the data routes itself, passes every other request to ``control``."""
+    """The data routes' one implementation (:meth:`reply`), and an ASGI app serving them that passes
+    every other request to ``control``. The HTTP server's own fast path (`smtriton.serve.protocol`)
+    calls :meth:`reply` too; this ASGI app serves what that path leaves to it."""
 
     def __init__(self, control: ASGIApp, plane: DataPlane) -> None:
         self.control = control
@@ -119,42 +137,57 @@ class DataRoutes:
         self.header_limit = settings.max_header_bytes
         self.inference_type = settings.inference_type
 
+    def ping_status(self) -> int:
+        return 200 if self.plane.healthy else 503
+
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
             path: str = scope["path"]
             method = scope["method"]
-            if path == "/ping":
+            if path == PING:
                 if method == "GET":
-                    status = 200 if self.plane.healthy else 503
-                    await send({"type": "http.response.start", "status": status, "headers": _PLAIN_EMPTY})
+                    await send({"type": "http.response.start", "status": self.ping_status(), "headers": _PLAIN_EMPTY})
                     await send(_BODY_END)
                 else:
                     await _answer(send, 405, error_body("Method Not Allowed"))
                 return
-            if path == "/invocations":
+            if path == INVOCATIONS:
                 if method == "POST":
                     await self._serve(scope, receive, send, None)
                 else:
                     await _answer(send, 405, error_body("Method Not Allowed"))
                 return
-            if method == "POST" and path.startswith(_MODELS) and path.endswith(_INVOKE):
-                name = path[len(_MODELS) : -len(_INVOKE)]
-                if name and "/" not in name:
+            if method == "POST":
+                name = invoke_name(path)
+                if name is not None:
                     await self._serve(scope, receive, send, name)
                     return
         await self.control(scope, receive, send)
 
     async def _serve(self, scope: Scope, receive: Receive, send: Send, mme_name: str | None) -> None:
-        """One inference request: SME ``/invocations`` when ``mme_name`` is None, else an MME invoke."""
-        request = Invocation(scope)
+        request = Invocation(scope["headers"])
+
+        def body() -> Awaitable[bytes]:
+            return read_limited(receive, None, self.limit)
+
+        status, response_type, payload, attribute, stream = await self.reply(scope["path"], request, body, mme_name)
+        if stream is not None:
+            await stream(scope, receive, send)
+        else:
+            await _answer(send, status, payload, response_type, attribute)
+
+    async def reply(
+        self, path: str, request: Invocation, body: Callable[[], Awaitable[bytes]], mme_name: str | None
+    ) -> Reply:
+        """One inference request: SME ``/invocations`` when ``mme_name`` is None, else an MME invoke.
+        ``body`` reads the request body, refusing one that passes the payload limit while it arrives;
+        errors become their JSON answers here, and failures are logged and counted."""
         plane = self.plane
         route = "invocations" if mme_name is None else "invoke"
         metrics = plane.metrics
         started = metrics.begin(route)
         model = mme_name or plane.default_model or ""
         status = 500
-        attribute: str | None = None
-        stream: StreamingResponse | None = None
         try:
             if request.header_bytes > self.header_limit:
                 raise HeadersTooLarge(self.header_limit)
@@ -162,26 +195,26 @@ class DataRoutes:
                 model = plane.sme_model()
             elif plane.registry is None:
                 raise ModelNotFound(mme_name)
-            body = await read_limited(receive, request.content_length, self.limit)
+            check_declared_length(request.content_length, self.limit)
+            payload = await body()
             if request.encoding is not None:
-                body = codec.decompress(body, request.encoding, self.limit)
+                payload = codec.decompress(payload, request.encoding, self.limit)
             if mme_name is None:
-                status, response_type, payload, attribute, stream = await self._sme(model, body, request)
+                answer = await self._sme(model, payload, request)
             else:
-                status, response_type, payload, attribute, stream = await self._mme(model, body, request)
+                answer = await self._mme(model, payload, request)
+            status = answer[0]
         except ServeError as exc:
-            status, response_type, payload = exc.status, codec.JSON, error_body(exc.message)
+            status = exc.status
+            answer = status, codec.JSON, error_body(exc.message), None, None
         except Exception:  # a bug, not the client's fault: logged with its traceback, answered in JSON
-            log.exception("POST %s failed inside serve", scope["path"])
-            status, response_type, payload = 500, codec.JSON, error_body(INTERNAL_ERROR)
+            log.exception("POST %s failed inside serve", path)
+            answer = 500, codec.JSON, error_body(INTERNAL_ERROR), None, None
         finally:
             metrics.end(route, model, status, started)
-        if stream is not None:
-            await stream(scope, receive, send)
-            return
         if status != 200:
-            log_failure("POST", scope["path"], status, request.inference_id)
-        await _answer(send, status, payload, response_type, attribute)
+            log_failure("POST", path, status, request.inference_id)
+        return answer
 
     async def _sme(self, model: str, body: bytes, request: Invocation) -> Reply:
         plane = self.plane
@@ -239,7 +272,7 @@ async def _answer(
     """A whole answer in one body message; ``attributes`` is the custom attributes header the model set."""
     headers = [(b"content-type", content_type.encode()), (b"content-length", b"%d" % len(payload))]
     if attributes is not None:
-        headers.append((_ATTRIBUTES, attributes.encode("latin-1", errors="replace")))
+        headers.append((ATTRIBUTES_HEADER, attributes.encode("latin-1", errors="replace")))
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": payload})
 

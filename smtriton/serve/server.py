@@ -11,6 +11,7 @@ import uvicorn
 
 from smtriton.serve.app import create_app
 from smtriton.serve.dataplane import DataPlane
+from smtriton.serve.protocol import data_protocol
 
 
 class DrainingServer(uvicorn.Server):
@@ -42,8 +43,10 @@ class DrainingServer(uvicorn.Server):
 def http_server(plane: DataPlane) -> DrainingServer:
     """The HTTP server for ``plane``, on the SageMaker port."""
     settings = plane.settings
+    app = create_app(plane)
     config = uvicorn.Config(
-        create_app(plane),
+        app,
+        http=data_protocol(app),
         host=settings.host,
         port=settings.port,
         log_config=None,
