@@ -27,6 +27,8 @@ EXPERIMENTS: dict[str, tuple[str, str, int]] = {
     "serve-big-reads": ("serve", "bench.experiments.serve_big_reads", 1),
     # serve itself, the data routes served through uvicorn's ASGI cycle (no protocol-level fast path).
     "serve-asgi": ("serve", "bench.experiments.serve_asgi", 1),
+    # serve itself, inference requests sent to Triton by the minimal client of upstream.py, not aiohttp.
+    "serve-lean-upstream": ("serve", "bench.experiments.serve_lean_upstream", 1),
     # serve itself, recording the collector's pauses to $BENCH_GC_STATS at exit.
     "serve-gc-stats": ("serve", "bench.experiments.serve_gc_stats", 1),
 }
