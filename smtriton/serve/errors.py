@@ -38,6 +38,13 @@ class BadRequest(ServeError):
     status = 400
 
 
+class ClientGone(BadRequest):
+    """The client closed the connection before its body was complete; nobody reads this answer."""
+
+    def __init__(self) -> None:
+        super().__init__("the client closed the connection before the request body was complete")
+
+
 class ModelLoadFailed(BadRequest):
     """Triton refused to load a model (its message says why)."""
 

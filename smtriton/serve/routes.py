@@ -1,9 +1,11 @@
-"""The data routes, as raw ASGI: `GET /ping`, `POST /invocations`, `POST /models/<name>/invoke`.
+"""The data routes: `GET /ping`, `POST /invocations`, `POST /models/<name>/invoke`.
 
-These are the only implementations of those routes. They skip FastAPI/Starlette's routing,
-dependency solving and Request/Response objects, which measured ~21 % of the front's CPU per request
-(bench/NOTES.md). Every other request (the multi-model control plane, execution parameters, wrong
-methods, unknown paths) goes on to the control app.
+:meth:`DataRoutes.reply` is the only implementation of the inference routes. The HTTP protocol's
+fast path (`smtriton.serve.protocol`) calls it directly; :class:`DataRoutes` is also a raw ASGI app
+that serves these routes for what that path leaves to ASGI, skipping FastAPI/Starlette's routing,
+dependency solving and Request/Response objects (~21 % of the front's CPU per request, bench/NOTES.md).
+Every other request (the multi-model control plane, execution parameters, unknown paths) goes on to
+the control app.
 """
 
 from __future__ import annotations
