@@ -127,7 +127,7 @@ def targets(results: dict) -> list[list[str]]:
     for scenario, target in THROUGHPUT_TARGETS.items():
         ratio = _ratio(index.get((scenario, top, "ours")), index.get((scenario, top, "anchor")))
         if ratio is not None:
-            out.append([f"{scenario} ours/anchor c={top}", f"≥ {target:.1f}x", f"{ratio:.2f}x", _met(ratio >= target)])
+            out.append([f"{scenario} ours/anchor c={top}", f"≥ {target:g}x", f"{ratio:.2f}x", _met(ratio >= target)])
     for scenario, budget in P50_BUDGETS_MS.items():
         ours, anchor = index.get((scenario, low, "ours")), index.get((scenario, low, "anchor"))
         if ours and anchor and "p50_ms" in ours and "p50_ms" in anchor:

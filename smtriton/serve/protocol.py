@@ -130,7 +130,11 @@ class FastCycle(RequestResponseCycle):
 
 
 class DataProtocol(HttpToolsProtocol):
-    """uvicorn's httptools protocol, serving the data routes through :class:`FastCycle`."""
+    """uvicorn's httptools protocol, serving the data routes through :class:`FastCycle`.
+
+    It uses the protocol's per-connection state (cycle, pipeline, flow control), stable across
+    uvicorn's releases but not public API: tests/unit/test_protocol.py holds it to the locked version.
+    """
 
     routes: DataRoutes  # set by :func:`data_protocol`
 
@@ -176,7 +180,9 @@ class DataProtocol(HttpToolsProtocol):
             ping=method == b"GET",
         )
         if existing is None or existing.response_complete:
-            self._start_asgi_task(self.cycle, self.app)
+            task = self.loop.create_task(self.cycle.run_asgi(self.app))
+            task.add_done_callback(self.tasks.discard)
+            self.tasks.add(task)  # the drain on shutdown waits for it
         else:  # pipelined: waits for the answers before it, as uvicorn queues its own cycles
             self.flow.pause_reading()
             self.pipeline.appendleft((self.cycle, self.app))
