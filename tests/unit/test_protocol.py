@@ -20,6 +20,7 @@ from starlette.types import Receive, Scope, Send
 
 from smtriton.serve.app import create_app
 from smtriton.serve.protocol import data_protocol
+from smtriton.serve.triton.client import UpstreamResponse
 from tests.unit.fake_plane import FakePlane, call
 
 Response = tuple[int, dict[str, str], bytes]
@@ -257,8 +258,6 @@ def test_query_strings_and_escaped_paths_reach_the_same_routes(server, connectio
 
 def test_a_model_s_custom_attributes_with_a_line_break_never_reach_the_header(server, connection):
     async def infer(model, body, content_type, attributes):  # a model answering with a header injection
-        from smtriton.serve.triton.client import UpstreamResponse
-
         payload = b'{"parameters":{"sagemaker_custom_attributes":"a\\r\\nx-evil: 1"},"outputs":[]}'
         return UpstreamResponse(200, "application/json", None, payload)
 
