@@ -18,10 +18,16 @@ from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 from uvicorn.protocols.utils import get_client_addr, get_path_with_query_string
 
 from smtriton.serve.errors import ClientGone, PayloadTooLarge
-from smtriton.serve.routes import ATTRIBUTES_HEADER, INVOCATIONS, PING, DataRoutes, Invocation, invoke_name
+from smtriton.serve.routes import (
+    ATTRIBUTES_HEADER,
+    INVOCATIONS,
+    PING,
+    PING_TYPE,
+    DataRoutes,
+    Invocation,
+    invoke_name,
+)
 
-_PING = PING.encode()
-_INVOCATIONS = INVOCATIONS.encode()
 _CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 _ONE_WRITE = 64 * 1024  # answers up to this size go out with their head in a single write
 
@@ -70,7 +76,7 @@ class FastCycle(RequestResponseCycle):
         try:
             routes = self.routes
             if self.ping:
-                await self.answer(routes.ping_status(), b"text/plain", b"", None)
+                await self.answer(routes.ping_status(), PING_TYPE, b"", None)
                 return
             request = Invocation(self.scope["headers"])
             status, content_type, body, attributes, stream = await routes.reply(
@@ -144,10 +150,11 @@ class DataProtocol(HttpToolsProtocol):
         url = self.url
         path, _, query = url.partition(b"?")
         mme_name: str | None = None
+        text = path.decode("ascii") if path.isascii() and b"%" not in path else ""
         if method == b"GET":
-            take = path == _PING
-        elif method == b"POST" and path.isascii() and b"%" not in path:
-            take = path == _INVOCATIONS or (mme_name := invoke_name(path.decode("ascii"))) is not None
+            take = text == PING
+        elif method == b"POST":
+            take = text == INVOCATIONS or (mme_name := invoke_name(text)) is not None
         else:
             take = False
         if not take or parser.should_upgrade() or self.limit_concurrency is not None:
@@ -158,7 +165,6 @@ class DataProtocol(HttpToolsProtocol):
         scope["method"] = method.decode("ascii")
         if http_version != "1.1":
             scope["http_version"] = http_version
-        text = path.decode("ascii")
         scope["path"] = self.root_path + text
         scope["raw_path"] = self.root_path.encode("ascii") + path
         scope["query_string"] = query

@@ -31,7 +31,8 @@ from smtriton.serve.errors import (
 
 log = logging.getLogger("serve.access")
 
-_PLAIN_EMPTY = [(b"content-type", b"text/plain"), (b"content-length", b"0")]
+PING_TYPE = b"text/plain"  # /ping answers an empty body of this type
+_PLAIN_EMPTY = [(b"content-type", PING_TYPE), (b"content-length", b"0")]
 _BODY_END: Message = {"type": "http.response.body", "body": b""}
 ATTRIBUTES_HEADER = edge.CUSTOM_ATTRIBUTES_HEADER.lower().encode()
 _TARGET = edge.TARGET_MODEL_HEADER.lower().encode()
