@@ -145,7 +145,7 @@ def local_endpoint(
                 safe_extract(model_data, repository)
         child, model_url_root = _launch(image, engine, scratch, repository, default_model)
         try:
-            child.wait_healthy(START_TIMEOUT_S)
+            child.wait_healthy(START_TIMEOUT_S, models=[default_model] if default_model else ())
         except (RuntimeError, TimeoutError):
             failed = True
             child.stop(SERVE_STOP_TIMEOUT_S)

@@ -13,6 +13,7 @@ import contextlib
 import ctypes
 import http.client
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -43,6 +44,13 @@ def free_port() -> int:
 
 def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
     ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+def load_failure(models: Sequence[str]) -> re.Pattern[str]:
+    """Triton's log message for one of ``models`` that it could not load, ``failed to load 'NAME'
+    version 1: <reason>``, up to the first escaped line break or quote (serve logs text or JSON lines)."""
+    names = "|".join(re.escape(m) for m in models)
+    return re.compile(rf"failed to load '(?:{names})'[^\\\"\n]*")
 
 
 def _ping_status(port: int, timeout: float) -> int | None:
@@ -123,14 +131,21 @@ class ServeProcess:
     def log_tail(self, chars: int = LOG_TAIL_CHARS) -> str:
         return self.log_text()[-chars:]
 
-    def wait_healthy(self, timeout: float = START_TIMEOUT_S, *, interval: float = 0.2) -> None:
-        """Return once /ping answers 200; raise with the log's tail if the child exits or time runs out."""
+    def wait_healthy(
+        self, timeout: float = START_TIMEOUT_S, *, interval: float = 0.2, models: Sequence[str] = ()
+    ) -> None:
+        """Return once /ping answers 200; raise with the log's tail if the child exits or time runs out,
+        and at once with Triton's reason when one of ``models`` failed to load (serve then stays up,
+        answering /ping 503, and would otherwise be waited for until ``timeout``)."""
+        failure = load_failure(models) if models else None
         deadline = time.monotonic() + timeout
         while True:
             if self._proc.poll() is not None:
                 raise RuntimeError(f"serve exited with {self._proc.returncode}:\n{self.log_tail()}")
             if _ping_status(self.port, timeout=2.0) == 200:
                 return
+            if failure is not None and (found := failure.search(self.log_text())):
+                raise RuntimeError(f"Triton {found.group(0)}")
             if time.monotonic() >= deadline:
                 raise TimeoutError(f"serve not healthy within {timeout:.0f} s:\n{self.log_tail()}")
             time.sleep(interval)

@@ -14,6 +14,7 @@ from smtriton.errors import ToolError, ToolUsageError
 from smtriton.perf.bodies import build_bodies, parse_shapes
 from smtriton.perf.cli import parse_loads
 from smtriton.perf.runner import StepPlan
+from smtriton.serve.gpu import gpu_models
 from smtriton.tune import report
 from smtriton.tune.knobs import apply, describe, key, knobs_for
 from smtriton.tune.search import TrialStore, confirm, coordinate_descent, record_key
@@ -50,8 +51,11 @@ def tune(
     batch_size: Annotated[int, typer.Option(min=1, help="Batch dim of each request (batching models)")] = 1,
     seed: Annotated[int, typer.Option(help="Seed of the random inputs")] = 0,
     confirm_winner: Annotated[
-        bool, typer.Option("--confirm/--no-confirm", help="Measure the baseline and the winner once more")
+        bool, typer.Option("--confirm/--no-confirm", help="Measure the baseline and the winner again")
     ] = True,
+    repeats: Annotated[
+        int, typer.Option(min=1, help="How many times --confirm measures each of them again, in turns")
+    ] = 2,
 ) -> None:
     """Serve a model with candidate configurations and keep the one with most throughput under --p99-ms.
 
@@ -72,7 +76,7 @@ def tune(
     shapes = parse_shapes(shape or [])
     bodies = build_bodies(model_dir=model_dir, input_files=[], batch_size=batch_size, shapes=shapes,
                           binary=True, seed=seed)  # fmt: skip
-    knobs = knobs_for(baseline, max_instances)
+    knobs = knobs_for(baseline, max_instances, gpu=bool(gpu_models()))
     if batch_size > 1:  # a smaller max_batch_size would refuse every request
         knobs = [k for k in knobs if k.name != "max_batch_size" or all(v >= batch_size for v in k.values)]
     settings = {"model": model_config.served_name(baseline, model_dir), "baseline": model_config.to_text(baseline),
@@ -83,12 +87,14 @@ def tune(
     def run_trial(changes: dict[str, Any], repeat: int) -> tuple[dict[str, Any], bool]:
         name = describe(changes) + (f" (again, #{repeat})" if repeat else "")
         found = store.get(changes, repeat)
-        if found is not None:
+        if found is not None and not found["error"]:
             console.print(f"trial {name}: measured before, resumed from {store.path}")
             return found, True
+        if found is not None:  # what kept serve from starting may be fixed by now: try again
+            console.print(f"trial {name}: failed before ({found['error'].splitlines()[0][:100]}), trying again")
         config = apply(baseline, changes, knobs)
         console.print(f"trial {name}: serving and measuring {len(plans)} steps ...")
-        folder = work_dir / "trials" / str(len(store.records))
+        folder = work_dir / "trials" / str(store.measured)
         record = measure(model_dir, config, changes, folder, bodies, plans, record_key(changes, repeat))
         store.add(record)
         if record["error"]:
@@ -100,16 +106,18 @@ def tune(
 
     search = coordinate_descent(baseline, knobs, run_trial, p99_ms=p99_ms, max_trials=max_trials, min_gain=min_gain)
     if confirm_winner:
-        confirm(search, run_trial, p99_ms=p99_ms, min_gain=min_gain)
+        confirm(search, run_trial, p99_ms=p99_ms, min_gain=min_gain, repeats=repeats)
     assert search.winner is not None
     title = f"smtriton tune: {settings['model']}" + (f", p99 <= {p99_ms:g} ms" if p99_ms is not None else "")
     console.print(report.table(search, title), width=max(console.width, 140), crop=False)  # a verdict per line
     line = report.summary(search, p99_ms)
     console.print(line, highlight=False, soft_wrap=True)
     if search.confirmation is not None:
-        base_scores, win_scores = (" and ".join(f"{v:,.0f}" for v in scores) for scores in search.confirmation)
+        base_scores, win_scores = (", ".join(f"{v:,.0f}" for v in scores) for scores in search.confirmation)
         held = "" if search.confirmed else ": the gain did not hold, so the baseline stays"
-        console.print(f"measured twice: baseline {base_scores} req/s, winner {win_scores} req/s{held}", highlight=False)
+        times = len(search.confirmation[0])
+        console.print(f"measured {times} times: baseline {base_scores} req/s, winner {win_scores} req/s{held}",
+                      highlight=False)  # fmt: skip
     if search.stopped_by_budget:
         console.print(f"[yellow]stopped at --max-trials {max_trials}[/]: knobs left untried", highlight=False)
     winner = apply(baseline, search.winner.changes, knobs)

@@ -12,6 +12,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from tritonclient.grpc import model_config_pb2
+
 from smtriton.model_config import ModelConfig
 
 Changes = Mapping[str, Any]
@@ -27,15 +29,42 @@ class Knob:
     write: Callable[[ModelConfig, Any], None]
 
 
-def _instance_count(config: ModelConfig) -> int:
-    return int(sum(g.count or 1 for g in config.instance_group)) or 1
+def _same(values: list[Any], default: Any) -> Any:
+    """The one value every instance group has; ``mixed`` when they differ (no knob value equals it, so
+    any value tried sets every group)."""
+    distinct = set(values)
+    if not distinct:
+        return default
+    return distinct.pop() if len(distinct) == 1 else "mixed"
+
+
+def _instance_count(config: ModelConfig) -> Any:
+    """Instances per group (per GPU for a GPU group): each group's count when they agree."""
+    return _same([int(g.count or 1) for g in config.instance_group], 1)
 
 
 def _set_instance_count(config: ModelConfig, count: int) -> None:
     if not config.instance_group:
         config.instance_group.add()
-    config.instance_group[0].count = count
-    del config.instance_group[1:]  # one group with the whole count: the knob says how many, not where
+    for group in config.instance_group:  # every group keeps its kind and GPUs; only how many changes
+        group.count = count
+
+
+KIND = model_config_pb2.ModelInstanceGroup.Kind
+
+
+def _instance_kind(config: ModelConfig) -> Any:
+    """``KIND_CPU``, ``KIND_GPU``...; ``KIND_AUTO`` for a config with no instance group (Triton's choice)."""
+    return _same([KIND.Name(g.kind) for g in config.instance_group], "KIND_AUTO")
+
+
+def _set_instance_kind(config: ModelConfig, kind: str) -> None:
+    if not config.instance_group:
+        config.instance_group.add()
+    for group in config.instance_group:
+        group.kind = KIND.Value(kind)
+        if kind != "KIND_GPU":
+            del group.gpus[:]  # Triton refuses GPU ids on a CPU group
 
 
 def _batching(config: ModelConfig) -> Any:
@@ -104,17 +133,25 @@ def _set_graph_level(config: ModelConfig, level: int) -> None:
     config.optimization.graph.level = level
 
 
-def knobs_for(config: ModelConfig, max_instances: int = 2) -> list[Knob]:
+# Backends that run on either side of the PCIe bus; a TensorRT plan runs on the GPU only.
+EITHER_KIND = ("onnxruntime_onnx", "onnxruntime", "pytorch_libtorch", "pytorch", "python")
+
+
+def knobs_for(config: ModelConfig, max_instances: int = 2, *, gpu: bool = False) -> list[Knob]:
     """The knobs worth trying on this model, in the order coordinate descent visits them: the big levers
-    (instances, batching) first, then the backend's own."""
-    knobs = [Knob("instance_count", tuple(range(1, max_instances + 1)), _instance_count, _set_instance_count)]
+    (where the instances run, how many, batching) first, then the backend's own. ``gpu``: this host has
+    an NVIDIA GPU, so CPU against GPU instances is worth a trial."""
+    platform = str(config.platform or config.backend)
+    knobs = []
+    if gpu and platform in EITHER_KIND:
+        knobs.append(Knob("instance_kind", ("KIND_CPU", "KIND_GPU"), _instance_kind, _set_instance_kind))
+    knobs.append(Knob("instance_count", tuple(range(1, max_instances + 1)), _instance_count, _set_instance_count))
     mbs = int(config.max_batch_size)
     if mbs > 0:
         knobs.append(Knob("dynamic_batching", ("off", 0, 100, 1000), _batching, _set_batching))
         sizes = tuple(sorted({max(1, mbs // 2), mbs, mbs * 2}))
         knobs.append(Knob("max_batch_size", sizes, lambda c: int(c.max_batch_size), _set_max_batch))
         knobs.append(Knob("preferred_batch_size", ("none", "max", "half,max"), _preferred, _set_preferred))
-    platform = str(config.platform or config.backend)
     if platform in ("onnxruntime_onnx", "onnxruntime"):
         read, write = _param("intra_op_thread_count", "")
         knobs.append(Knob("ort_intra_op_threads", ("1", "2"), read, write))

@@ -46,15 +46,15 @@ def summary(search: Search, p99_ms: float | None) -> str:
         return f"winner: the baseline ({base.score:,.0f} req/s, {budget}); no change beat it by the margin"
     step = win.step or {}
     win_rps, base_rps = win.score, base.score
-    twice = ""
-    if search.confirmation is not None:  # the mean of both measurements, the fairer comparison
+    means = ""
+    if search.confirmation is not None:  # the mean of every measurement, the fairer comparison
         base_rps, win_rps = (sum(scores) / len(scores) for scores in search.confirmation)
-        twice = ", means of two measurements each"
+        means = f", means of {len(search.confirmation[0])} measurements each"
     gain = f"{(win_rps / base_rps - 1) * 100:+.0f} %" if base_rps > 0 else "the baseline met no step of it"
     return (
         f"winner: trial {win.trial} ({describe(win.changes)}): {win_rps:,.0f} req/s"
         f" (best step c={step.get('load', 0):g}, p99 {_p99(step)} ms)"
-        f" against the baseline's {base_rps:,.0f} req/s ({gain}; {budget}{twice})"
+        f" against the baseline's {base_rps:,.0f} req/s ({gain}; {budget}{means})"
     )
 
 

@@ -72,18 +72,21 @@ class TrialStore:
         else:
             settings_path.write_text(json.dumps(wanted, indent=2) + "\n", encoding="utf-8")
         self.path = work_dir / TRIALS_FILE
-        self.records: dict[str, Record] = {}
+        self.records: dict[str, Record] = {}  # a key measured again (after a failure): its last record
+        self.measured = 0  # lines in the file: every serve run, retries included
         if self.path.exists():
             for line in self.path.read_text(encoding="utf-8").splitlines():
                 if line.strip():
                     record = json.loads(line)
                     self.records[record["key"]] = record
+                    self.measured += 1
 
     def get(self, changes: Changes, repeat: int = 0) -> Record | None:
         return self.records.get(record_key(changes, repeat))
 
     def add(self, record: Record) -> None:
         self.records[record["key"]] = record
+        self.measured += 1
         with self.path.open("a", encoding="utf-8") as f:
             f.write(json.dumps(record) + "\n")
 
@@ -106,7 +109,7 @@ class Search:
     outcomes: list[Outcome] = field(default_factory=list)
     winner: Outcome | None = None
     stopped_by_budget: bool = False
-    # The re-measurement of the baseline and the search's winner: (baseline scores, winner scores).
+    # Every score of the baseline and the search's winner, first measurement first: (baseline, winner).
     confirmation: tuple[list[float], list[float]] | None = None
     confirmed: bool = True
 
@@ -192,16 +195,19 @@ def coordinate_descent(
     return search
 
 
-def confirm(search: Search, measure: Measure, *, p99_ms: float | None, min_gain: float) -> None:
-    """Measure the baseline and the winner once more and keep the winner only if the mean of its two
-    scores still beats the baseline's mean by ``min_gain``: a single short measurement can be lucky."""
+def confirm(search: Search, measure: Measure, *, p99_ms: float | None, min_gain: float, repeats: int = 2) -> None:
+    """Measure the baseline and the winner ``repeats`` more times, in turns (so a drift of the host
+    touches both alike), and keep the winner only if the mean of its scores still beats the baseline's
+    mean by ``min_gain``: a single short measurement can be lucky."""
     win, base = search.winner, search.baseline
-    if win is None or win is base:
+    if win is None or win is base or repeats < 1:
         return
-    again = [record_score(measure(o.changes, 1)[0], p99_ms)[0] for o in (base, win)]
-    base_scores, win_scores = [base.score, again[0]], [win.score, again[1]]
+    base_scores, win_scores = [base.score], [win.score]
+    for repeat in range(1, repeats + 1):
+        for outcome, scores in ((base, base_scores), (win, win_scores)):
+            scores.append(record_score(measure(outcome.changes, repeat)[0], p99_ms)[0])
     search.confirmation = (base_scores, win_scores)
-    mean_base, mean_win = sum(base_scores) / 2, sum(win_scores) / 2
+    mean_base, mean_win = sum(base_scores) / len(base_scores), sum(win_scores) / len(win_scores)
     if mean_win <= mean_base * (1 + min_gain):
         search.confirmed = False
         win.verdict += f"; not confirmed (mean {mean_win:,.0f} against the baseline's {mean_base:,.0f} req/s)"

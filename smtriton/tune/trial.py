@@ -53,7 +53,7 @@ def measure(
     record_key: str,
 ) -> dict[str, Any]:
     """Serve the candidate and run the steps; the trials.jsonl record (with ``error`` when serve did
-    not start, e.g. a configuration Triton refuses)."""
+    not start or Triton could not load the model, e.g. a configuration it refuses)."""
     started = time.monotonic()
     trial_dir.mkdir(parents=True, exist_ok=True)
     folder = scratch_repository(model_dir, config, trial_dir / "repo")
@@ -68,7 +68,7 @@ def measure(
     )
     try:
         try:
-            server.wait_healthy(START_TIMEOUT_S)
+            server.wait_healthy(START_TIMEOUT_S, models=[name])
         except (RuntimeError, TimeoutError) as exc:
             record.update(steps=[], error=str(exc)[-2000:])
             return record

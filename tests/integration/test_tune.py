@@ -7,14 +7,17 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from smtriton import model_config
 from smtriton.tune.knobs import apply, knobs_for
+from tests.integration.conftest import TEST_MODELS
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
@@ -46,10 +49,13 @@ def test_a_budgeted_search_writes_the_winner_and_resumes(test_repository: Path, 
     report = json.loads((work / "report.json").read_text())
     assert len(report["trials"]) == 3  # the budget: the baseline and two candidates
     assert records[0]["changes"] == {}  # the baseline first
-    # a line per serve run (the two re-measurements included when a change won the search, whether or not
-    # its gain held when measured again), each with every step's raw figures
+    # a line per serve run (the re-measurements included when a change won the search, whether or not
+    # its gain held when measured again: the baseline and the winner twice each), each with every step's
+    # raw figures
     remeasured = report["confirmation"] is not None
-    assert len(records) == 3 + (2 if remeasured else 0)
+    if remeasured:
+        assert [len(scores) for scores in report["confirmation"]] == [3, 3]
+    assert len(records) == 3 + (4 if remeasured else 0)
     if not remeasured or not report["confirmed"]:
         assert report["changes"] == {}  # no winner, or one whose gain did not hold: the baseline stays
     for record in records:
@@ -98,3 +104,29 @@ def test_a_work_dir_refuses_a_run_under_another_load(test_repository: Path, tmp_
     result = tune(str(test_repository / "addsub"), "--work-dir", str(work), *TUNE_ARGS, timeout=60)
     assert result.returncode == 2
     assert "measured with other settings" in result.stderr
+
+
+def test_a_model_triton_cannot_load_fails_its_trial_at_once_and_is_tried_again_on_resume(tmp_path: Path):
+    """serve stays up answering /ping 503 when its model fails to load; the trial ends on Triton's own
+    reason instead of waiting out the start timeout, and a rerun tries it again (it may be fixed)."""
+    model = tmp_path / "models" / "addsub"
+    shutil.copytree(TEST_MODELS / "addsub", model, ignore=shutil.ignore_patterns("__pycache__"))
+    (model / "1" / "model.py").write_text(
+        "class TritonPythonModel:\n    def initialize(self, args):\n        raise RuntimeError('broken weights file')\n"
+    )
+    work = tmp_path / "work"
+    args = (str(model), "--work-dir", str(work), *TUNE_ARGS[:2], "--max-trials", "1")
+    started = time.monotonic()
+    first = tune(*args, timeout=120)
+    assert time.monotonic() - started < 90  # the start timeout alone is 180 s
+    assert first.returncode == 1, first.stderr
+    assert "no trial had a step within the budget" in first.stderr
+    [record] = trials(work)
+    assert record["error"].startswith("Triton failed to load 'addsub' version 1:")
+    assert "broken weights file" in record["error"]
+
+    again = tune(*args, timeout=120)
+    assert again.returncode == 1
+    assert "failed before (Triton failed to load 'addsub'" in again.stderr
+    assert len(trials(work)) == 2  # measured again, in a trial folder of its own
+    assert sorted(p.name for p in (work / "trials").iterdir()) == ["0", "1"]

@@ -4,7 +4,7 @@ where it says, into a config Triton accepts (preferred sizes never above max_bat
 from __future__ import annotations
 
 from smtriton.model_config import parse, to_text
-from smtriton.tune.knobs import apply, describe, key, knobs_for
+from smtriton.tune.knobs import KIND, apply, describe, key, knobs_for
 
 BATCHING_ONNX = """
 name: "enc" platform: "onnxruntime_onnx" max_batch_size: 16
@@ -83,3 +83,46 @@ def test_a_candidate_has_one_key_whatever_the_order():
     assert key({"a": 1, "b": "x"}) == key({"b": "x", "a": 1})
     assert describe({}) == "baseline"
     assert describe({"instance_count": 2, "dynamic_batching": 0}) == "instance_count=2 dynamic_batching=0"
+
+
+TWO_GROUPS = """
+name: "r" platform: "pytorch_libtorch" max_batch_size: 0
+input { name: "x" data_type: TYPE_FP32 dims: 3 }
+output { name: "y" data_type: TYPE_FP32 dims: 3 }
+instance_group { count: 1 kind: KIND_GPU gpus: 0 }
+instance_group { count: 2 kind: KIND_GPU gpus: 1 }
+"""
+PLAN = """
+name: "p" platform: "tensorrt_plan" max_batch_size: 8
+input { name: "x" data_type: TYPE_FP32 dims: 3 }
+output { name: "y" data_type: TYPE_FP32 dims: 3 }
+"""
+
+
+def test_instance_count_sets_every_group_and_keeps_where_each_runs():
+    base = parse(TWO_GROUPS)
+    knobs = knobs_for(base, 4, gpu=True)
+    count = next(k for k in knobs if k.name == "instance_count")
+    assert count.read(base) == "mixed"  # no single count: any value tried sets both groups
+    changed = apply(base, {"instance_count": 3}, knobs)
+    assert [(g.count, list(g.gpus)) for g in changed.instance_group] == [(3, [0]), (3, [1])]
+    assert count.read(changed) == 3
+
+
+def test_cpu_against_gpu_instances_is_tried_only_on_a_gpu_host_and_where_both_run():
+    assert "instance_kind" not in names(TORCH)  # no GPU here
+    assert [k.name for k in knobs_for(parse(TORCH), gpu=True)][:2] == ["instance_kind", "instance_count"]
+    assert "instance_kind" not in [k.name for k in knobs_for(parse(PLAN), gpu=True)]  # a plan is GPU-only
+    base = parse(TWO_GROUPS)
+    knobs = knobs_for(base, gpu=True)
+    kind = knobs[0]
+    assert kind.read(parse(TORCH)) == "KIND_AUTO"
+    assert kind.read(base) == "KIND_GPU"
+    on_cpu = apply(base, {"instance_kind": "KIND_CPU"}, knobs)
+    assert [(KIND.Name(g.kind), list(g.gpus), g.count) for g in on_cpu.instance_group] == [
+        ("KIND_CPU", [], 1),
+        ("KIND_CPU", [], 2),
+    ]
+    assert kind.read(on_cpu) == "KIND_CPU"
+    on_gpu = apply(parse(TORCH), {"instance_kind": "KIND_GPU"}, knobs_for(parse(TORCH), gpu=True))
+    assert to_text(on_gpu).count("kind: KIND_GPU") == 1

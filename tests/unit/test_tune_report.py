@@ -37,7 +37,7 @@ def test_the_summary_names_the_winner_its_knobs_and_its_gain_under_the_budget():
     confirmed.confirmation = ([1000.0, 1100.0], [1400.0, 1300.0])
     assert "1,350 req/s" in summary(confirmed, 10.0)
     assert "+29 %" in summary(confirmed, 10.0)
-    assert "means of two measurements each" in summary(confirmed, 10.0)
+    assert "means of 2 measurements each" in summary(confirmed, 10.0)
     baseline_wins = search()
     baseline_wins.winner = baseline_wins.baseline
     assert summary(baseline_wins, None).startswith("winner: the baseline (1,000 req/s, no latency budget)")

@@ -115,6 +115,18 @@ def test_the_store_appends_a_line_per_trial_and_resumes(tmp_path: Path):
     assert found is not None
     assert found["changes"] == {"instance_count": 2}
     assert again.get({"instance_count": 3}) is None
+    assert again.measured == 2
+
+
+def test_a_trial_measured_again_after_a_failure_resumes_as_its_last_record(tmp_path: Path):
+    store = TrialStore(tmp_path, {"duration": 1.0})
+    store.add({"key": key({}), "changes": {}, "steps": [], "error": "serve exited with 1:"})
+    store.add({"key": key({}), "changes": {}, "steps": [step(1, 10, 1.0)], "error": None})
+    again = TrialStore(tmp_path, {"duration": 1.0})
+    found = again.get({})
+    assert found is not None
+    assert found["error"] is None
+    assert again.measured == 2  # both serve runs kept: each had its own trial folder
 
 
 def test_the_store_refuses_trials_measured_under_another_load(tmp_path: Path):
@@ -130,14 +142,29 @@ def test_a_winner_is_measured_again_and_kept_only_if_its_gain_holds():
     search = coordinate_descent(config, knobs, fake_measure(lucky, []), p99_ms=None, max_trials=2, min_gain=0.05)
     assert search.winner is not None
     assert search.winner.changes == {"instance_count": 2}
-    confirm(search, fake_measure(lucky, []), p99_ms=None, min_gain=0.05)
+    confirm(search, fake_measure(lucky, []), p99_ms=None, min_gain=0.05, repeats=1)
     assert search.confirmation == ([100.0, 100.0], [130.0, 95.0])  # mean 112.5: +12.5 %, held
     assert search.confirmed
     assert search.winner.changes == {"instance_count": 2}
 
     luckier = {key({"instance_count": 2}): 130.0, record_key({"instance_count": 2}, 1): 80.0}
     search = coordinate_descent(config, knobs, fake_measure(luckier, []), p99_ms=None, max_trials=2, min_gain=0.05)
-    confirm(search, fake_measure(luckier, []), p99_ms=None, min_gain=0.05)
+    confirm(search, fake_measure(luckier, []), p99_ms=None, min_gain=0.05, repeats=1)
     assert not search.confirmed  # mean 105: within the margin, so the baseline stays
     assert search.winner is search.baseline
     assert "not confirmed" in search.outcomes[1].verdict
+
+
+def test_confirmation_measures_each_in_turns_and_compares_the_means():
+    config = parse(ONNX)
+    knobs = knobs_for(config)
+    table = {key({"instance_count": 2}): 150.0, record_key({"instance_count": 2}, 1): 90.0,
+             record_key({"instance_count": 2}, 2): 120.0, record_key({}, 2): 110.0}  # fmt: skip
+    search = coordinate_descent(config, knobs, fake_measure(table, []), p99_ms=None, max_trials=2, min_gain=0.05)
+    calls: list[dict[str, Any]] = []
+    confirm(search, fake_measure(table, calls), p99_ms=None, min_gain=0.05, repeats=2)
+    assert calls == [{}, {"instance_count": 2}, {}, {"instance_count": 2}]  # baseline, winner, in turns
+    assert search.confirmation == ([100.0, 100.0, 110.0], [150.0, 90.0, 120.0])
+    assert search.confirmed  # means 120 against 103.3: +16 %
+    assert search.winner is not None
+    assert search.winner.changes == {"instance_count": 2}
