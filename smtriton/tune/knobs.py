@@ -115,14 +115,24 @@ def _set_max_batch(config: ModelConfig, size: int) -> None:
         config.dynamic_batching.preferred_batch_size.extend(kept)
 
 
-def _param(key: str, default: str) -> tuple[Callable[[ModelConfig], Any], Callable[[ModelConfig, Any], None]]:
+def param_knob(name: str, key: str, values: tuple[Any, ...], default: str) -> Knob:
+    """A knob held in the config's ``parameters[key]`` (string values); ``default`` when it is unset."""
+
     def read(config: ModelConfig) -> Any:
         return config.parameters[key].string_value if key in config.parameters else default
 
     def write(config: ModelConfig, value: Any) -> None:
         config.parameters[key].string_value = str(value)
 
-    return read, write
+    return Knob(name, values, read, write)
+
+
+def _cuda_graphs(config: ModelConfig) -> bool:
+    return bool(config.optimization.cuda.graphs)
+
+
+def _set_cuda_graphs(config: ModelConfig, on: bool) -> None:
+    config.optimization.cuda.graphs = bool(on)
 
 
 def _graph_level(config: ModelConfig) -> int:
@@ -153,15 +163,17 @@ def knobs_for(config: ModelConfig, max_instances: int = 2, *, gpu: bool = False)
         knobs.append(Knob("max_batch_size", sizes, lambda c: int(c.max_batch_size), _set_max_batch))
         knobs.append(Knob("preferred_batch_size", ("none", "max", "half,max"), _preferred, _set_preferred))
     if platform in ("onnxruntime_onnx", "onnxruntime"):
-        read, write = _param("intra_op_thread_count", "")
-        knobs.append(Knob("ort_intra_op_threads", ("1", "2"), read, write))
+        knobs.append(param_knob("ort_intra_op_threads", "intra_op_thread_count", ("1", "2"), ""))
         # 0 (unset) is every optimisation; 1 extended; -1 basic (Triton's native numbering).
         knobs.append(Knob("ort_graph_level", (0, 1, -1), _graph_level, _set_graph_level))
     elif platform in ("pytorch_libtorch", "pytorch"):
-        read, write = _param("INFERENCE_MODE", "true")
-        knobs.append(Knob("torch_inference_mode", ("true", "false"), read, write))
-        read, write = _param("DISABLE_OPTIMIZED_EXECUTION", "false")
-        knobs.append(Knob("torch_disable_optimized_execution", ("false", "true"), read, write))
+        knobs.append(param_knob("torch_inference_mode", "INFERENCE_MODE", ("true", "false"), "true"))
+        knobs.append(
+            param_knob("torch_disable_optimized_execution", "DISABLE_OPTIMIZED_EXECUTION", ("false", "true"), "false")
+        )
+    elif platform in ("tensorrt_plan", "tensorrt"):
+        # Captured CUDA graphs of the plan's execution (TensorRT backend): less launch overhead per batch.
+        knobs.append(Knob("trt_cuda_graphs", (False, True), _cuda_graphs, _set_cuda_graphs))
     return knobs
 
 

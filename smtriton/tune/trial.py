@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import shutil
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -20,17 +20,31 @@ from smtriton.perf.targets import HttpTarget
 START_TIMEOUT_S = 180.0
 
 
-def scratch_repository(model_dir: Path, config: ModelConfig, repo: Path) -> Path:
+def scratch_repository(
+    model_dir: Path, config: ModelConfig, repo: Path, files: Mapping[str, Path] | None = None
+) -> Path:
     """``repo/<name>/``: every entry of ``model_dir`` symlinked (the weights are never copied) and the
-    candidate's config.pbtxt written through the protobuf. Returns the model folder."""
+    candidate's config.pbtxt written through the protobuf. ``files`` (``1/model.plan`` -> a file) take
+    the place of those entries of a version folder: a plan rebuilt for the trial. Returns the model folder."""
     name = model_config.served_name(config, model_dir)
     if repo.exists():
         shutil.rmtree(repo)
     target = repo / name
     target.mkdir(parents=True)
+    files = dict(files or {})
     for entry in model_dir.resolve().iterdir():
-        if entry.name != model_config.CONFIG_FILE and not entry.name.startswith("."):
+        if entry.name == model_config.CONFIG_FILE or entry.name.startswith("."):
+            continue
+        if not any(k.startswith(entry.name + "/") for k in files):
             (target / entry.name).symlink_to(entry)
+            continue
+        (target / entry.name).mkdir()
+        for child in entry.iterdir():
+            if f"{entry.name}/{child.name}" not in files:
+                (target / entry.name / child.name).symlink_to(child)
+    for relative, source in files.items():
+        (target / relative).parent.mkdir(parents=True, exist_ok=True)
+        (target / relative).symlink_to(source.resolve())
     model_config.write(config, target)
     return target
 
@@ -43,6 +57,11 @@ def serve_env(scratch: Path) -> dict[str, str]:
     return env
 
 
+def new_record(key: str, changes: dict[str, Any], config: ModelConfig) -> dict[str, Any]:
+    """A trials.jsonl record before it is measured: the candidate and the config Triton is given."""
+    return {"key": key, "changes": changes, "config": model_config.to_text(config)}
+
+
 def measure(
     model_dir: Path,
     config: ModelConfig,
@@ -51,16 +70,17 @@ def measure(
     bodies: Sequence[Body],
     plans: list[StepPlan],
     record_key: str,
+    files: Mapping[str, Path] | None = None,
 ) -> dict[str, Any]:
     """Serve the candidate and run the steps; the trials.jsonl record (with ``error`` when serve did
     not start or Triton could not load the model, e.g. a configuration it refuses)."""
     started = time.monotonic()
     trial_dir.mkdir(parents=True, exist_ok=True)
-    folder = scratch_repository(model_dir, config, trial_dir / "repo")
+    folder = scratch_repository(model_dir, config, trial_dir / "repo", files)
     serve_work = trial_dir / "serve-work"
     serve_work.mkdir(exist_ok=True)
     name = folder.name
-    record: dict[str, Any] = {"key": record_key, "changes": changes, "config": model_config.to_text(config)}
+    record = new_record(record_key, changes, config)
     server = ServeProcess(
         ["--model-repository", str(folder.parent), "--default-model", name],
         trial_dir / "serve.log",

@@ -118,3 +118,40 @@ def test_serve_detects_the_runtime_the_builder_records():
     assert isinstance(here, plan_check.RuntimeInfo)
     assert (here.gpu_name, here.compute_capability) == (built.gpu_name, built.compute_capability)
     assert here.tensorrt_version.split(".")[:3] == built.tensorrt_version.split(".")[:3]
+
+
+def test_tune_rebuilds_the_plan_for_precision_and_serves_it(tmp_path):
+    """tune --onnx on a real plan: the fp16 candidate is built, served by Triton and measured; the
+    winner's output holds the plan it was measured with."""
+    import json
+
+    runner = CliRunner()
+    source = encoder_onnx(tmp_path / "model.onnx")
+    repo = tmp_path / "repo"
+    built = runner.invoke(
+        app,
+        ["convert", "tensorrt", str(source), "-o", str(repo), "--name", "enc_trt", "--max-batch-size", "8",
+         "--profile", "batch=1:8:8,sequence=1:16:64", "--no-verify"],
+    )  # fmt: skip
+    assert built.exit_code == 0, built.output
+    work, out = tmp_path / "work", tmp_path / "out"
+    result = runner.invoke(
+        app,
+        ["tune", str(repo / "enc_trt"), "--onnx", str(source), "--work-dir", str(work), "-o", str(out),
+         "--shape", "ids=16", "--max-trials", "3", "--concurrency", "1,8", "--warmup", "0.5", "--duration", "1",
+         "--no-confirm"],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    records = [json.loads(line) for line in (work / "trials.jsonl").read_text().splitlines()]
+    fp16 = next(r for r in records if r["changes"].get("trt_precision") == "fp16")
+    assert fp16["error"] is None, fp16["error"]
+    assert "smtriton.tune." not in fp16["config"]  # the build knobs never reach Triton
+    plans = [read_sidecar(p) for p in (work / "engines").glob("*/model.plan")]
+    assert "fp16" in {s.precision for s in plans if s is not None}
+    winner = json.loads((work / "report.json").read_text())["changes"]
+    if "trt_precision" in winner:  # the output carries the plan the winner was measured with
+        copied = read_sidecar(out / "1" / "model.plan")
+        assert copied is not None
+        assert copied.precision == winner["trt_precision"]
+    else:
+        assert not (out / "1").exists()  # the served plan stays the one to use

@@ -126,3 +126,12 @@ def test_cpu_against_gpu_instances_is_tried_only_on_a_gpu_host_and_where_both_ru
     assert kind.read(on_cpu) == "KIND_CPU"
     on_gpu = apply(parse(TORCH), {"instance_kind": "KIND_GPU"}, knobs_for(parse(TORCH), gpu=True))
     assert to_text(on_gpu).count("kind: KIND_GPU") == 1
+
+
+def test_a_plan_is_offered_cuda_graphs_as_an_optimization():
+    base = parse(PLAN)
+    knobs = knobs_for(base)
+    assert [k.name for k in knobs][-1] == "trt_cuda_graphs"
+    graphs = apply(base, {"trt_cuda_graphs": True}, knobs)
+    assert graphs.optimization.cuda.graphs
+    assert knobs[-1].read(base) is False
