@@ -243,6 +243,25 @@ def test_a_failed_start_says_why_without_a_traceback_and_keeps_only_the_log(tmp_
     assert (second / "serve.log").is_file()
 
 
+def test_a_model_that_fails_to_load_ends_the_start_at_once_with_its_reason(tmp_path):
+    """serve stays up (ping 503) when its model fails to load; the emulator stops waiting at Triton's
+    message instead of the start timeout, and prints it."""
+    repo = tmp_path / "repo"
+    shutil.copytree(TEST_MODELS / "addsub", repo / "addsub")
+    (repo / "addsub" / "1" / "model.py").write_text(
+        "class TritonPythonModel:\n    def initialize(self, args):\n        raise RuntimeError('broken weights file')\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SAGEMAKER_", "SMTRITON_"))}
+    cmd = [SMTRITON, "local-endpoint", "--port", str(free_port()), "--work-dir", str(tmp_path / "work"),
+           "--model-data", str(repo), "--default-model", "addsub"]  # fmt: skip
+    started = time.monotonic()
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=150, env=env)
+    assert time.monotonic() - started < 90  # the start timeout alone is 180 s
+    assert done.returncode == 1, done.stderr
+    assert "Traceback (most recent call last)" not in done.stderr.split("its last lines:")[0]
+    assert "broken weights file" in done.stderr
+
+
 def test_archives_with_links_out_or_traversal_are_refused(tmp_path):
     from smtriton.local.endpoint import ArchiveError, safe_extract
 
