@@ -92,7 +92,9 @@ def tune(
     knobs = _search_space(model_dir, baseline, builder, max_instances, batch_size)
     settings = {"model": model_config.served_name(baseline, model_dir), "baseline": model_config.to_text(baseline),
                 "concurrency": levels, "warmup": warmup, "duration": duration, "batch_size": batch_size,
-                "shapes": shapes, "seed": seed, "onnx": builder.onnx_sha256 if builder else None}  # fmt: skip
+                "shapes": shapes, "seed": seed}  # fmt: skip
+    if builder is not None:  # the plans' source is part of what was measured (absent: work dirs stay resumable)
+        settings["onnx"] = builder.onnx_sha256
     trials = Trials(model_dir, baseline, knobs, builder, TrialStore(work_dir, settings), bodies,
                     [StepPlan("concurrency", c, warmup, duration) for c in levels])  # fmt: skip
 
