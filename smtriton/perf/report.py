@@ -79,8 +79,12 @@ W, H = 720, 440
 LEFT, RIGHT, TOP, BOTTOM = 70, 30, 40, 50
 
 
+def _charted(results: Sequence[StepResult], key: str) -> list[StepResult]:
+    return [r for r in results if r.latency_ms[key]]
+
+
 def _points(results: Sequence[StepResult], key: str) -> list[tuple[float, float, str]]:
-    return [(r.throughput_rps, float(r.latency_ms[key] or 0.0), r.label) for r in results if r.latency_ms[key]]
+    return [(r.throughput_rps, float(r.latency_ms[key] or 0.0), r.label) for r in _charted(results, key)]
 
 
 def nice_max(value: float, ticks: int = 5) -> float:
@@ -93,11 +97,11 @@ def nice_max(value: float, ticks: int = 5) -> float:
     return float(step * ticks)
 
 
-def _joined(points: list[tuple[float, float, str]]) -> list[tuple[int, int]]:
-    """Index pairs of the points joined by a line: consecutive steps of one kind (a concurrency sweep, a
-    rate sweep), never a concurrency step to a rate step."""
-    kind = ["/s" in label for _, _, label in points]
-    return [(i, i + 1) for i in range(len(points) - 1) if kind[i] == kind[i + 1]]
+def _joined(results: Sequence[StepResult], key: str) -> list[tuple[int, int]]:
+    """Index pairs of the charted points joined by a line: consecutive steps of one series (a concurrency
+    sweep, a rate sweep), never a concurrency step to a rate step, nor one tune trial to another."""
+    series = [r.series for r in _charted(results, key)]
+    return [(i, i + 1) for i in range(len(series) - 1) if series[i] == series[i + 1]]
 
 
 def _scale(points: list[tuple[float, float, str]]) -> tuple[float, float]:
@@ -132,7 +136,7 @@ def svg(results: Sequence[StepResult], key: str, title: str) -> str:
     out.append(f'<text x="16" y="{(y0 + y1) // 2}" transform="rotate(-90 16 {(y0 + y1) // 2})" '
                f'text-anchor="middle">{key} latency (ms)</text>')  # fmt: skip
     coords = [_xy(x, y, xmax, ymax) for x, y, _ in pts]
-    for i, j in _joined(pts):
+    for i, j in _joined(results, key):
         (xa, ya), (xb, yb) = coords[i], coords[j]
         out.append(f'<line x1="{xa}" y1="{ya}" x2="{xb}" y2="{yb}" stroke="#1f77b4" stroke-width="2"/>')
     for (x, y), (tx, ty, label) in zip(coords, pts, strict=True):
@@ -212,7 +216,7 @@ def png(results: Sequence[StepResult], key: str) -> bytes:
     _text(img, 8, TOP - 30, f"{key} latency (ms)")
     coords = [_xy(x, y, xmax, ymax) for x, y, _ in pts]
     blue = (31, 119, 180)
-    for i, j in _joined(pts):
+    for i, j in _joined(results, key):
         _line(img, coords[i], coords[j], blue)
     for (x, y), (_, _, label) in zip(coords, pts, strict=True):
         img[max(y - 4, 0) : y + 5, max(x - 4, 0) : x + 5] = blue

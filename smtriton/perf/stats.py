@@ -54,6 +54,11 @@ class StepResult:
     def label(self) -> str:
         return f"c={self.load:g}" if self.mode == "concurrency" else f"{self.load:g}/s"
 
+    @property
+    def series(self) -> str:
+        """The steps a chart joins with a line: one sweep (concurrency or rate)."""
+        return self.mode
+
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 

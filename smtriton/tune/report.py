@@ -1,5 +1,5 @@
 """What a search found, as a table (baseline, every trial, the winner and why) and perf's chart with a
-point per trial: the step that scored it, labelled with the trial number."""
+point per trial (no line between them): the step that scored it, labelled with the trial number."""
 
 from __future__ import annotations
 
@@ -23,6 +23,11 @@ class TrialPoint(StepResult):
     @property
     def label(self) -> str:
         return f"t{self.trial} {super().label}"
+
+    @property
+    def series(self) -> str:
+        """Each trial stands alone: trials are separate configurations, not a sweep to join."""
+        return f"t{self.trial}"
 
 
 def point(outcome: Outcome) -> TrialPoint | None:

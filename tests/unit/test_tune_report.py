@@ -64,3 +64,4 @@ def test_the_chart_has_a_point_per_scored_trial_labelled_with_it(tmp_path: Path)
     assert "t0 c=8" in html
     assert "t1 c=8" in html
     assert "t2 " not in html
+    assert 'stroke="#1f77b4" stroke-width="2"' not in html  # trials are points, no line joins them
