@@ -25,6 +25,7 @@ from smtriton.serve.routes import (
     PING_TYPE,
     DataRoutes,
     Invocation,
+    attributes_value,
     invoke_name,
 )
 
@@ -108,7 +109,7 @@ class FastCycle(RequestResponseCycle):
             head += name, b": ", value, b"\r\n"
         head += b"content-type: ", content_type, b"\r\ncontent-length: %d\r\n" % len(body)
         if attributes is not None:
-            head += ATTRIBUTES_HEADER, b": ", attributes.encode("latin-1", errors="replace"), b"\r\n"
+            head += ATTRIBUTES_HEADER, b": ", attributes_value(attributes), b"\r\n"
         if not self.keep_alive:
             head.append(b"connection: close\r\n")
         head.append(b"\r\n")

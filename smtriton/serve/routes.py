@@ -118,6 +118,11 @@ class Invocation:
     target_model: str | None
 
 
+def attributes_value(attributes: str) -> bytes:
+    """The custom attributes header's value as it goes on the wire (latin-1, as HTTP headers are)."""
+    return attributes.encode("latin-1", errors="replace")
+
+
 def invoke_name(path: str) -> str | None:
     """The model name in a multi-model invoke path, ``/models/<name>/invoke``; None for any other path."""
     if path.startswith(_MODELS) and path.endswith(_INVOKE):
@@ -275,7 +280,7 @@ async def _answer(
     """A whole answer in one body message; ``attributes`` is the custom attributes header the model set."""
     headers = [(b"content-type", content_type.encode()), (b"content-length", b"%d" % len(payload))]
     if attributes is not None:
-        headers.append((ATTRIBUTES_HEADER, attributes.encode("latin-1", errors="replace")))
+        headers.append((ATTRIBUTES_HEADER, attributes_value(attributes)))
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": payload})
 
