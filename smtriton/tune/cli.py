@@ -17,6 +17,7 @@ from smtriton.perf.bodies import Body, build_bodies, parse_shapes
 from smtriton.perf.cli import parse_loads
 from smtriton.perf.runner import StepPlan
 from smtriton.serve.gpu import gpu_models
+from smtriton.serve.plan_check import is_tensorrt
 from smtriton.tune import report
 from smtriton.tune.engines import PlanBuilder, served_batch_limit
 from smtriton.tune.knobs import Knob, apply, describe, key, knobs_for
@@ -131,7 +132,7 @@ def tune(
 def _plan_builder(model_dir: Path, baseline: ModelConfig, onnx: Path | None, work_dir: Path) -> PlanBuilder | None:
     if onnx is None:
         return None
-    if str(baseline.platform or baseline.backend) not in ("tensorrt_plan", "tensorrt"):
+    if not is_tensorrt(baseline, model_dir):
         raise ToolUsageError("--onnx is for TensorRT plan models: it names the ONNX file their plan was built from")
     return PlanBuilder(model_dir, baseline, onnx, work_dir)
 

@@ -33,12 +33,12 @@ from smtriton.convert.trt_plan import (
 )
 from smtriton.errors import ToolUsageError
 from smtriton.model_config import ModelConfig
+from smtriton.serve.plan_check import PLAN_FILENAME, is_tensorrt, served_versions
 from smtriton.tune.knobs import Knob, param_knob
 
 BUILD_PREFIX = "smtriton.tune."
 PRECISION = "trt_precision"
 OPT_BATCH = "trt_opt_batch"
-PLAN_FILE = "model.plan"
 
 # build_plan(onnx, plan, options) -> Sidecar: smtriton.convert.trt_build.build_plan, or a stand-in in tests.
 Build = Callable[[Path, Path, Any], Sidecar]
@@ -157,7 +157,7 @@ class PlanBuilder:
         profiles = [{a: [r.min, r.opt, r.max] for a, r in sorted(p.items())} for p in options.profiles]
         what = {"onnx": self.onnx_sha256, "precision": options.precision, "profiles": profiles}
         folder = self.cache / hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()[:16]
-        plan = folder / PLAN_FILE
+        plan = folder / PLAN_FILENAME
         if read_sidecar(plan) is not None:
             return Built(plan, rebuilt=True)
         folder.mkdir(parents=True, exist_ok=True)
@@ -199,7 +199,7 @@ def _build_with_tensorrt(onnx: Path, plan: Path, options: Any) -> Sidecar:
 def served_batch_limit(model_dir: Path, config: ModelConfig) -> int | None:
     """The largest batch a TensorRT model's served plan accepts (from its sidecar); None for other
     models, or a plan without a sidecar. A max_batch_size above it cannot load without a rebuild."""
-    if str(config.platform or config.backend) not in ("tensorrt_plan", "tensorrt") or int(config.max_batch_size) <= 0:
+    if not is_tensorrt(config, model_dir) or int(config.max_batch_size) <= 0:
         return None
     try:
         sidecar = read_sidecar(_served_plan(model_dir, config))
@@ -210,11 +210,11 @@ def served_batch_limit(model_dir: Path, config: ModelConfig) -> int | None:
 
 
 def _served_plan(model_dir: Path, config: ModelConfig) -> Path:
-    """The plan Triton serves by default: the highest numbered version's ``default_model_filename``."""
-    versions = sorted((int(p.name), p) for p in model_dir.iterdir() if p.is_dir() and p.name.isdigit())
+    """The plan Triton serves: the newest version its version policy loads, ``default_model_filename``."""
+    versions = served_versions(config, model_dir)
     if not versions:
-        raise ToolUsageError(f"{model_dir}: no version folder (1/, 2/, ...) holding a plan")
-    plan = versions[-1][1] / (config.default_model_filename or PLAN_FILE)
+        raise ToolUsageError(f"{model_dir}: no version folder (1/, 2/, ...) that Triton would serve a plan from")
+    plan = versions[-1] / (config.default_model_filename or PLAN_FILENAME)
     if not plan.is_file():
         raise ToolUsageError(f"{plan}: no such plan")
     return plan

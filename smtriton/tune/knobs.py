@@ -43,10 +43,15 @@ def _instance_count(config: ModelConfig) -> Any:
     return _same([int(g.count or 1) for g in config.instance_group], 1)
 
 
-def _set_instance_count(config: ModelConfig, count: int) -> None:
+def _every_group(config: ModelConfig) -> Any:
+    """The config's instance groups, one (Triton's default placement) added when it has none."""
     if not config.instance_group:
         config.instance_group.add()
-    for group in config.instance_group:  # every group keeps its kind and GPUs; only how many changes
+    return config.instance_group
+
+
+def _set_instance_count(config: ModelConfig, count: int) -> None:
+    for group in _every_group(config):  # every group keeps its kind and GPUs; only how many changes
         group.count = count
 
 
@@ -59,9 +64,7 @@ def _instance_kind(config: ModelConfig) -> Any:
 
 
 def _set_instance_kind(config: ModelConfig, kind: str) -> None:
-    if not config.instance_group:
-        config.instance_group.add()
-    for group in config.instance_group:
+    for group in _every_group(config):
         group.kind = KIND.Value(kind)
         if kind != "KIND_GPU":
             del group.gpus[:]  # Triton refuses GPU ids on a CPU group
