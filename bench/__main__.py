@@ -29,7 +29,7 @@ from bench import mme, report
 from bench.experiments import EXPERIMENTS
 from bench.load import WrkMissing, run_wrk, wrk_binary
 from bench.scenarios import REPO_ROOT, Scenario, build_scenarios, check, compare, decode, self_check
-from bench.servers import KINDS, Server, TritonSetup, loadavg, post
+from bench.servers import KINDS, Server, TritonSetup, known, loadavg, post
 
 RESULTS = Path(__file__).resolve().parent / "results"
 RETRY_PAUSE_S = 1.0
@@ -46,7 +46,8 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--servers",
         default=",".join(KINDS),
-        help="anchor,ours,proxy and/or prototypes x-<name> (bench/experiments), in this order [anchor,ours,proxy]",
+        help="anchor,ours,proxy, ours-w<N> (serve with N front workers) and/or prototypes x-<name> "
+        "(bench/experiments), in this order [anchor,ours,proxy]",
     )
     p.add_argument(
         "--max-other-cpu",
@@ -69,9 +70,12 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
         p.error(f"unknown scenarios: {', '.join(sorted(unknown))}")
     args.scenarios = [s for s in build_scenarios() if s.name in wanted]
     args.servers = [k for k in args.servers.split(",") if k]
-    unknown = [k for k in args.servers if k not in KINDS and k.removeprefix("x-") not in EXPERIMENTS]
+    unknown = [k for k in args.servers if not known(k)]
     if unknown:
-        p.error(f"unknown servers: {', '.join(unknown)} (known: {', '.join(KINDS)}, x-{', x-'.join(EXPERIMENTS)})")
+        p.error(
+            f"unknown servers: {', '.join(unknown)} "
+            f"(known: {', '.join(KINDS)}, ours-w<N>, x-{', x-'.join(EXPERIMENTS)})"
+        )
     return args
 
 
@@ -106,9 +110,13 @@ def _machine() -> dict[str, object]:
     dirty = subprocess.run(
         ["git", "-C", str(REPO_ROOT), "status", "--porcelain", "smtriton/serve"], capture_output=True, text=True
     ).stdout.strip()
+    from smtriton.serve.workers import available_cpus, default_worker_count
+
     return {
         "cpu": cpu,
         "cores": os.cpu_count(),
+        "cpus_available": available_cpus(),
+        "default_workers": default_worker_count(),
         "kernel": platform.release(),
         "python": platform.python_version(),
         "commit": commit + ("+uncommitted serve/ changes" if dirty else ""),
@@ -173,6 +181,7 @@ def main(argv: list[str] | None = None) -> int:
     rows: list[dict[str, object]] = []
     checks: list[dict[str, object]] = []
     starts: list[dict[str, object]] = []
+    memory: list[dict[str, object]] = []
     report.console.print(f"[bold]bench[/] load average at start {loadavg()}, logs in {work}")
     try:
         setup = TritonSetup.create(work)
@@ -210,6 +219,7 @@ def main(argv: list[str] | None = None) -> int:
                         checks.append({"server": kind, "scenario": s.name, "when": "after", "problem": problem})
                         if problem is not None:
                             report.console.print(f"[red]{kind} {s.name}: wrong answer after the load: {problem}[/]")
+                    memory.append(server.memory())  # after the load: what serving it takes
                     if kind == "anchor" and model == args.scenarios[0].model:
                         results["calibration"] = _calibrate(server, args)
             if "anchor" in args.servers:
@@ -240,6 +250,7 @@ def main(argv: list[str] | None = None) -> int:
             rows=rows,
             checks=checks,
             starts=starts,
+            memory=memory,
             loadavg_end=loadavg(),
             seconds=(datetime.now(timezone.utc) - started).total_seconds(),
         )

@@ -24,6 +24,19 @@ THROUGHPUT_TARGETS = {
 P50_BUDGETS_MS = {"tiny_json": 0.3, "tiny_octet": 0.3, "tiny_binary": 0.3, "image_binary": 0.5}
 COLD_BUDGET_S = 0.5
 SERVER_ORDER = {"anchor": 0, "ours": 1, "proxy": 2}
+# The front workers' targets (docs/design.md §6): on a small host, the default count is never more than
+# 5 % below one worker; on a host with this many CPUs, tiny tensors scale to 4x one worker and the anchor.
+WORKERS_SMALL_FLOOR = 0.95
+WORKERS_LARGE_HOST_CPUS = 16
+WORKERS_LARGE_GAIN = 4.0
+WORKERS_LARGE_VS_ANCHOR = 1.0
+WORKER_MEMORY_BUDGET_MIB = 60.0
+
+
+def workers_of(server: str) -> int | None:
+    """N for the server ``ours-w<N>`` (serve with N front workers)."""
+    count = server.removeprefix("ours-w")
+    return int(count) if server.startswith("ours-w") and count.isdigit() else None
 
 
 LEGEND = (
@@ -110,6 +123,103 @@ HEADERS = [
     "wrk CPU",
     "others' CPU",
 ]
+
+
+WORKER_HEADERS = ["scenario", "c", "workers", "req/s", "x 1 worker", "xanchor", "p50 ms", "p99 ms", "front CPU ms/req"]
+
+
+def worker_rows(results: dict) -> list[list[str]]:
+    """serve with 1, 2, ... front workers beside the anchor, per scenario and concurrency."""
+    rows = [r for r in results.get("rows", []) if "throughput" in r]
+    index = _index(rows)
+    counts = sorted({n for r in rows if (n := workers_of(r["server"])) is not None})
+    keys = sorted({(r["scenario"], r["connections"]) for r in rows}, key=lambda k: (_order(results, k[0]), k[1]))
+    out = []
+    for scenario, c in keys:
+        one, anchor = index.get((scenario, c, "ours-w1")), index.get((scenario, c, "anchor"))
+        for n in counts:
+            r = index.get((scenario, c, f"ours-w{n}"))
+            if r is None:
+                continue
+            out.append(
+                [
+                    scenario,
+                    str(c),
+                    str(n),
+                    f"{r['throughput']:,.0f}",
+                    _fmt(_ratio(r, one), ".2f"),
+                    _fmt(_ratio(r, anchor), ".2f"),
+                    f"{r['p50_ms']:.2f}",
+                    f"{r['p99_ms']:.2f}",
+                    _fmt(r.get("front_cpu_ms"), ".3f"),
+                ]
+            )
+    return out
+
+
+def worker_memory(results: dict) -> dict[str, float]:
+    """Resident memory one more front worker costs, MiB: the growth of the front's proportional set
+    size (shared pages split between their users) from 1 to N workers, divided by N - 1; the largest
+    over the models served."""
+    by_model: dict[str, dict[int, float]] = {}
+    for m in results.get("memory", []):
+        n = workers_of(m["server"])
+        if n is not None:
+            by_model.setdefault(m["model"], {})[n] = m["pss_mib"]
+    out: dict[str, float] = {}
+    for sizes in by_model.values():
+        for n, pss in sizes.items():
+            if n > 1 and 1 in sizes:
+                key = f"{n} workers"
+                out[key] = max(out.get(key, 0.0), (pss - sizes[1]) / (n - 1))
+    return out
+
+
+def worker_targets(results: dict) -> list[list[str]]:
+    """The front workers' targets against this run (docs/design.md §6), for this host's size."""
+    rows = [r for r in results.get("rows", []) if "throughput" in r]
+    index = _index(rows)
+    machine = results.get("machine", {})
+    cpus = int(machine.get("cpus_available") or machine.get("cores") or 1)
+    default = int(machine.get("default_workers") or 1)
+    out = []
+    keys = sorted({(r["scenario"], r["connections"]) for r in rows}, key=lambda k: (_order(results, k[0]), k[1]))
+    if cpus < WORKERS_LARGE_HOST_CPUS:
+        for scenario, c in keys:
+            ratio = _ratio(index.get((scenario, c, f"ours-w{default}")), index.get((scenario, c, "ours-w1")))
+            if ratio is not None:
+                floor = WORKERS_SMALL_FLOOR
+                out.append([f"{scenario} c={c}: {default} (default) / 1 worker", f"≥ {floor:g}x", f"{ratio:.2f}x",
+                            _met(ratio >= floor)])  # fmt: skip
+        for scenario in ("tiny_json", "tiny_octet", "tiny_binary"):
+            ratio = _ratio(index.get((scenario, 16, f"ours-w{default}")), index.get((scenario, 16, "anchor")))
+            if ratio is not None:
+                target = THROUGHPUT_TARGETS[scenario]
+                out.append([f"{scenario} c=16: {default} worker(s) / anchor", f"≥ {target:g}x", f"{ratio:.2f}x",
+                            _met(ratio >= target)])  # fmt: skip
+    else:
+        top = max((r["connections"] for r in rows), default=16)
+        for scenario in ("tiny_json", "tiny_octet", "tiny_binary"):
+            best = max(
+                (r for r in rows if r["scenario"] == scenario and r["connections"] == top and workers_of(r["server"])),
+                key=lambda r: r["throughput"],
+                default=None,
+            )
+            if best is None:
+                continue
+            gain = _ratio(best, index.get((scenario, top, "ours-w1")))
+            versus = _ratio(best, index.get((scenario, top, "anchor")))
+            name = f"{scenario} c={top}, {best['server']}"
+            if gain is not None:
+                out.append([f"{name} / 1 worker", f"≥ {WORKERS_LARGE_GAIN:g}x", f"{gain:.2f}x",
+                            _met(gain >= WORKERS_LARGE_GAIN)])  # fmt: skip
+            if versus is not None:
+                out.append([f"{name} / anchor", f"≥ {WORKERS_LARGE_VS_ANCHOR:g}x", f"{versus:.2f}x",
+                            _met(versus >= WORKERS_LARGE_VS_ANCHOR)])  # fmt: skip
+    for what, mib in worker_memory(results).items():
+        out.append([f"memory per extra worker ({what})", f"≤ {WORKER_MEMORY_BUDGET_MIB:g} MiB", f"{mib:.0f} MiB",
+                    _met(mib <= WORKER_MEMORY_BUDGET_MIB)])  # fmt: skip
+    return out
 
 
 def _order(results: dict, scenario: str) -> int:
@@ -230,6 +340,20 @@ def show(results: dict) -> None:
     for row in targets(results):
         t.add_row(*row, style=None if row[-1] == "yes" else "red")
     console.print(t)
+    workers = worker_rows(results)
+    if workers:
+        w = Table(title="front workers: serve with N workers against one worker and the anchor")
+        for h in WORKER_HEADERS:
+            w.add_column(h, justify="left" if h == "scenario" else "right")
+        for row in workers:
+            w.add_row(*row)
+        console.print(w)
+        wt = Table(title=f"front workers' targets ({m.get('cpus_available')} CPUs, default {m.get('default_workers')})")
+        for h in ("what", "target", "measured", "met"):
+            wt.add_column(h)
+        for row in worker_targets(results):
+            wt.add_row(*row, style=None if row[-1] == "yes" else "red")
+        console.print(wt)
 
 
 def show_profile(entry: dict) -> None:
@@ -301,4 +425,11 @@ def markdown(results: dict) -> str:
     lines += [_mme_line(server, m) + "." for server, m in mme_loads(results).items()]
     lines += ["", "| target | wanted | measured | met |", "|---|---|---|---|"]
     lines += ["| " + " | ".join(row) + " |" for row in targets(results)]
+    workers = worker_rows(results)
+    if workers:
+        lines += ["", "## Front workers", ""]
+        lines += ["| " + " | ".join(WORKER_HEADERS) + " |", "|" + "---|" * len(WORKER_HEADERS)]
+        lines += ["| " + " | ".join(row) + " |" for row in workers]
+        lines += ["", "| target | wanted | measured | met |", "|---|---|---|---|"]
+        lines += ["| " + " | ".join(row) + " |" for row in worker_targets(results)]
     return "\n".join(lines) + "\n"

@@ -1,7 +1,8 @@
 """The three servers under test, started one at a time on loopback ports, always stopped.
 
 - ``anchor``: tritonserver's own C++ SageMaker front end (``--allow-sagemaker=true``).
-- ``ours``: ``serve`` (FastAPI front + embedded loopback Triton).
+- ``ours``: ``serve`` (FastAPI front + embedded loopback Triton), with its default number of front
+  workers; ``ours-w<N>``: the same with N front workers (``SAGEMAKER_MODEL_SERVER_WORKERS``).
 - ``proxy``: the hand-written FastAPI + tritonclient proxy (``bench/proxy_app.py``) in front of a
   loopback Triton.
 
@@ -36,7 +37,17 @@ LOOPBACK = "127.0.0.1"
 START_TIMEOUT_S = 180.0
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 PROXY = ("uvicorn", "bench.proxy_app:app", 1)
-KINDS = ("anchor", "ours", "proxy")  # and x-<name>: a prototype front from bench/experiments
+KINDS = ("anchor", "ours", "proxy")  # and ours-w<N> (N front workers), x-<name>: a prototype from bench/experiments
+
+
+def ours_workers(kind: str) -> int | None:
+    """N for ``ours-w<N>``; None for any other server."""
+    count = kind.removeprefix("ours-w")
+    return int(count) if kind.startswith("ours-w") and count.isdigit() and int(count) > 0 else None
+
+
+def known(kind: str) -> bool:
+    return kind in KINDS or ours_workers(kind) is not None or kind.removeprefix("x-") in EXPERIMENTS
 
 
 def _die_with_parent(sig: int) -> None:  # pragma: no cover - runs between fork and exec
@@ -82,6 +93,24 @@ def cpu_seconds(pids: list[int]) -> dict[int, float]:
         if fields is not None:
             out[pid] = (int(fields[11]) + int(fields[12])) / CLK_TCK
     return out
+
+
+def memory_kib(pid: int) -> dict[str, int]:
+    """Resident memory of ``pid`` in KiB: ``rss``, ``pss`` (shared pages split between their users) and
+    ``private`` (pages no other process maps: what one more such process costs)."""
+    fields: dict[str, int] = {}
+    try:
+        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+            key, _, value = line.partition(":")
+            if value.strip().endswith("kB"):
+                fields[key] = int(value.split()[0])
+    except OSError:
+        return {}
+    return {
+        "rss": fields.get("Rss", 0),
+        "pss": fields.get("Pss", 0),
+        "private": fields.get("Private_Clean", 0) + fields.get("Private_Dirty", 0),
+    }
 
 
 def machine_busy_seconds() -> float:
@@ -178,8 +207,8 @@ class Server:
     ) -> None:
         """``mme``: a multi-model endpoint (anchor or ours only) whose models are loaded from under
         ``repository`` (the model root) with ``POST /models``; ``model`` is then only a label."""
-        if kind not in KINDS and kind.removeprefix("x-") not in EXPERIMENTS:
-            raise ValueError(f"unknown server {kind!r}: {', '.join(KINDS)} or x-<{'|'.join(EXPERIMENTS)}>")
+        if not known(kind):
+            raise ValueError(f"unknown server {kind!r}: {', '.join(KINDS)}, ours-w<N> or x-<{'|'.join(EXPERIMENTS)}>")
         if mme and kind not in ("anchor", "ours"):
             raise ValueError(f"{kind}: only anchor and ours serve multi-model endpoints")
         self.mme = mme
@@ -235,11 +264,14 @@ class Server:
                 env = {**self.setup.env, "SAGEMAKER_TRITON_DEFAULT_MODEL_NAME": self.model}
                 self._spawn("triton", self.setup.sagemaker_command(self.repository, self.model, self.port), env, 9)
                 self._wait(self.port, "/ping", deadline)
-            elif self.kind == "ours" or EXPERIMENTS.get(self.kind.removeprefix("x-"), PROXY)[0] == "serve":
+            elif self.ours or EXPERIMENTS.get(self.kind.removeprefix("x-"), PROXY)[0] == "serve":
                 self._work.mkdir(parents=True, exist_ok=True)
                 env = {**self.setup.env, "SMTRITON_WORK_DIR": str(self._work)}
-                module = "smtriton.serve" if self.kind == "ours" else EXPERIMENTS[self.kind.removeprefix("x-")][1]
-                if self.kind != "ours":
+                module = "smtriton.serve" if self.ours else EXPERIMENTS[self.kind.removeprefix("x-")][1]
+                workers = ours_workers(self.kind)
+                if workers is not None:
+                    env["SAGEMAKER_MODEL_SERVER_WORKERS"] = str(workers)
+                if not self.ours:
                     env["BENCH_GC_STATS"] = str(self.log_dir / f"{self.kind}-{self.model}-gc.json")
                 if self.mme:
                     args = ["--multi-model", "--model-root", str(self.repository)]
@@ -268,6 +300,22 @@ class Server:
             self.stop()
             raise
         return time.monotonic() - started
+
+    @property
+    def ours(self) -> bool:
+        """``serve`` itself, with its default number of front workers or another."""
+        return self.kind == "ours" or ours_workers(self.kind) is not None
+
+    def memory(self) -> dict[str, object]:
+        """Resident memory of the Python front's processes now (serve: its main process and workers)."""
+        front = self.pids()["front"]
+        each = [m for m in (memory_kib(pid) for pid in front) if m]
+        return {
+            "server": self.kind,
+            "model": self.model,
+            "processes": len(each),
+            **{f"{key}_mib": sum(m[key] for m in each) / 1024 for key in ("rss", "pss", "private")},
+        }
 
     def _roots(self) -> list[int]:
         """The pids this server started (each the root of a process tree), in start order."""

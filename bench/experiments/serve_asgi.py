@@ -4,9 +4,13 @@ the ASGI app (the path before the protocol-level fast path): the A/B for that ch
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-import smtriton.serve.cli
 import smtriton.serve.server
+from bench.experiments import serve_variant
+
+
+def _stock_protocol() -> None:
+    smtriton.serve.server.data_protocol = lambda routes: HttpToolsProtocol  # type: ignore[assignment,misc]
+
 
 if __name__ == "__main__":
-    smtriton.serve.server.data_protocol = lambda routes: HttpToolsProtocol  # type: ignore[assignment,misc]
-    smtriton.serve.cli.main()
+    serve_variant.run("bench.experiments.serve_asgi", _stock_protocol)

@@ -5,9 +5,13 @@ instead of 64 KiB: a test of whether its pause/resume round trips cost large bod
 import uvicorn.protocols.http.h11_impl
 import uvicorn.protocols.http.httptools_impl
 
-import smtriton.serve.cli
+from bench.experiments import serve_variant
 
-if __name__ == "__main__":
+
+def _big_reads() -> None:
     for module in (uvicorn.protocols.http.httptools_impl, uvicorn.protocols.http.h11_impl):
         module.HIGH_WATER_LIMIT = 4 * 1024 * 1024  # type: ignore[attr-defined]
-    smtriton.serve.cli.main()
+
+
+if __name__ == "__main__":
+    serve_variant.run("bench.experiments.serve_big_reads", _big_reads)

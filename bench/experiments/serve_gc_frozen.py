@@ -7,9 +7,13 @@ under load is collector pauses. Same flags as ``serve``.
 
 import gc
 
-import smtriton.serve.cli
+from bench.experiments import serve_variant
 
-if __name__ == "__main__":
+
+def _freeze() -> None:
     gc.collect()
     gc.freeze()
-    smtriton.serve.cli.main()
+
+
+if __name__ == "__main__":
+    serve_variant.run("bench.experiments.serve_gc_frozen", _freeze)

@@ -1,7 +1,8 @@
 """``serve`` unchanged, with the garbage collector's pauses recorded (``gc.callbacks``).
 
-At exit it writes, per generation, how many collections ran and their total and longest pause, as JSON,
-to ``$BENCH_GC_STATS`` (default: ``gc-stats.json`` in the working directory). Same flags as ``serve``.
+At exit each front worker writes, per generation, how many collections ran and their total and longest
+pause, as JSON, to ``$BENCH_GC_STATS`` (default: ``gc-stats.json`` in the working directory; a worker
+after the first adds its pid to the name). Same flags as ``serve``.
 """
 
 import atexit
@@ -10,7 +11,7 @@ import json
 import os
 import time
 
-import smtriton.serve.cli
+from bench.experiments import serve_variant
 
 _stats = {g: {"collections": 0, "total_ms": 0.0, "max_ms": 0.0} for g in range(3)}
 _started = [0.0]
@@ -28,11 +29,17 @@ def _on_gc(phase: str, info: dict) -> None:
 
 
 def _dump() -> None:
-    with open(os.environ.get("BENCH_GC_STATS", "gc-stats.json"), "w") as f:
+    path = os.environ.get("BENCH_GC_STATS", "gc-stats.json")
+    if os.path.exists(path):
+        path = f"{path}.{os.getpid()}"
+    with open(path, "w") as f:
         json.dump({"objects_tracked_at_exit": len(gc.get_objects()), "generations": _stats}, f, indent=1)
 
 
-if __name__ == "__main__":
+def _record() -> None:
     gc.callbacks.append(_on_gc)
     atexit.register(_dump)
-    smtriton.serve.cli.main()
+
+
+if __name__ == "__main__":
+    serve_variant.run("bench.experiments.serve_gc_stats", _record)

@@ -4,7 +4,7 @@ aiohttp's. No timeouts or error mapping: a measurement, not a product. Same flag
 
 from urllib.parse import urlsplit
 
-import smtriton.serve.cli
+from bench.experiments import serve_variant
 from bench.experiments.upstream import Upstream
 from smtriton.serve.triton.client import TritonClient, UpstreamResponse
 
@@ -20,6 +20,9 @@ async def _infer(self: TritonClient, model: str, body: bytes, header_length: int
     return UpstreamResponse(status, "", int(raw_length) if raw_length is not None else None, payload)
 
 
-if __name__ == "__main__":
+def _lean() -> None:
     TritonClient.infer = _infer  # type: ignore[method-assign]
-    smtriton.serve.cli.main()
+
+
+if __name__ == "__main__":
+    serve_variant.run("bench.experiments.serve_lean_upstream", _lean)

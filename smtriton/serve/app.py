@@ -1,8 +1,8 @@
 """The ASGI application: the data routes (raw ASGI) in front of the control plane (FastAPI).
 
 The control plane is what is neither hot nor streamed: batch transform's execution parameters and the
-multi-model endpoint's load, list, describe and unload (docs/contract.md §2.4). Triton starts with the
-application and stops with it.
+multi-model endpoint's load, list, describe and unload (docs/contract.md §2.4), which the endpoint's
+owner in the main process decides (the data plane asks it).
 """
 
 from __future__ import annotations
@@ -67,7 +67,6 @@ def create_control_app(plane: DataPlane) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
-        plane.supervisor.start()
         # Everything alive now lives for the whole process: keep it out of the collector's full
         # passes, which otherwise made the p99 (bench/NOTES.md: 57 ms pauses → p99 55 → 8 ms).
         gc.collect()
@@ -75,7 +74,7 @@ def create_control_app(plane: DataPlane) -> FastAPI:
         try:
             yield
         finally:
-            await plane.supervisor.stop()
+            await plane.close()
 
     app = FastAPI(
         lifespan=lifespan,
@@ -86,7 +85,7 @@ def create_control_app(plane: DataPlane) -> FastAPI:
     )
     app.add_middleware(HeaderLimit, limit=plane.settings.max_header_bytes)
     metrics = plane.metrics
-    registry = plane.registry
+    multi_model = plane.multi_model
 
     @app.exception_handler(ServeError)
     async def _serve_error(request: Request, exc: ServeError) -> Response:
@@ -125,17 +124,18 @@ def create_control_app(plane: DataPlane) -> FastAPI:
     @app.get("/models")
     @app.get("/models/")
     async def list_models(request: Request) -> Response:
-        if registry is None:  # live in both modes (docs/contract.md §2.1); an SME has no MME models
+        if not multi_model:  # live in both modes (docs/contract.md §2.1); an SME has no MME models
             return _json({"models": []})
         params = request.query_params
-        return _json(registry.list(params.get("next_page_token"), params.get("limit") or params.get("max_results")))
+        token, limit = params.get("next_page_token"), params.get("limit") or params.get("max_results")
+        return _json(await plane.list_models(token, limit))
 
     @app.get("/models/{name}")
     @app.get("/models/{name}/invoke")
     async def describe_model(name: str) -> Response:
-        if registry is None:
+        if not multi_model:
             raise ModelNotFound(name)
-        return _json(registry.describe(name))
+        return _json(await plane.describe(name))
 
     @app.post("/models")
     @app.post("/models/")
@@ -145,7 +145,7 @@ def create_control_app(plane: DataPlane) -> FastAPI:
         body = await read_body(request, LOAD_BODY_LIMIT)
         started = time.perf_counter()
         try:
-            await plane.mme().load(body, request.headers.get(_TARGET))
+            await plane.load(body, request.headers.get(_TARGET))
         except ServeError:
             metrics.model_load(False, time.perf_counter() - started)
             raise
@@ -154,10 +154,10 @@ def create_control_app(plane: DataPlane) -> FastAPI:
 
     @app.delete("/models/{name}")
     async def unload_model(request: Request, name: str) -> Response:
-        if registry is None:
+        if not multi_model:
             raise ModelNotFound(name)
         try:
-            await registry.unload(name, request.headers.get(_TARGET))
+            await plane.unload(name, request.headers.get(_TARGET))
         except ServeError as exc:
             metrics.model_unload(exc.status == 404)
             raise

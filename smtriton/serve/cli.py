@@ -10,6 +10,8 @@ import argparse
 import asyncio
 import logging
 import os
+import signal
+import socket
 import sys
 import tempfile
 from collections.abc import Sequence
@@ -22,9 +24,10 @@ from smtriton.serve.logs import configure_logging
 from smtriton.serve.repository import refuse_unrunnable_plans, resolve_default_model
 from smtriton.serve.settings import Settings, environment_help, flag_help, warn_without_effect
 from smtriton.serve.triton.installation import TritonInstallation, find_triton
+from smtriton.serve.workers import WORKER_MODULE, listen
 
 if TYPE_CHECKING:
-    from smtriton.serve.dataplane import DataPlane
+    from smtriton.serve.endpoint import Endpoint
 
 log = logging.getLogger("serve")
 
@@ -63,6 +66,7 @@ def parser() -> argparse.ArgumentParser:
     parser.add_argument("--multi-model", action="store_true", default=None, help=flag_help("multi_model"))
     parser.add_argument("--port", type=int, metavar="PORT", help=flag_help("port"))
     parser.add_argument("--host", metavar="ADDRESS", help=flag_help("host"))
+    parser.add_argument("--workers", type=int, metavar="N", help=flag_help("workers"))
     parser.add_argument("--default-model", metavar="NAME", help=flag_help("default_model"))
     parser.add_argument("--log-level", metavar="LEVEL", help=flag_help("log_level"))
     parser.add_argument("--version", action="version", version=_version(), help="print the version and exit")
@@ -74,8 +78,9 @@ def flags(args: argparse.Namespace) -> dict[str, object]:
     return {name: value for name, value in vars(args).items() if name != "mode"}
 
 
-def main(argv: Sequence[str] | None = None) -> None:
-    """Parse the flags, check the configuration (exit 1 with the reason), then serve until SIGTERM."""
+def main(argv: Sequence[str] | None = None, *, worker_module: str = WORKER_MODULE) -> None:
+    """Parse the flags, check the configuration (exit 1 with the reason), then serve until SIGTERM.
+    ``worker_module`` is what each front worker runs (``python -m``)."""
     args = parser().parse_args(argv)
     try:
         settings = Settings.from_env(os.environ, **flags(args))
@@ -86,49 +91,74 @@ def main(argv: Sequence[str] | None = None) -> None:
             default = resolve_default_model(settings.model_repository, settings.default_model)
             refuse_unrunnable_plans(settings.model_repository, default)
         installation = find_triton(settings.tritonserver)
+        if settings.work_dir is not None:
+            settings.work_dir.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(prefix="smtriton-", dir=settings.work_dir) as work:
+            _run(settings, installation, default, Path(work), worker_module)
     except StartupError as exc:
         print(str(exc), file=sys.stderr)
         raise SystemExit(1) from None
-    if settings.work_dir is not None:
-        settings.work_dir.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="smtriton-", dir=settings.work_dir) as work:
-        _run(settings, installation, default, Path(work))
 
 
-def _run(settings: Settings, installation: TritonInstallation, default: str | None, work: Path) -> None:
-    """Run the server until SIGTERM on uvicorn's loop of choice (uvloop where installed)."""
+def _run(
+    settings: Settings, installation: TritonInstallation, default: str | None, work: Path, worker_module: str
+) -> None:
+    """Run the endpoint until SIGTERM on uvicorn's loop of choice (uvloop where installed)."""
+    listener = listen(settings.host, settings.port)  # at once: a port that is taken stops serve here
     try:
         import uvloop
     except ImportError:  # pragma: no cover - uvloop is in the runtime's dependencies
-        asyncio.run(_serve(settings, installation, default, work))
+        run = asyncio.run
     else:
-        uvloop.run(_serve(settings, installation, default, work))
+        run = uvloop.run
+    try:
+        run(_serve(settings, installation, default, work, listener, worker_module))
+    finally:
+        listener.close()
 
 
-async def _serve(settings: Settings, installation: TritonInstallation, default: str | None, work: Path) -> None:
-    """Start Triton first, then assemble the front while it boots: the front's imports (FastAPI,
-    uvicorn, aiohttp, gRPC: about half a second) overlap Triton's own start-up instead of preceding
-    it. ``work`` is scratch space."""
-    from smtriton.serve.metrics import Metrics
+async def _serve(
+    settings: Settings,
+    installation: TritonInstallation,
+    default: str | None,
+    work: Path,
+    listener: socket.socket,
+    worker_module: str,
+) -> None:
+    """Start Triton first, then the front workers, then assemble the endpoint's owner while both boot:
+    the workers' imports (FastAPI, uvicorn, aiohttp: about half a second) overlap Triton's own start-up
+    instead of preceding it. ``work`` is scratch space."""
+    if settings.metrics_port is not None:
+        from smtriton.serve.metrics import share_between_processes
+
+        share_between_processes(work / "metrics")  # before prometheus_client is imported, here or in a worker
     from smtriton.serve.supervisor import TritonSupervisor
+    from smtriton.serve.workers import WorkerPool
 
-    metrics = Metrics(enabled=settings.metrics_port is not None)
     if default is None:
         repository = work / "managed"  # MME: the repository serve manages (docs/design.md §3)
         repository.mkdir()
     else:
         repository = settings.model_repository.resolve()
     assembled = asyncio.Event()
-    plane: DataPlane | None = None
+    endpoint: Endpoint | None = None
 
     async def on_live() -> None:
         await assembled.wait()
-        assert plane is not None
-        await plane.on_triton_live()
+        assert endpoint is not None
+        await endpoint.on_triton_live()
 
     async def watch() -> None:
-        assert plane is not None
-        await plane.watch_model_health()
+        assert endpoint is not None
+        await endpoint.watch_model_health()
+
+    def on_exit() -> None:
+        if endpoint is not None:
+            endpoint.on_triton_exit()
+
+    def on_change() -> None:
+        if endpoint is not None:
+            endpoint.publish()
 
     supervisor = TritonSupervisor(
         settings,
@@ -137,32 +167,51 @@ async def _serve(settings: Settings, installation: TritonInstallation, default: 
         work,
         on_live=on_live,
         watch=watch if default is not None else None,
-        on_exit=metrics.triton_restarts.inc,
-        metrics_wanted=metrics.enabled,
+        on_exit=on_exit,
+        on_change=on_change,
+        metrics_wanted=settings.metrics_port is not None,
         load_models=(default,) if default is not None else (),
     )
-    supervisor.start()
-    await supervisor.wait_spawned()
-
-    from smtriton.serve.dataplane import DataPlane
-    from smtriton.serve.multimodel import ModelRegistry
-    from smtriton.serve.server import http_server
-
-    registry = None
-    if default is None:
-        log.info("multi-model endpoint: models from %s, on %s:%d", settings.model_root, settings.host, settings.port)
-        registry = ModelRegistry(settings, repository, supervisor.running_client)
-    else:
-        log.info("serving model %s from %s on %s:%d", default, settings.model_repository, settings.host, settings.port)
-    plane = DataPlane(settings, supervisor, metrics, default, registry)
-    assembled.set()
-    if settings.metrics_port is not None:
-        metrics.triton_url = lambda: supervisor.metrics_url
-        metrics.serve(settings.metrics_host, settings.metrics_port)
+    workers = WorkerPool(settings.workers, listener, module=worker_module, on_exit=_forget_worker_metrics)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
     try:
-        await http_server(plane).serve()
+        supervisor.start()
+        await supervisor.wait_spawned()
+        workers.start()
+
+        from smtriton.serve.endpoint import Endpoint
+        from smtriton.serve.metrics import Metrics
+        from smtriton.serve.multimodel import ModelRegistry
+
+        metrics = Metrics(enabled=settings.metrics_port is not None)
+        registry = None
+        where = f"on {settings.host}:{settings.port} ({settings.workers} front worker{'s' * (settings.workers > 1)})"
+        if default is None:
+            log.info("multi-model endpoint: models from %s, %s", settings.model_root, where)
+            registry = ModelRegistry(settings, repository, supervisor.running_client)
+        else:
+            log.info("serving model %s from %s %s", default, settings.model_repository, where)
+        endpoint = Endpoint(settings, supervisor, metrics, workers, default, registry)
+        workers.open(endpoint.hello, endpoint.handle)
+        assembled.set()
+        if settings.metrics_port is not None:
+            metrics.serve(settings.metrics_host, settings.metrics_port, lambda: supervisor.metrics_url)
+        await stop.wait()
+        log.info("stopping: draining every worker, then Triton")
+        endpoint.begin_drain()
     finally:
-        await supervisor.stop()  # also when the server never started (its port taken, say)
+        await workers.stop(settings.shutdown_timeout_s)
+        await supervisor.stop()  # also when start-up failed half-way
+
+
+def _forget_worker_metrics(pid: int) -> None:
+    """A worker exited: its live gauges stop counting (only where metrics are shared between processes)."""
+    from smtriton.serve.metrics import Metrics
+
+    Metrics.forget_process(pid)
 
 
 if __name__ == "__main__":

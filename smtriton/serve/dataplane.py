@@ -1,10 +1,15 @@
-"""The data plane: what the routes ask of Triton, with no HTTP in it.
+"""The data plane of one front worker: what the routes ask of Triton and of the endpoint, no HTTP in it.
 
-Infer, generate and stream for the single model an SME serves; load, unload, list, describe and invoke
-for the models of an MME (through :class:`~smtriton.serve.multimodel.ModelRegistry`). Requests go to
-Triton as SageMaker sent them: the body untouched, except that a large JSON request is re-encoded
-binary (:mod:`smtriton.serve.transcode`) and custom attributes are added to its parameters. Answers
-come back as Triton gave them; mapping them to SageMaker's responses is the HTTP edge's job.
+Infer, generate and stream for the single model an SME serves; invoke for the models of an MME, through
+this worker's copy of the load records, counting the invokes it runs so an unload can wait for them.
+Requests go to Triton as SageMaker sent them: the body untouched, except that a large JSON request is
+re-encoded binary (:mod:`smtriton.serve.transcode`) and custom attributes are added to its parameters.
+Answers come back as Triton gave them; mapping them to SageMaker's responses is the HTTP edge's job.
+
+What every worker must agree on is decided by the endpoint's owner in the main process
+(:mod:`smtriton.serve.endpoint`): it sends this plane the state (Triton's ports, whether requests may
+go to Triton, what `/ping` answers) and each change of the model table, and answers the multi-model
+API (load, unload, list, describe) for it.
 """
 
 from __future__ import annotations
@@ -12,104 +17,135 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable
+from typing import TYPE_CHECKING, Any
 
-from smtriton.serve import codec, guard, streaming, transcode
-from smtriton.serve.errors import BadRequest, ModelLoadFailed, NotReady, ServeError
+from smtriton.serve import codec, guard, transcode
+from smtriton.serve.channel import STARTING, Channel, EndpointState, Message
+from smtriton.serve.errors import BadRequest, ModelNotFound, NotReady, ServeError
 from smtriton.serve.metrics import Metrics
-from smtriton.serve.multimodel import ModelRecord, ModelRegistry
+from smtriton.serve.records import ModelRecord
 from smtriton.serve.settings import Settings
-from smtriton.serve.supervisor import TritonState, TritonSupervisor
 from smtriton.serve.triton.client import TritonClient, UpstreamResponse
+
+if TYPE_CHECKING:
+    from smtriton.serve.streaming import StreamClient
 
 log = logging.getLogger("serve")
 
 # docs/contract.md §7: the custom attributes header travels to the model as this request parameter,
 # and a response parameter of the same name set by the model comes back as the header.
 CUSTOM_ATTRIBUTES = "sagemaker_custom_attributes"
-HEALTH_INTERVAL_S = 1.0
+
+
+class Invocable:
+    """A loaded model as this worker invokes it: its record and the invokes running now."""
+
+    def __init__(self, record: ModelRecord) -> None:
+        self.record = record
+        self.inflight = 0
+        self.idle = asyncio.Event()
+        self.idle.set()
+
+
+async def _close_all(clients: list[TritonClient | StreamClient]) -> None:
+    for client in clients:
+        await client.close()
+
+
+async def _wait_idle(name: str, model: Invocable, timeout: float) -> None:
+    try:
+        await asyncio.wait_for(model.idle.wait(), timeout)
+    except asyncio.TimeoutError:
+        log.warning("unloading %s with %d requests still in flight", name, model.inflight)
 
 
 class DataPlane:
-    """One endpoint's models on one supervised Triton: the SME ``default_model``, or an MME registry."""
+    """One worker's view of the endpoint: the SME ``default_model``, or the MME models, on the one Triton.
+
+    ``owner`` is the channel to the main process (None: a plane used alone, in tests of the routes)."""
 
     def __init__(
         self,
         settings: Settings,
-        supervisor: TritonSupervisor,
         metrics: Metrics,
         default_model: str | None = None,
-        registry: ModelRegistry | None = None,
+        owner: Channel | None = None,
+        pool_size: int = 256,
     ) -> None:
         self.settings = settings
-        self.supervisor = supervisor
         self.metrics = metrics
         self.default_model = default_model
-        self.registry = registry
-        self.decoupled = False  # SME: the default model streams (decoupled transaction policy)
-        self.model_ready = False  # SME: the default model is READY; MME: the registry is restored
-        self.model_failed = False  # SME: the default model failed to load (or is no longer ready)
+        self.multi_model = default_model is None
+        self.owner = owner
+        self.state = STARTING
         self.draining = False
+        self.client: TritonClient | None = None
+        self._stream_client: StreamClient | None = None
+        self._pool_size = pool_size
+        self.models: dict[str, Invocable] = {}
 
-    # ----- lifecycle: the supervisor's hooks -----------------------------------------------------
-    async def on_triton_live(self) -> None:
-        """Triton (re)started: load the SME model, or restore the MME models, before /ping turns 200."""
-        self.model_ready = self.model_failed = False
-        if self.default_model is None:
-            if self.registry is not None:
-                await self.registry.restore()
-            self.model_ready = True
-            return
-        client = self.supervisor.running_client()
-        model = self.default_model
-        # Triton loaded the model as it started (the supervisor's load_models); ask how that went, and
-        # load it here only if Triton does not list it (then the load's own error says why).
-        state, reason = await client.model_state(model)
-        try:
-            if state != "READY" and (state is None or not reason):
-                await client.load_model(model, self.settings.startup_timeout_s)
-            elif state != "READY":
-                raise ModelLoadFailed(reason)
-        except ServeError as exc:
-            self.model_failed = True
-            log.error("model %s failed to load; /ping stays 503: %s", model, exc.message)
-            return
-        self.decoupled = await client.is_decoupled(model)
-        self.model_ready = True
-        log.info("model %s is ready", model)
+    # ----- what the owner tells -------------------------------------------------------------------
+    def handle(self, op: str, message: Message) -> Awaitable[None] | None:
+        """A notice or a call from the endpoint's owner, taken in the order they were sent; what is
+        left to wait for (old clients closing, invokes finishing) is returned."""
+        if op == "state":
+            return self.apply(EndpointState.from_wire(message["state"]))
+        if op == "model_added":
+            record = ModelRecord.from_wire(message["record"])
+            self.models[record.model_name] = Invocable(record)
+        elif op == "model_draining":
+            return self._drain_model(str(message["name"]), float(message["seconds"]))
+        elif op == "model_removed":
+            self.models.pop(str(message["name"]), None)
+        else:
+            raise BadRequest(f"unknown operation {op!r}")
+        return None
 
-    async def watch_model_health(self) -> None:
-        """Keep /ping true to Triton's view of the SME model (it may be unloaded or fail later)."""
-        model = self.default_model
-        if model is None:
-            return
-        while True:
-            await asyncio.sleep(HEALTH_INTERVAL_S)
-            client = self.supervisor.client
-            if client is None or not self.supervisor.live:
-                continue
-            ready = await client.model_ready(model)
-            process = self.supervisor.process
-            if process is not None and process.returncode is not None:
-                return
-            if ready is not None and ready != self.model_ready:
-                self.model_ready, self.model_failed = ready, not ready
-                log.warning("model %s is %s", model, "ready" if ready else "no longer ready")
+    def apply(self, state: EndpointState) -> Awaitable[None] | None:
+        """Take the owner's state; new loopback ports (Triton restarted) mean new clients, and the old
+        ones are closed in what is returned."""
+        old = self.state
+        self.state = state
+        closing: list[TritonClient | StreamClient] = []
+        if state.http_port != old.http_port:
+            if self.client is not None:
+                closing.append(self.client)
+            self.client = None
+            if state.http_port is not None:
+                url = f"http://127.0.0.1:{state.http_port}"
+                self.client = TritonClient(url, self.settings.request_timeout_s, self._pool_size)
+        if state.grpc_port != old.grpc_port and self._stream_client is not None:
+            closing.append(self._stream_client)
+            self._stream_client = None
+        return _close_all(closing) if closing else None
+
+    def _drain_model(self, name: str, timeout: float) -> Awaitable[None] | None:
+        """An unload: new invokes of ``name`` get 404 from now on; the invokes running finish in what is
+        returned (up to ``timeout`` seconds)."""
+        model = self.models.pop(name, None)
+        return _wait_idle(name, model, timeout) if model is not None else None
+
+    async def close(self) -> None:
+        if self.client is not None:
+            await self.client.close()
+        if self._stream_client is not None:
+            await self._stream_client.close()
 
     def begin_drain(self) -> None:
         """SIGTERM arrived: /ping fails from now on so no new traffic is routed here; requests
-        already accepted still run to completion before Triton is stopped."""
+        already accepted still run to completion."""
         self.draining = True
 
     @property
     def healthy(self) -> bool:
-        """What /ping answers: Triton live and the served model READY (or live only, in live mode)."""
-        if self.draining or not self.supervisor.live:
-            return False
-        if self.settings.ping_mode == "live":
-            return self.model_ready or self.model_failed
-        return self.model_ready
+        """What /ping answers, as the owner decided it (false at once on this worker's SIGTERM)."""
+        return self.state.healthy and not self.draining
+
+    @property
+    def decoupled(self) -> bool:
+        """The SME model streams its responses."""
+        return self.state.decoupled
 
     # ----- single-model endpoint ----------------------------------------------------------------
     def sme_model(self) -> str:
@@ -121,28 +157,19 @@ class DataPlane:
             )
         return self.default_model
 
-    def _ready_client(self, model: str) -> TritonClient:
+    def _ready_client(self) -> TritonClient:
         """The client, if requests may go to Triton now (else 503)."""
-        client = self.supervisor.client
-        if not self.supervisor.live or not self.model_ready or client is None:
-            raise NotReady(self._not_ready_message(model))
+        client = self.client
+        if not self.state.serving or client is None:
+            raise NotReady(self.state.reason or "Triton is not ready")
         return client
-
-    def _not_ready_message(self, model: str) -> str:
-        state = self.supervisor.state
-        if state is TritonState.STOPPING:
-            return "server is shutting down"
-        if self.model_failed:
-            return f"model '{model}' is not ready"
-        triton = "starting" if state is TritonState.LIVE else state.value
-        return f"model '{model}' is not ready yet (Triton is {triton})"
 
     async def infer(
         self, triton_name: str, body: bytes, content_type: str | None, custom_attributes: str | None = None
     ) -> UpstreamResponse:
         """One SageMaker-encoded inference request to a Triton model."""
         header_length = codec.request_header_length(content_type, len(body))
-        client = self._ready_client(triton_name)
+        client = self._ready_client()
         if header_length is None and 0 < self.settings.transcode_json_min_bytes <= len(body):
             binary = transcode.to_binary(body)  # also refuses a body nested too deep
             if binary is not None:
@@ -155,7 +182,7 @@ class DataPlane:
         return await client.infer(triton_name, body, header_length)
 
     async def generate(self, model: str, body: bytes) -> UpstreamResponse:
-        client = self._ready_client(model)
+        client = self._ready_client()
         guard.check_json_depth(body)
         return await client.generate(model, body)
 
@@ -165,7 +192,7 @@ class DataPlane:
     ) -> AsyncIterator[tuple[UpstreamResponse | None, AsyncIterator[bytes] | None]]:
         """Triton's generate stream: ``(failure, None)`` with Triton's error answer, or ``(None, events)``
         with the server-sent events as they arrive; leaving the context early drops the upstream request."""
-        client = self._ready_client(model)
+        client = self._ready_client()
         guard.check_json_depth(body)
         async with client.generate_stream(model, body) as upstream:
             if upstream.status != 200:
@@ -178,20 +205,23 @@ class DataPlane:
         self, triton_name: str, body: bytes, content_type: str | None, custom_attributes: str | None = None
     ) -> AsyncIterator[dict[str, Any]]:
         """A decoupled model's responses, one KServe JSON response each, as Triton streams them."""
+        from smtriton.serve import streaming  # gRPC and numpy only for endpoints that stream
+
         header_length = codec.request_header_length(content_type, len(body))
         extra = {CUSTOM_ATTRIBUTES: custom_attributes} if custom_attributes is not None else None
         request = streaming.build_request(triton_name, body, header_length, extra)
-        self._ready_client(triton_name)
-        stream_client = self.supervisor.stream_client
-        assert stream_client is not None
-        return stream_client.stream(request)
+        self._ready_client()
+        if self._stream_client is None:  # made on first use: most endpoints never stream
+            assert self.state.grpc_port is not None
+            self._stream_client = streaming.StreamClient(f"127.0.0.1:{self.state.grpc_port}")
+        return self._stream_client.stream(request)
 
     async def instance_count(self) -> int:
         """Model instances Triton runs for the SME model (1 for an MME or when unknown)."""
-        if self.default_model is None or not self.model_ready or self.supervisor.client is None:
+        if self.default_model is None or not self.state.serving or self.client is None:
             return 1
         try:
-            config = await self.supervisor.client.model_config(self.default_model)
+            config = await self.client.model_config(self.default_model)
         except ServeError:
             return 1
         groups = config.get("instance_group")
@@ -201,18 +231,44 @@ class DataPlane:
                 total += int(group.get("count", 1))
         return max(1, total)
 
-    # ----- multi-model endpoint -----------------------------------------------------------------
-    def mme(self) -> ModelRegistry:
-        if self.registry is None:
-            raise BadRequest("the multi-model API needs SAGEMAKER_MULTI_MODEL=true")
-        return self.registry
-
-    def begin_invoke(self, name: str, target_model: str | None) -> ModelRecord:
+    # ----- multi-model endpoint: invoke here, the rest asked of the owner -------------------------
+    def begin_invoke(self, name: str, target_model: str | None) -> Invocable:
         """Resolve an MME model for one invocation; pair with :meth:`end_invoke` (unloads wait for it)."""
-        return self.mme().begin_invoke(name, target_model)
+        model = self.models.get(name)
+        if model is None:
+            raise ModelNotFound(name)
+        model.record.check_target(target_model)
+        model.inflight += 1
+        model.idle.clear()
+        return model
 
-    def end_invoke(self, record: ModelRecord) -> None:
-        self.mme().end_invoke(record)
+    @staticmethod
+    def end_invoke(model: Invocable) -> None:
+        model.inflight -= 1
+        if model.inflight == 0:
+            model.idle.set()
 
-    def invoke_oom(self, message: str) -> bool:
-        return self.mme().invoke_oom(message)
+    async def _ask(self, op: str, **fields: Any) -> Any:
+        if not self.multi_model:
+            raise BadRequest("the multi-model API needs SAGEMAKER_MULTI_MODEL=true")
+        if self.owner is None:
+            raise NotReady("the endpoint's owner is not reachable")
+        return await self.owner.call(op, **fields)
+
+    async def invoke_oom(self, message: str) -> bool:
+        """Whether a failed invoke was out of memory (the owner decides, once for all workers)."""
+        return bool(await self._ask("invoke_oom", message=message))
+
+    async def load(self, body: bytes, target_model: str | None) -> None:
+        await self._ask("load", body=body.decode("latin-1"), target=target_model)
+
+    async def unload(self, name: str, target_model: str | None) -> None:
+        await self._ask("unload", name=name, target=target_model)
+
+    async def list_models(self, token: str | None, limit: str | None) -> dict[str, Any]:
+        listed: dict[str, Any] = await self._ask("list", token=token, limit=limit)
+        return listed
+
+    async def describe(self, name: str) -> dict[str, str]:
+        described: dict[str, str] = await self._ask("describe", name=name)
+        return described

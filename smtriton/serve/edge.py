@@ -8,7 +8,7 @@ multi-model endpoint's renaming of ``model_name`` (§4.1), and the framing of st
 from __future__ import annotations
 
 import re
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from typing import Any
 
 import orjson
@@ -17,7 +17,7 @@ from smtriton.serve import codec
 from smtriton.serve.codec import JSON
 from smtriton.serve.dataplane import CUSTOM_ATTRIBUTES
 from smtriton.serve.errors import error_body
-from smtriton.serve.multimodel import ModelRecord, is_oom
+from smtriton.serve.records import ModelRecord
 from smtriton.serve.triton.client import UpstreamResponse, error_text
 
 CUSTOM_ATTRIBUTES_HEADER = "X-Amzn-SageMaker-Custom-Attributes"
@@ -61,18 +61,29 @@ def to_sagemaker(upstream: UpstreamResponse) -> Answer:
     return status, JSON, upstream.body
 
 
-def to_mme_response(record: ModelRecord, upstream: UpstreamResponse, oom: Callable[[str], bool] = is_oom) -> Answer:
+def failure_message(upstream: UpstreamResponse) -> str:
+    """The error text of a failed Triton answer."""
+    return error_text(upstream.body) or "inference failed"
+
+
+def may_be_out_of_memory(upstream: UpstreamResponse) -> bool:
+    """Whether an MME invoke's failure needs the out-of-memory verdict (docs/contract.md §4.6)."""
+    return upstream.status not in (200, 503)
+
+
+def to_mme_response(record: ModelRecord, upstream: UpstreamResponse, out_of_memory: bool = False) -> Answer:
     """MME mapping of a Triton answer (docs/contract.md §2.6): 200 as SME with the client's model name
-    put back; errors 507 on out-of-memory, 404 if the model is gone, 503 if Triton is, else 400."""
+    put back; errors 507 on out-of-memory (``out_of_memory``: the endpoint's verdict on this failure),
+    404 if the model is gone, 503 if Triton is, else 400."""
     if upstream.status == 200:
         body, header_length = upstream.body, upstream.header_length
         if record.response_name != record.triton_name:
             body, header_length = rename_in_response(body, header_length, record.triton_name, record.response_name)
         return 200, codec.response_content_type(header_length), body
-    message = error_text(upstream.body) or "inference failed"
+    message = failure_message(upstream)
     if upstream.status == 503:
         return 503, JSON, error_body(message)
-    status = 507 if oom(message) else 404 if upstream.status == 404 else 400
+    status = 507 if out_of_memory else 404 if upstream.status == 404 else 400
     return status, JSON, error_body(message)
 
 

@@ -110,6 +110,15 @@ class UpstreamError(ServeError):
         self.status = status
 
 
+class Relayed(ServeError):
+    """An error decided in another process of `serve` (the main process, for a front worker), carried
+    over with its status and message so the client gets exactly what was decided."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
 def error_body(message: str) -> bytes:
     """Compact ``{"error": ...}`` exactly as Triton writes it."""
     return orjson.dumps({"error": strip_repository_paths(message)})

@@ -47,11 +47,27 @@ class _NoPing(logging.Filter):
         return not any(isinstance(a, str) and a.split("?", 1)[0] == "/ping" for a in args)
 
 
-def configure_logging(level: str, fmt: Literal["json", "text"]) -> None:
+class _Worker(logging.Filter):
+    """Names the front worker on each of its records (the main process's records name none)."""
+
+    def __init__(self, worker: int) -> None:
+        super().__init__()
+        self.worker = worker
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.worker = self.worker
+        return True
+
+
+def configure_logging(level: str, fmt: Literal["json", "text"], worker: int | None = None) -> None:
+    """Logging of `serve`'s main process, or of front worker ``worker`` (its lines carry ``"worker"``)."""
     handler = logging.StreamHandler(sys.stdout)
     if fmt == "json":
         handler.setFormatter(JsonFormatter())
     else:
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        where = "" if worker is None else f" [worker {worker}]"
+        handler.setFormatter(logging.Formatter(f"%(asctime)s %(levelname)s %(name)s{where}: %(message)s"))
+    if worker is not None:
+        handler.addFilter(_Worker(worker))
     logging.basicConfig(level=level.upper(), handlers=[handler], force=True)
     logging.getLogger("uvicorn.access").addFilter(_NoPing())

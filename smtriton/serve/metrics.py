@@ -1,22 +1,30 @@
 """Prometheus metrics of the front server, plus Triton's own, on a port of their own.
 
-Off unless ``SMTRITON_METRICS_PORT`` is set: then the front's counters and histograms and, re-exported
-at each scrape, Triton's ``nv_*`` metrics (Triton's metrics endpoint stays on loopback) are served at
-``/metrics``. The hot path pays one dict lookup and two label-child updates per request.
+Off unless ``SMTRITON_METRICS_PORT`` is set: then the main process serves ``/metrics`` with the
+counters and histograms of every process of `serve` summed (prometheus_client's multiprocess mode:
+each process writes its values to files in one directory, named by ``PROMETHEUS_MULTIPROC_DIR``
+before prometheus_client is first imported) and, re-exported at each scrape, Triton's ``nv_*``
+metrics (Triton's metrics endpoint stays on loopback). The hot path pays one dict lookup and two
+label-child updates per request.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 from prometheus_client.core import Metric
+from prometheus_client.multiprocess import MultiProcessCollector, mark_process_dead
 from prometheus_client.parser import text_string_to_metric_families
 
 log = logging.getLogger("serve.metrics")
+
+MULTIPROCESS_DIR = "PROMETHEUS_MULTIPROC_DIR"
 
 _LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 
@@ -39,12 +47,18 @@ class _TritonCollector:
         yield from text_string_to_metric_families(text)
 
 
+def share_between_processes(directory: Path) -> None:
+    """Have every process of `serve` started from now on write its metrics to ``directory``; call it in
+    the main process before prometheus_client is imported (the workers inherit the variable)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    os.environ[MULTIPROCESS_DIR] = str(directory)
+
+
 class Metrics:
     """Counters of one `serve` process; ``enabled`` False makes every method a no-op."""
 
     def __init__(self, enabled: bool) -> None:
         self.enabled = enabled
-        self.triton_url: Callable[[], str | None] = lambda: None  # set once Triton's metrics port is known
         self.registry = CollectorRegistry()
         labels = ["route", "model", "status"]
         self._requests = Counter(
@@ -57,7 +71,13 @@ class Metrics:
             buckets=_LATENCY_BUCKETS,
             registry=self.registry,
         )
-        self._inflight = Gauge("smtriton_inflight_requests", "Requests being served", ["route"], registry=self.registry)
+        self._inflight = Gauge(
+            "smtriton_inflight_requests",
+            "Requests being served",
+            ["route"],
+            registry=self.registry,
+            multiprocess_mode="livesum",
+        )
         self._loads = Counter("smtriton_model_loads", "MME model loads by result", ["result"], registry=self.registry)
         self._load_latency = Histogram(
             "smtriton_model_load_seconds",
@@ -70,12 +90,21 @@ class Metrics:
         self.transcoded = Counter(
             "smtriton_transcoded_requests", "Large JSON requests re-encoded binary for Triton", registry=self.registry
         )
-        self.registry.register(_TritonCollector(lambda: self.triton_url()))
         self._children: dict[tuple[str, str, int], tuple[Counter, Histogram]] = {}
 
-    def serve(self, host: str, port: int) -> None:
-        start_http_server(port, addr=host, registry=self.registry)
+    def serve(self, host: str, port: int, triton_url: Callable[[], str | None]) -> None:
+        """``/metrics`` of every process (from the files of :func:`share_between_processes`) and Triton's."""
+        registry = CollectorRegistry()
+        MultiProcessCollector(registry, path=os.environ[MULTIPROCESS_DIR])  # type: ignore[no-untyped-call]
+        registry.register(_TritonCollector(triton_url))
+        start_http_server(port, addr=host, registry=registry)
         log.info("metrics on http://%s:%d/metrics", host, port)
+
+    @staticmethod
+    def forget_process(pid: int) -> None:
+        """A worker exited: its live gauges (requests in flight) no longer count; its counters still do."""
+        if MULTIPROCESS_DIR in os.environ:
+            mark_process_dead(pid, os.environ[MULTIPROCESS_DIR])  # type: ignore[no-untyped-call]
 
     def begin(self, route: str) -> float:
         if self.enabled:

@@ -20,8 +20,9 @@ import re
 import shutil
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 import orjson
 
@@ -38,6 +39,7 @@ from smtriton.serve.errors import (
 )
 from smtriton.serve.gpu import gpu_free_memory
 from smtriton.serve.plan_check import check_models
+from smtriton.serve.records import ModelRecord
 from smtriton.serve.settings import Settings
 from smtriton.serve.triton.client import TritonClient
 
@@ -71,33 +73,6 @@ _OOM_WORD = re.compile(r"\bOOM\b")  # native matches "OOM" anywhere (docs/contra
 
 def is_oom(message: str) -> bool:
     return any(p in message for p in OOM_PATTERNS) or bool(_OOM_WORD.search(message))
-
-
-@dataclass
-class ModelRecord:
-    """What a load decided; every later request on ``model_name`` resolves through this."""
-
-    model_name: str
-    url: str  # as the model list shows it (:func:`listed_url`)
-    target_model: str | None
-    triton_name: str  # the entry model Triton serves
-    triton_names: list[str]  # every Triton model staged for this archive, entry last
-    response_name: str  # "model_name" clients see in inference responses
-    decoupled: bool = False  # the entry model streams its responses
-    estimate: int = 0  # bytes the load was estimated to need (archive size x factor)
-    loaded_at: float = field(default_factory=time.time)
-    inflight: int = 0
-    idle: asyncio.Event = field(default_factory=asyncio.Event)
-
-    def describe(self) -> dict[str, str]:
-        return {"modelName": self.model_name, "modelUrl": self.url}
-
-    def check_target(self, target_model: str | None) -> None:
-        """A request's X-Amzn-SageMaker-Target-Model, when sent, must name this model: as it was at load
-        time, or by its model_name when the load came without the header (one rule either way)."""
-        expected = self.target_model if self.target_model is not None else self.model_name
-        if target_model is not None and target_model != expected:
-            raise BadRequest("X-Amzn-SageMaker-Target-Model header does not match the model requested in the URL")
 
 
 @dataclass(frozen=True)
@@ -302,8 +277,20 @@ def available_memory() -> int:
     return available if available is not None else 1 << 62
 
 
+class RegistryListener(Protocol):
+    """Who must see a change of the table before it is answered: the front workers, which invoke models
+    through their own copy of the records and count the invokes they run."""
+
+    async def added(self, record: ModelRecord) -> None: ...
+
+    async def draining_model(self, name: str, timeout: float) -> None:
+        """Stop taking invokes of ``name`` and wait (up to ``timeout`` s) for those running to finish."""
+
+    async def removed(self, name: str) -> None: ...
+
+
 class ModelRegistry:
-    """The MME model table and every operation on it; one per `serve` process."""
+    """The MME model table and every operation on it; one per endpoint, in `serve`'s main process."""
 
     def __init__(
         self,
@@ -332,6 +319,7 @@ class ModelRegistry:
         self._loading: set[str] = set()
         self._unloading: set[str] = set()
         self._locks: dict[str, asyncio.Lock] = {}
+        self.listener: RegistryListener | None = None
 
     def _lock(self, name: str) -> asyncio.Lock:
         return self._locks.setdefault(name, asyncio.Lock())
@@ -346,6 +334,10 @@ class ModelRegistry:
             raise ModelNotFound(name)
         return record.describe()
 
+    def announced(self) -> tuple[ModelRecord, ...]:
+        """The records invokes may reach now (a worker that starts gets these)."""
+        return tuple(r for name, r in self.records.items() if name not in self._unloading)
+
     # ----- load ---------------------------------------------------------------------------------
     async def load(self, body: bytes, target_model: str | None) -> None:
         name, url = parse_load_body(body)
@@ -355,6 +347,8 @@ class ModelRegistry:
         try:
             async with self._load_slots:
                 record = await self._load(name, url, target_model)
+            if self.listener is not None:
+                await self.listener.added(record)
             self.records[name] = record
         finally:
             self._loading.discard(name)
@@ -391,9 +385,8 @@ class ModelRegistry:
             record.decoupled = await self._client().is_decoupled(triton_name)
         except BaseException:
             await self._unload_in_triton(staged, wait=False)
-            remove_staged(self.managed, staged)
+            await asyncio.to_thread(remove_staged, self.managed, staged)
             raise
-        record.idle.set()
         return record
 
     def _check_memory(self, name: str, needed: int) -> None:
@@ -437,15 +430,18 @@ class ModelRegistry:
             record.check_target(target_model)
             self._unloading.add(name)
             try:
-                try:  # drain: invokes already running finish; new ones get 404 from here on
-                    await asyncio.wait_for(record.idle.wait(), self._drain_s)
-                except asyncio.TimeoutError:
-                    log.warning("unloading %s with %d requests still in flight", name, record.inflight)
-                await self._unload_in_triton(list(reversed(record.triton_names)), wait=True)
+                if self.listener is not None:  # invokes already running finish; new ones get 404 from here on
+                    await self.listener.draining_model(name, self._drain_s)
+                try:
+                    await self._unload_in_triton(list(reversed(record.triton_names)), wait=True)
+                except BaseException:
+                    if self.listener is not None:  # still loaded: invokes may reach it again
+                        await self.listener.added(record)
+                    raise
                 del self.records[name]
             finally:
                 self._unloading.discard(name)
-        remove_staged(self.managed, record.triton_names)
+        await asyncio.to_thread(remove_staged, self.managed, record.triton_names)
         log.info("unloaded model %s", name)
 
     async def _unload_in_triton(self, triton_names: Sequence[str], wait: bool) -> None:
@@ -477,21 +473,6 @@ class ModelRegistry:
         struck, self._oom_kills_seen = kills > self._oom_kills_seen, kills
         return is_oom(message) or struck
 
-    def begin_invoke(self, name: str, target_model: str | None) -> ModelRecord:
-        record = self.records.get(name)
-        if record is None or name in self._unloading:
-            raise ModelNotFound(name)
-        record.check_target(target_model)
-        record.inflight += 1
-        record.idle.clear()
-        return record
-
-    @staticmethod
-    def end_invoke(record: ModelRecord) -> None:
-        record.inflight -= 1
-        if record.inflight == 0:
-            record.idle.set()
-
     # ----- Triton restarted ---------------------------------------------------------------------
     async def restore(self) -> None:
         """Re-load every recorded model after a Triton restart, oldest first."""
@@ -501,6 +482,8 @@ class ModelRegistry:
             except ServeError as exc:
                 log.error("model %s could not be restored and is dropped: %s", record.model_name, exc.message)
                 self.records.pop(record.model_name, None)
-                remove_staged(self.managed, record.triton_names)
+                if self.listener is not None:
+                    await self.listener.removed(record.model_name)
+                await asyncio.to_thread(remove_staged, self.managed, record.triton_names)
             else:
                 log.info("restored model %s", record.model_name)

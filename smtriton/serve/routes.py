@@ -201,7 +201,7 @@ class DataRoutes:
                 raise HeadersTooLarge(self.header_limit)
             if mme_name is None:
                 model = plane.sme_model()
-            elif plane.registry is None:
+            elif not plane.multi_model:
                 raise ModelNotFound(mme_name)
             check_declared_length(request.content_length, self.limit)
             payload = await body()
@@ -258,20 +258,22 @@ class DataRoutes:
 
     async def _mme(self, name: str, body: bytes, request: Invocation) -> Reply:
         plane = self.plane
-        record = plane.begin_invoke(name, request.target_model)
+        model = plane.begin_invoke(name, request.target_model)
+        record = model.record
         if record.decoupled:
             try:
                 responses = plane.stream(record.triton_name, body, request.content_type, request.attributes)
             except BaseException:
-                plane.end_invoke(record)
+                plane.end_invoke(model)
                 raise
             media_type = edge.stream_media_type(request.accept)
-            return 200, "", b"", None, _streamed(responses, media_type, lambda: plane.end_invoke(record))
+            return 200, "", b"", None, _streamed(responses, media_type, lambda: plane.end_invoke(model))
         try:
             upstream = await plane.infer(record.triton_name, body, request.content_type, request.attributes)
         finally:
-            plane.end_invoke(record)
-        return (*edge.to_mme_response(record, upstream, plane.invoke_oom), edge.custom_attributes(upstream), None)
+            plane.end_invoke(model)
+        oom = edge.may_be_out_of_memory(upstream) and await plane.invoke_oom(edge.failure_message(upstream))
+        return (*edge.to_mme_response(record, upstream, oom), edge.custom_attributes(upstream), None)
 
 
 async def _answer(

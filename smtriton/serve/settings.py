@@ -184,6 +184,12 @@ def _setting(
     return Field(default, description=doc, json_schema_extra=extra, ge=ge, gt=gt, le=le)
 
 
+def _default_workers() -> int:
+    from smtriton.serve.workers import default_worker_count
+
+    return default_worker_count()
+
+
 class TritonOptions(BaseModel):
     """What `serve` passes on to tritonserver (docs/contract.md §1.4 native variables)."""
 
@@ -256,6 +262,14 @@ class Settings(BaseSettings):
     host: str = _setting("SMTRITON_HOST", "address `serve` binds", "0.0.0.0", flag=True)
     port: Integer = _setting(
         "SAGEMAKER_BIND_TO_PORT", "port `serve` listens on", DEFAULT_PORT, flag=True, ge=PORT_MIN, le=PORT_MAX
+    )
+    workers: Integer = _setting(
+        "SAGEMAKER_MODEL_SERVER_WORKERS",
+        "front worker processes accepting on the port, all in front of the one Triton",
+        default_factory=lambda data: _default_workers(),
+        shown="one per two CPUs the container may use, at least 1",
+        flag=True,
+        ge=1,
     )
     multi_model: Switch = _setting(
         "SAGEMAKER_MULTI_MODEL", "exactly `true` selects a multi-model endpoint", False, flag=True

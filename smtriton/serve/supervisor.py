@@ -25,7 +25,6 @@ from smtriton.serve.triton.ports import pick_port
 from smtriton.serve.triton.process import Ports, TritonProcess, build_command
 
 if TYPE_CHECKING:  # imported when Triton has been spawned: start-up does not wait for them
-    from smtriton.serve.streaming import StreamClient
     from smtriton.serve.triton.client import TritonClient
 
 log = logging.getLogger("serve")
@@ -52,7 +51,8 @@ class TritonSupervisor:
 
     ``on_live`` runs each time Triton has (re)started and answers as live, before :attr:`live` turns
     true; ``watch`` runs while that Triton lives and is cancelled when it exits; ``on_exit`` is called
-    when Triton died on its own (not on shutdown). ``load_models`` are loaded by Triton as it starts.
+    when Triton died on its own (not on shutdown); ``on_change`` whenever :attr:`state` or
+    :attr:`ports` changed. ``load_models`` are loaded by Triton as it starts.
     """
 
     def __init__(
@@ -65,6 +65,7 @@ class TritonSupervisor:
         on_live: Hook | None = None,
         watch: Hook | None = None,
         on_exit: Callable[[], None] | None = None,
+        on_change: Callable[[], None] | None = None,
         metrics_wanted: bool = False,
         load_models: Sequence[str] = (),
     ) -> None:
@@ -75,21 +76,42 @@ class TritonSupervisor:
         self._on_live = on_live
         self._watch = watch
         self._on_exit = on_exit
+        self._on_change = on_change
         self._metrics_wanted = metrics_wanted or settings.triton.allow_metrics
         self._load_models = tuple(load_models)
-        self.state = TritonState.STARTING
+        self._state = TritonState.STARTING
         self.client: TritonClient | None = None
-        self.stream_client: StreamClient | None = None
+        self.ports: Ports | None = None  # those of the Triton running now (new ones after a restart)
         self.process: TritonProcess | None = None
-        self.metrics_url: str | None = None
         self._backend_dir: Path | None = None
         self._task: asyncio.Task[None] | None = None
         self._stopping = asyncio.Event()
         self._spawned = asyncio.Event()
 
     @property
+    def state(self) -> TritonState:
+        return self._state
+
+    def _set_state(self, state: TritonState) -> None:
+        self._state = state
+        if self._on_change is not None:
+            self._on_change()
+
+    @property
     def live(self) -> bool:
-        return self.state is TritonState.LIVE
+        return self._state is TritonState.LIVE
+
+    @property
+    def running(self) -> bool:
+        """A tritonserver process runs now (it may not answer yet)."""
+        return self.process is not None and self.process.returncode is None
+
+    @property
+    def metrics_url(self) -> str | None:
+        """Triton's own metrics endpoint (loopback), when it was asked for."""
+        if self.ports is None or self.ports.metrics is None:
+            return None
+        return f"http://127.0.0.1:{self.ports.metrics}/metrics"
 
     def start(self) -> None:
         """Begin starting Triton in the background and return at once (again: nothing)."""
@@ -103,9 +125,9 @@ class TritonSupervisor:
 
     async def stop(self) -> None:
         """Stop Triton (drain, then kill its group) and close the clients; once."""
-        if self.state is TritonState.STOPPING:
+        if self._state is TritonState.STOPPING:
             return
-        self.state = TritonState.STOPPING
+        self._set_state(TritonState.STOPPING)
         self._stopping.set()
         if self._task is not None:
             self._task.cancel()
@@ -114,14 +136,12 @@ class TritonSupervisor:
         if self.client is not None:
             # First: Triton's HTTP shutdown waits for open connections, and our pool holds some.
             await self.client.close()
-        if self.stream_client is not None:
-            await self.stream_client.close()
         if self.process is not None:
             await self.process.stop(self.settings.triton_exit_timeout_s + 5)
 
     def running_client(self) -> TritonClient:
         """The client while a Triton process runs (model loads need it before it is marked live)."""
-        if self.state is TritonState.STOPPING or self.client is None or self.process is None:
+        if self._state is TritonState.STOPPING or self.client is None or self.process is None:
             raise NotReady("Triton is not running")
         if self.process.returncode is not None:
             raise NotReady("Triton is restarting")
@@ -141,19 +161,14 @@ class TritonSupervisor:
             # gRPC on loopback always: decoupled models stream through it (HTTP /infer refuses them).
             grpc = opts.grpc_port or pick_port(port_range, taken | {http})
             metrics = opts.metrics_port or pick_port(port_range, taken | {http, grpc}) if self._metrics_wanted else None
-            self.metrics_url = f"http://127.0.0.1:{metrics}/metrics" if metrics else None
+            ports = Ports(http=http, grpc=grpc, metrics=metrics)
             command = build_command(
-                self.installation,
-                self.settings,
-                self.repository,
-                self._backend_dir,
-                Ports(http=http, grpc=grpc, metrics=metrics),
-                self._load_models,
+                self.installation, self.settings, self.repository, self._backend_dir, ports, self._load_models
             )
             process = TritonProcess(command, self.installation.env)
             await process.spawn()
             self._spawned.set()
-            await self._replace_clients(http, grpc)
+            await self._replace_client(ports)
             if await self._wait_live(process):
                 return process
             code = await process.stop(5)
@@ -164,16 +179,15 @@ class TritonSupervisor:
             raise RuntimeError(f"tritonserver exited during start-up with status {code}")
         raise RuntimeError(f"tritonserver could not bind a loopback port after {BIND_ATTEMPTS} attempts")
 
-    async def _replace_clients(self, http: int, grpc: int) -> None:
-        from smtriton.serve.streaming import StreamClient
+    async def _replace_client(self, ports: Ports) -> None:
         from smtriton.serve.triton.client import TritonClient
 
         if self.client is not None:
             await self.client.close()
-        self.client = TritonClient(f"http://127.0.0.1:{http}", self.settings.request_timeout_s)
-        if self.stream_client is not None:
-            await self.stream_client.close()
-        self.stream_client = StreamClient(f"127.0.0.1:{grpc}")
+        self.client = TritonClient(f"http://127.0.0.1:{ports.http}", self.settings.request_timeout_s)
+        self.ports = ports
+        if self._on_change is not None:
+            self._on_change()
 
     async def _wait_live(self, process: TritonProcess) -> bool:
         assert self.client is not None
@@ -194,14 +208,14 @@ class TritonSupervisor:
                 self.process = await self._spawn()
             except Exception as exc:  # a crash loop must end in a log line and a failing /ping
                 self._spawned.set()
-                self.state = TritonState.DOWN
+                self._set_state(TritonState.DOWN)
                 log.error("tritonserver failed to start: %s; retrying in %.0f s", exc, backoff)
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, MAX_BACKOFF_S)
                 continue
             if self._on_live is not None:
                 await self._on_live()
-            self.state = TritonState.LIVE
+            self._set_state(TritonState.LIVE)
             watcher = asyncio.create_task(self._watch(), name="triton-watch") if self._watch is not None else None
             started = time.monotonic()
             try:
@@ -211,7 +225,7 @@ class TritonSupervisor:
                     watcher.cancel()
             if self._stopping.is_set():
                 return
-            self.state = TritonState.DOWN
+            self._set_state(TritonState.DOWN)
             if self._on_exit is not None:
                 self._on_exit()
             if time.monotonic() - started > STABLE_RUN_S:

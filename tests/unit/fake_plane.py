@@ -18,7 +18,7 @@ class FakePlane:
         self.settings = Settings(max_payload_bytes=1024, max_header_bytes=2048)
         self.metrics = Metrics(enabled=False)
         self.default_model = default_model
-        self.registry = None
+        self.multi_model = False
         self.decoupled = False
         self.healthy = healthy
         self.seen: list[tuple[str, bytes, str | None, str | None]] = []

@@ -9,7 +9,7 @@ from typing import Any
 import orjson
 
 from smtriton.serve import edge
-from smtriton.serve.multimodel import ModelRecord
+from smtriton.serve.records import ModelRecord
 from smtriton.serve.triton.client import UpstreamResponse
 
 BINARY = "application/vnd.sagemaker-triton.binary+json;json-header-size="
@@ -63,8 +63,11 @@ def test_mme_answers_put_the_clients_model_name_back_and_map_errors():
     gone = UpstreamResponse(404, "", None, b'{"error":"unknown model"}')
     assert edge.to_mme_response(record, gone)[0] == 404
     oom = UpstreamResponse(500, "", None, b'{"error":"CUDA out of memory"}')
-    assert edge.to_mme_response(record, oom)[0] == 507
-    assert edge.to_mme_response(record, UpstreamResponse(503, "", None, b'{"error":"down"}'))[0] == 503
+    assert edge.may_be_out_of_memory(oom)
+    assert edge.to_mme_response(record, oom, out_of_memory=True)[0] == 507
+    down = UpstreamResponse(503, "", None, b'{"error":"down"}')
+    assert not edge.may_be_out_of_memory(down)
+    assert edge.to_mme_response(record, down)[0] == 503
     assert edge.to_mme_response(record, UpstreamResponse(500, "", None, b'{"error":"bad input"}'))[0] == 400
 
 

@@ -22,7 +22,7 @@ class BuggyPlane:
         self.settings = Settings.from_env({})
         self.metrics = Metrics(enabled=False)
         self.default_model = "m"
-        self.registry = None
+        self.multi_model = False
         self.decoupled = False
         self.healthy = True
         self.calls = 0

@@ -8,6 +8,7 @@ import pytest
 
 from smtriton.serve import edge, multimodel
 from smtriton.serve.errors import BadRequest, InsufficientStorage
+from smtriton.serve.records import ModelRecord
 from smtriton.serve.settings import Settings
 from smtriton.serve.triton.client import UpstreamResponse
 
@@ -59,7 +60,7 @@ def test_rename_in_response_recomputes_the_header_length():
 
 
 def test_pages_walk_the_list_with_opaque_tokens():
-    records = [multimodel.ModelRecord(f"m{i}", f"/u{i}", None, f"m{i}", [f"m{i}"], f"m{i}") for i in range(5)]
+    records = [ModelRecord(f"m{i}", f"/u{i}", None, f"m{i}", [f"m{i}"], f"m{i}") for i in range(5)]
     first = multimodel.page(records, None, "2")
     assert [m["modelName"] for m in first["models"]] == ["m0", "m1"]
     second = multimodel.page(records, first["nextPageToken"], "2")
@@ -71,7 +72,7 @@ def test_pages_walk_the_list_with_opaque_tokens():
 @pytest.mark.parametrize("token", ["0", "zz", "", "ffff", "3939"])
 def test_a_page_token_not_issued_here_lists_from_the_beginning(token, caplog):
     caplog.set_level(logging.INFO, logger="serve.mme")
-    records = [multimodel.ModelRecord(f"m{i}", f"/u{i}", None, f"m{i}", [f"m{i}"], f"m{i}") for i in range(3)]
+    records = [ModelRecord(f"m{i}", f"/u{i}", None, f"m{i}", [f"m{i}"], f"m{i}") for i in range(3)]
     assert multimodel.page(records, token, None) == multimodel.page(records, None, None)
     assert "was not issued here" in caplog.text
 
@@ -103,26 +104,22 @@ def test_archive_layouts(tmp_path):
 
 
 def test_an_invoke_failure_is_oom_once_per_oom_kill(monkeypatch, tmp_path):
-    kills = iter([0, 0, 1, 1])
+    kills = iter([0, 0, 1, 1, 1])
     monkeypatch.setattr(multimodel, "oom_kills", lambda: next(kills))
     registry = multimodel.ModelRegistry(settings(tmp_path), tmp_path, lambda: None)  # type: ignore[arg-type]
     assert not registry.invoke_oom("Stub process 'm_0' is not healthy.")
     assert registry.invoke_oom("Stub process 'm_0' is not healthy.")  # the OOM killer struck since
     assert not registry.invoke_oom("Stub process 'm_0' is not healthy.")  # counted once
-    assert (
-        edge.to_mme_response(
-            multimodel.ModelRecord("m", "/u", None, "m", ["m"], "m"),
-            UpstreamResponse(500, "application/json", None, b'{"error":"CUDA out of memory"}'),
-        )[0]
-        == 507
-    )
+    failed = UpstreamResponse(500, "application/json", None, b'{"error":"CUDA out of memory"}')
+    verdict = edge.may_be_out_of_memory(failed) and registry.invoke_oom(edge.failure_message(failed))
+    assert edge.to_mme_response(ModelRecord("m", "/u", None, "m", ["m"], "m"), failed, verdict)[0] == 507
 
 
 def test_the_memory_budget_counts_models_loaded_and_loading(monkeypatch, tmp_path):
     monkeypatch.setattr(multimodel, "available_memory", lambda: 1 << 40)  # free memory is never the limit
     budgeted = settings(tmp_path, model_memory_budget_bytes=100 << 20)
     registry = multimodel.ModelRegistry(budgeted, tmp_path, lambda: None)  # type: ignore[arg-type]
-    registry.records["a"] = multimodel.ModelRecord("a", "/u", None, "a", ["a"], "a", estimate=40 << 20)
+    registry.records["a"] = ModelRecord("a", "/u", None, "a", ["a"], "a", estimate=40 << 20)
     registry._pending["b"] = 40 << 20  # a load under way holds its share too
     registry._check_memory("c", 20 << 20)  # 40 + 40 + 20 = 100: fits exactly
     with pytest.raises(InsufficientStorage, match="hold 80 MiB of the 100 MiB model memory budget"):
@@ -136,12 +133,12 @@ def test_the_memory_budget_counts_models_loaded_and_loading(monkeypatch, tmp_pat
 
 
 def test_the_target_model_header_names_a_model_by_one_rule_however_it_was_loaded():
-    with_header = multimodel.ModelRecord("abc", "/u", "model.tar.gz", "model.tar.gz", ["model.tar.gz"], "abc")
+    with_header = ModelRecord("abc", "/u", "model.tar.gz", "model.tar.gz", ["model.tar.gz"], "abc")
     with_header.check_target(None)
     with_header.check_target("model.tar.gz")
     with pytest.raises(BadRequest, match="does not match"):
         with_header.check_target("abc")
-    without_header = multimodel.ModelRecord("abc", "/u", None, "abc", ["abc"], "abc")
+    without_header = ModelRecord("abc", "/u", None, "abc", ["abc"], "abc")
     without_header.check_target(None)
     without_header.check_target("abc")  # the model's own name, as the URL names it
     with pytest.raises(BadRequest, match="does not match"):

@@ -157,6 +157,8 @@ def test_a_bad_flag_is_refused_with_the_flag_named():
 BOUNDS = [
     ("SAGEMAKER_BIND_TO_PORT", "0", "1"),
     ("SAGEMAKER_BIND_TO_PORT", "65536", "65535"),
+    ("SAGEMAKER_MODEL_SERVER_WORKERS", "0", "1"),
+    ("SAGEMAKER_MODEL_SERVER_WORKERS", "-2", "3"),
     ("SMTRITON_MEMORY_RESERVE_BYTES", "-1", "0"),
     ("SMTRITON_GPU_MEMORY_RESERVE_BYTES", "-1", "0"),
     ("SMTRITON_MODEL_MEMORY_FACTOR", "0", "0.01"),
@@ -270,6 +272,7 @@ def test_serve_takes_sagemakers_serve_argument_and_each_flag_once():
         "multi_model": True,
         "port": 9000,
         "host": None,
+        "workers": None,
         "default_model": None,
         "log_level": None,
     }
@@ -277,3 +280,31 @@ def test_serve_takes_sagemakers_serve_argument_and_each_flag_once():
     with pytest.raises(SystemExit) as exited:
         cli.parser().parse_args(["train"])
     assert exited.value.code == 2
+
+
+def test_the_settings_reach_each_worker_unchanged():
+    """The main process sends its settings to every front worker as JSON (their first message)."""
+    settings = Settings.from_env(
+        {
+            "SAGEMAKER_BATCH": "true",
+            "SAGEMAKER_MAX_PAYLOAD_IN_MB": "7",
+            "SAGEMAKER_SAFE_PORT_RANGE": "20000-21000",
+            "SAGEMAKER_TRITON_ADDITIONAL_ARGS": "--log-file 'a b'",
+            "SAGEMAKER_TRITON_DISABLE_MODEL_NAMESPACING": "false",
+            "SAGEMAKER_MODEL_SERVER_WORKERS": "3",
+            "SMTRITON_WORK_DIR": "/tmp/x",
+            "SMTRITON_METRICS_PORT": "9100",
+        },
+        multi_model=True,
+    )
+    assert Settings.model_validate(settings.model_dump(mode="json")) == settings
+
+
+def test_the_default_worker_count_is_one_per_two_cpus(monkeypatch):
+    from smtriton.serve import workers
+
+    for cpus, expected in ((1, 1), (2, 1), (3, 1), (4, 2), (16, 8), (96, 48)):
+        monkeypatch.setattr(workers, "available_cpus", lambda cpus=cpus: cpus)
+        assert Settings.from_env({}).workers == expected
+    assert Settings.from_env({"SAGEMAKER_MODEL_SERVER_WORKERS": "5"}).workers == 5
+    assert Settings.from_env({}, workers=2).workers == 2

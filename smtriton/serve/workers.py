@@ -1,0 +1,240 @@
+"""Front workers: several processes serving the SageMaker port, all in front of the one Triton.
+
+The main process binds the port once and every worker accepts on that same socket (the pre-fork model
+of gunicorn's arbiter and uvicorn's ``--workers``: the parent holds the socket, starts the children,
+replaces one that dies and passes signals on). Each worker gets its end of a channel
+(:mod:`smtriton.serve.channel`) and a first message, ``hello``, with the settings and the endpoint's
+state; until then it accepts nothing. A worker that exits on its own, even by SIGKILL, is replaced
+within seconds (later ones with back-off if it keeps dying young) while the others keep serving; on
+shutdown every worker drains the requests it accepted before the main process stops Triton.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import ipaddress
+import logging
+import os
+import signal
+import socket
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from smtriton.serve.channel import Channel, ChannelClosed, Handler, Message
+from smtriton.serve.errors import StartupError
+
+log = logging.getLogger("serve.workers")
+
+WORKER_MODULE = "smtriton.serve.worker"
+BACKLOG = 2048  # uvicorn's default
+# A worker that lived this long before dying is replaced at once; one that dies younger, with back-off.
+STABLE_RUN_S = 10.0
+FIRST_RESTART_S = 0.1
+MAX_RESTART_S = 10.0
+PR_SET_PDEATHSIG = 1
+
+
+def listen(host: str, port: int) -> socket.socket:
+    """The SageMaker port, bound and listening, inherited by every worker (StartupError when taken)."""
+    try:
+        family = socket.AF_INET6 if ipaddress.ip_address(host).version == 6 else socket.AF_INET
+    except ValueError:  # a host name: IPv4, as uvicorn resolves it by default
+        family = socket.AF_INET
+    try:
+        sock = socket.create_server((host, port), family=family, backlog=BACKLOG)
+    except OSError as exc:
+        raise StartupError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+    sock.set_inheritable(True)
+    return sock
+
+
+def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
+    """A worker never outlives the main process: without it there is no Triton to serve."""
+    ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+@dataclass
+class WorkerSlot:
+    """One worker's place in the pool: its current process and channel (None between two of them)."""
+
+    index: int
+    process: asyncio.subprocess.Process | None = None
+    channel: Channel | None = None  # set once ``hello`` went out: from then on it hears every change
+    started: float = 0.0
+    restarts: int = 0
+    task: asyncio.Task[None] | None = field(default=None, repr=False)
+
+
+class WorkerPool:
+    """``count`` workers accepting on ``listener``. :meth:`open` gives them the first message and the
+    handler of their calls; until then they are started (their imports run) but wait."""
+
+    def __init__(
+        self,
+        count: int,
+        listener: socket.socket,
+        *,
+        module: str = WORKER_MODULE,
+        on_exit: Callable[[int], None] | None = None,
+    ) -> None:
+        """``on_exit`` is told the pid of each worker that exited on its own; ``module`` is run as the worker."""
+        self.count = count
+        self.listener = listener
+        self.module = module
+        self._on_exit = on_exit
+        self.slots = [WorkerSlot(index) for index in range(1, count + 1)]
+        self._hello: Callable[[int], Message] | None = None
+        self._handler: Handler | None = None
+        self._opened = asyncio.Event()
+        self._stopping = False
+        self._stopped = False
+
+    def start(self) -> None:
+        """Start every worker in the background."""
+        for slot in self.slots:
+            slot.task = asyncio.create_task(self._keep(slot), name=f"worker-{slot.index}")
+
+    def open(self, hello: Callable[[int], Message], handler: Handler) -> None:
+        """The endpoint is assembled: workers get ``hello(index)`` first, then every change."""
+        self._hello, self._handler = hello, handler
+        self._opened.set()
+
+    @property
+    def pids(self) -> list[int]:
+        return [slot.process.pid for slot in self.slots if slot.process is not None]
+
+    def channels(self) -> list[Channel]:
+        return [s.channel for s in self.slots if s.channel is not None and not s.channel.closed.is_set()]
+
+    def notify_all(self, op: str, **fields: Any) -> None:
+        for channel in self.channels():
+            channel.notify(op, **fields)
+
+    async def call_all(self, op: str, timeout: float, **fields: Any) -> None:
+        """Call every worker and wait for each to answer (a worker that is gone counts as done; one that
+        does not answer within ``timeout`` is logged and passed over)."""
+        channels = self.channels()
+        results = await asyncio.gather(*(c.call(op, timeout, **fields) for c in channels), return_exceptions=True)
+        for result in results:
+            if isinstance(result, asyncio.TimeoutError):
+                log.warning("a worker did not answer %r within %.0f s", op, timeout)
+            elif isinstance(result, BaseException) and not isinstance(result, ChannelClosed):
+                raise result
+
+    async def _spawn(self, slot: WorkerSlot) -> tuple[asyncio.subprocess.Process, socket.socket]:
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            command = [
+                sys.executable,
+                "-m",
+                self.module,
+                f"--index={slot.index}",
+                f"--channel-fd={theirs.fileno()}",
+                f"--listen-fd={self.listener.fileno()}",
+            ]
+            process = await asyncio.create_subprocess_exec(
+                *command,
+                stdin=asyncio.subprocess.DEVNULL,
+                pass_fds=(theirs.fileno(), self.listener.fileno()),
+                preexec_fn=_die_with_parent,
+            )
+        except BaseException:
+            ours.close()
+            raise
+        finally:
+            theirs.close()
+        return process, ours
+
+    async def _keep(self, slot: WorkerSlot) -> None:
+        """Run the slot's worker; replace it whenever it exits, until the pool stops."""
+        delay = FIRST_RESTART_S
+        while not self._stopping:
+            slot.process, ours = await self._spawn(slot)
+            slot.started = time.monotonic()
+            reader: asyncio.Task[None] | None = None
+            try:
+                await self._opened.wait()
+                assert self._hello is not None and self._handler is not None
+                channel = await Channel.open(ours, self._handler)
+                channel.notify("hello", **self._hello(slot.index))
+                slot.channel = channel  # after hello: every later change reaches it, in order
+                reader = asyncio.create_task(channel.run(), name=f"worker-{slot.index}-channel")
+                code = await slot.process.wait()
+            finally:
+                slot.channel = None
+                if reader is not None:
+                    reader.cancel()
+                ours.close()
+            if self._stopping:
+                return
+            lived = time.monotonic() - slot.started
+            delay = FIRST_RESTART_S if lived > STABLE_RUN_S else min(delay * 4, MAX_RESTART_S)
+            slot.restarts += 1
+            pid = slot.process.pid
+            log.error("worker %d (pid %d) exited with %s; replacing it in %.1f s", slot.index, pid, _exit(code), delay)
+            if self._on_exit is not None:
+                self._on_exit(pid)
+            await asyncio.sleep(delay)
+
+    async def stop(self, timeout: float) -> None:
+        """SIGTERM to every worker (each drains what it accepted), up to ``timeout`` seconds, then SIGKILL;
+        once."""
+        if self._stopped:
+            return
+        self._stopped = self._stopping = True
+        self.listener.close()  # the workers' copies close as they stop accepting
+        processes = [s.process for s in self.slots if s.process is not None and s.process.returncode is None]
+        for process in processes:
+            with contextlib.suppress(ProcessLookupError):
+                process.send_signal(signal.SIGTERM)
+        waits = [asyncio.create_task(p.wait()) for p in processes]
+        if waits:
+            _, late = await asyncio.wait(waits, timeout=timeout)
+            for process in processes:
+                if process.returncode is None:
+                    log.warning("worker pid %d did not drain within %.0f s; killing it", process.pid, timeout)
+                    with contextlib.suppress(ProcessLookupError):
+                        process.kill()
+            if late:
+                await asyncio.wait(late, timeout=5)
+        for slot in self.slots:
+            if slot.task is not None:
+                slot.task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await slot.task
+        for process in processes:
+            if process.returncode not in (0, None):
+                log.warning("worker pid %d exited with %s", process.pid, _exit(process.returncode))
+
+
+def _exit(code: int | None) -> str:
+    if code is not None and code < 0:
+        with contextlib.suppress(ValueError):
+            return f"signal {signal.Signals(-code).name}"
+    return f"status {code}"
+
+
+def available_cpus() -> int:
+    """CPUs this process may use: its affinity, bounded by the cgroup's CPU quota (a container's limit)."""
+    try:
+        count = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        count = os.cpu_count() or 1
+    try:
+        quota, period = Path("/sys/fs/cgroup/cpu.max").read_text().split()[:2]
+        if quota != "max":
+            count = min(count, max(1, int(int(quota) / int(period))))
+    except (OSError, ValueError):
+        pass
+    return max(1, count)
+
+
+def default_worker_count() -> int:
+    """Front workers when the setting is not given: one per two CPUs, so Triton keeps half of them."""
+    return max(1, available_cpus() // 2)

@@ -1,0 +1,277 @@
+"""Several front workers over one Triton: one endpoint whichever worker a request reaches.
+
+Every request goes on a fresh connection (``requests`` without a session), so the kernel hands it to
+either worker; the access log, one JSON line per request naming its worker, shows that both served.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import pytest
+import requests
+
+from tests.integration.conftest import TEST_MODELS, start_serve
+from tests.integration.contract_client import json_request, parse
+from tests.integration.harness import ServeProcess, free_port, metric_samples, triton_pids
+
+pytestmark = pytest.mark.integration
+
+WORKERS = {"SAGEMAKER_MODEL_SERVER_WORKERS": "2", "SMTRITON_ACCESS_LOG": "true"}
+A = np.arange(16, dtype=np.int32).reshape(1, 16)
+B = np.full((1, 16), 3, dtype=np.int32)
+ADDSUB = json.dumps(json_request({"INPUT0": A, "INPUT1": B})).encode()
+ROUNDS = 24  # requests on fresh connections per check: both workers are reached (checked from the log)
+
+
+def worker_pids(server: ServeProcess) -> list[int]:
+    """The front workers of ``server`` running now (children of its main process)."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            cmdline = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        parent = int(stat[stat.rindex(")") + 2 :].split()[1])
+        if parent == server.pid and b"smtriton.serve.worker" in cmdline:
+            pids.append(int(entry.name))
+    return sorted(pids)
+
+
+def workers_that_answered(server: ServeProcess, path: str) -> set[int]:
+    """The workers whose access log has a request for ``path``."""
+    seen = set()
+    for line in server.log_text().splitlines():
+        if line.startswith("{") and '"uvicorn.access"' in line and path in line:
+            entry = json.loads(line)
+            seen.add(entry["worker"])
+    return seen
+
+
+def wait_for(predicate, timeout: float, interval: float = 0.05) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(interval)
+    return False
+
+
+def _archive(root: Path, name: str) -> str:
+    url = root / name / "model"
+    shutil.copytree(TEST_MODELS / "addsub", url)
+    return str(url)
+
+
+def _load(server: ServeProcess, name: str, url: str) -> requests.Response:
+    return requests.post(f"{server.url}/models", json={"model_name": name, "url": url}, timeout=120)
+
+
+def _invoke(server: ServeProcess, name: str) -> requests.Response:
+    return requests.post(f"{server.url}/models/{name}/invoke", data=ADDSUB, timeout=60)
+
+
+@pytest.fixture(scope="module")
+def mme(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("workers-mme")
+    root = tmp / "models"
+    root.mkdir()
+    server = start_serve(tmp, None, None, env=WORKERS, args=["--multi-model", "--model-root", str(root)])
+    server.root = root
+    assert len(worker_pids(server)) == 2
+    yield server
+    server.stop()
+
+
+def test_the_mme_life_cycle_agrees_across_workers(mme):
+    url = _archive(mme.root, "agree")
+    assert _load(mme, "agree", url).status_code == 200
+    for _ in range(ROUNDS):  # the moment the load answered, every worker has the model
+        assert requests.get(f"{mme.url}/models/agree", timeout=5).json()["modelName"] == "agree"
+        assert {"modelName": "agree", "modelUrl": str(Path(url).parent)} in requests.get(
+            f"{mme.url}/models", timeout=5
+        ).json()["models"]
+        r = _invoke(mme, "agree")
+        assert r.status_code == 200, r.text
+        np.testing.assert_array_equal(parse(r).as_numpy("OUTPUT0"), A + B)
+    assert workers_that_answered(mme, "/models/agree/invoke") == {1, 2}
+    assert requests.delete(f"{mme.url}/models/agree", timeout=60).status_code == 200
+    for _ in range(ROUNDS):  # and the moment the unload answered, none has it
+        assert _invoke(mme, "agree").status_code == 404
+        assert requests.get(f"{mme.url}/models/agree", timeout=5).status_code == 404
+        assert "agree" not in {m["modelName"] for m in requests.get(f"{mme.url}/models", timeout=5).json()["models"]}
+    assert requests.delete(f"{mme.url}/models/agree", timeout=60).status_code == 404
+
+
+def test_racing_duplicate_loads_give_one_200_and_one_409(mme):
+    for attempt in range(4):
+        name = f"race{attempt}"
+        url = _archive(mme.root, name)
+        barrier = threading.Barrier(2)
+
+        def load(url: str = url, name: str = name, barrier: threading.Barrier = barrier) -> int:
+            barrier.wait(10)
+            return _load(mme, name, url).status_code
+
+        with ThreadPoolExecutor(2) as pool:
+            statuses = sorted(pool.map(lambda _: load(), range(2)))
+        assert statuses == [200, 409]
+        assert _invoke(mme, name).status_code == 200
+        assert requests.delete(f"{mme.url}/models/{name}", timeout=60).status_code == 200
+
+
+def test_an_unload_waits_for_invokes_running_on_another_worker(mme):
+    url = mme.root / "slowmodel" / "model"
+    shutil.copytree(TEST_MODELS / "slow", url)
+    model = url / "1" / "model.py"
+    model.write_text(model.read_text().replace("time.sleep(0.2)", "time.sleep(2.0)"))
+    assert _load(mme, "slowmodel", str(url)).status_code == 200
+    body = json.dumps({"inputs": [{"name": "INPUT0", "shape": [2], "datatype": "FP32", "data": [3, 2.0]}]})
+    with ThreadPoolExecutor(4) as pool:
+        invokes = [
+            pool.submit(requests.post, f"{mme.url}/models/slowmodel/invoke", data=body, timeout=60) for _ in range(4)
+        ]
+        time.sleep(0.5)  # the invokes are running (each takes 2 s) on both workers
+        unload = requests.delete(f"{mme.url}/models/slowmodel", timeout=120)
+        assert all(f.done() for f in invokes), "the unload answered before the invokes it waits for"
+        assert [f.result().status_code for f in invokes] == [200] * 4
+    assert unload.status_code == 200
+    assert _invoke(mme, "slowmodel").status_code == 404
+
+
+def test_triton_restarting_restores_every_workers_view_of_the_models(tmp_path):
+    root = tmp_path / "models"
+    root.mkdir()
+    server = start_serve(tmp_path, None, None, env=WORKERS, args=["--multi-model", "--model-root", str(root)])
+    try:
+        assert _load(server, "kept", _archive(root, "kept")).status_code == 200
+        (pid,) = triton_pids(server.marker)
+        os.kill(pid, signal.SIGKILL)
+        assert wait_for(lambda: requests.get(f"{server.url}/ping", timeout=2).status_code == 503, 5)
+        server.wait_healthy(120)
+        statuses = [_invoke(server, "kept").status_code for _ in range(ROUNDS)]
+        assert statuses == [200] * ROUNDS
+        assert workers_that_answered(server, "/models/kept/invoke") == {1, 2}
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def sme(tmp_path):
+    repo = tmp_path / "models"
+    shutil.copytree(TEST_MODELS, repo, ignore=shutil.ignore_patterns("__pycache__"))
+    port = free_port()
+    server = start_serve(tmp_path, repo, "addsub", env={**WORKERS, "SMTRITON_METRICS_PORT": str(port)})
+    yield server
+    server.stop()
+
+
+def test_a_sigkilled_worker_is_replaced_and_the_endpoint_keeps_answering(sme):
+    first = worker_pids(sme)
+    assert len(first) == 2
+    os.kill(first[0], signal.SIGKILL)
+    killed_at = time.monotonic()
+    statuses = []
+    while time.monotonic() - killed_at < 3:  # the other worker answers meanwhile
+        statuses.append(requests.post(f"{sme.url}/invocations", data=ADDSUB, timeout=10).status_code)
+        assert requests.get(f"{sme.url}/ping", timeout=5).status_code == 200
+    assert set(statuses) == {200}
+    assert wait_for(lambda: len(worker_pids(sme)) == 2 and first[0] not in worker_pids(sme), 10)
+    assert re.search(rf"worker \d \(pid {first[0]}\) exited with signal SIGKILL", sme.log_text())
+    assert wait_for(lambda: "Application startup complete" in sme.log_text().rsplit("SIGKILL", 1)[1], 10)
+    for _ in range(ROUNDS):
+        assert requests.post(f"{sme.url}/invocations", data=ADDSUB, timeout=10).status_code == 200
+    answered = workers_that_answered(sme, "/invocations")
+    assert answered == {1, 2}
+
+
+def test_metrics_add_up_across_workers(sme):
+    for _ in range(ROUNDS):
+        assert requests.post(f"{sme.url}/invocations", data=ADDSUB, timeout=10).status_code == 200
+    for _ in range(3):
+        assert requests.post(f"{sme.url}/invocations", data=b"{bad", timeout=10).status_code == 400
+    assert workers_that_answered(sme, "/invocations") == {1, 2}
+    samples = metric_samples(sme.metrics_url)
+    labels = (("model", "addsub"), ("route", "invocations"))
+    assert samples[("smtriton_requests_total", (*labels, ("status", "200")))] == ROUNDS
+    assert samples[("smtriton_requests_total", (*labels, ("status", "400")))] == 3
+    assert samples[("smtriton_request_seconds_count", labels)] == ROUNDS + 3
+    assert samples[("smtriton_inflight_requests", (("route", "invocations"),))] == 0
+
+
+def test_sigterm_under_load_loses_no_request_and_leaves_no_process(tmp_path, test_repository):
+    server = start_serve(tmp_path, test_repository, "slow", env=WORKERS)
+    workers = worker_pids(server)
+    assert len(workers) == 2
+    results: list[str] = []
+    stop = threading.Event()
+
+    def client(i: int) -> None:
+        body = json.dumps({"inputs": [{"name": "INPUT0", "shape": [2], "datatype": "FP32", "data": [i, 0.5]}]})
+        while not stop.is_set():
+            try:
+                r = requests.post(f"{server.url}/invocations", data=body, timeout=30)
+            except requests.ConnectionError as exc:  # refused or reset before a worker read the request
+                refused = re.search(r"refused|reset|aborted", str(exc), re.I)
+                results.append("refused" if refused else f"failed: {exc}")
+                time.sleep(0.05)
+                continue
+            answered = r.status_code == 200 and r.json()["outputs"][0]["data"] == [float(i), 0.5]
+            results.append("ok" if answered else f"failed: {r.status_code} {r.text}")
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(8)]
+    try:
+        for t in threads:
+            t.start()
+        time.sleep(1.5)
+        server.send_signal(signal.SIGTERM)
+        assert server.wait(40) == 0
+        stop.set()
+        for t in threads:
+            t.join(30)
+        assert results.count("ok") >= 8
+        assert [r for r in results if r.startswith("failed")] == []
+        assert workers_that_answered(server, "/invocations") == {1, 2}
+        assert triton_pids(server.marker) == []
+        assert [pid for pid in workers if Path(f"/proc/{pid}").exists()] == []
+    finally:
+        stop.set()
+        server.stop()
+
+
+@pytest.mark.parametrize(
+    ("setting", "message"),
+    [
+        (["--workers", "0"], "--workers=0: must be >= 1"),
+        (["--workers", "-3"], "--workers=-3: must be >= 1"),
+        (["--workers", "two"], "argument --workers: invalid int value: 'two'"),
+        ({"SAGEMAKER_MODEL_SERVER_WORKERS": "0"}, "SAGEMAKER_MODEL_SERVER_WORKERS='0': must be >= 1"),
+        ({"SAGEMAKER_MODEL_SERVER_WORKERS": "many"}, "SAGEMAKER_MODEL_SERVER_WORKERS='many': is not an integer"),
+    ],
+)
+def test_a_bad_worker_count_stops_serve_with_one_line(tmp_path, setting, message):
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SAGEMAKER_", "SMTRITON_"))}
+    args = [sys.executable, "-m", "smtriton.serve", "--model-repository", str(TEST_MODELS), "--port", str(free_port())]
+    if isinstance(setting, dict):
+        env.update(setting)
+    else:
+        args += setting
+    done = subprocess.run(args, env=env, capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode in (1, 2)
+    assert done.stdout == ""
+    assert done.stderr.strip().splitlines() == [done.stderr.strip()]  # one line
+    assert message in done.stderr
