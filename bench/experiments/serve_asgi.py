@@ -2,9 +2,12 @@
 the ASGI app (the path before the protocol-level fast path): the A/B for that change. Same flags as
 ``serve``."""
 
+import socket
+
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 import smtriton.serve.server
+import smtriton.serve.worker
 from bench.experiments import serve_variant
 
 
@@ -12,5 +15,10 @@ def _stock_protocol() -> None:
     smtriton.serve.server.data_protocol = lambda routes: HttpToolsProtocol  # type: ignore[assignment,misc]
 
 
+def worker(index: int, channel: socket.socket, listener: socket.socket) -> None:
+    _stock_protocol()
+    smtriton.serve.worker.run(index, channel, listener)
+
+
 if __name__ == "__main__":
-    serve_variant.run("bench.experiments.serve_asgi", _stock_protocol)
+    serve_variant.run("bench.experiments.serve_asgi:worker")

@@ -2,9 +2,12 @@
 instead of 64 KiB: a test of whether its pause/resume round trips cost large bodies (NOTES.md,
 "Large bodies"). Same flags as ``serve``."""
 
+import socket
+
 import uvicorn.protocols.http.h11_impl
 import uvicorn.protocols.http.httptools_impl
 
+import smtriton.serve.worker
 from bench.experiments import serve_variant
 
 
@@ -13,5 +16,10 @@ def _big_reads() -> None:
         module.HIGH_WATER_LIMIT = 4 * 1024 * 1024  # type: ignore[attr-defined]
 
 
+def worker(index: int, channel: socket.socket, listener: socket.socket) -> None:
+    _big_reads()
+    smtriton.serve.worker.run(index, channel, listener)
+
+
 if __name__ == "__main__":
-    serve_variant.run("bench.experiments.serve_big_reads", _big_reads)
+    serve_variant.run("bench.experiments.serve_big_reads:worker")

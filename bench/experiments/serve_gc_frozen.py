@@ -6,7 +6,9 @@ under load is collector pauses. Same flags as ``serve``.
 """
 
 import gc
+import socket
 
+import smtriton.serve.worker
 from bench.experiments import serve_variant
 
 
@@ -15,5 +17,10 @@ def _freeze() -> None:
     gc.freeze()
 
 
+def worker(index: int, channel: socket.socket, listener: socket.socket) -> None:
+    _freeze()
+    smtriton.serve.worker.run(index, channel, listener)
+
+
 if __name__ == "__main__":
-    serve_variant.run("bench.experiments.serve_gc_frozen", _freeze)
+    serve_variant.run("bench.experiments.serve_gc_frozen:worker")

@@ -9,8 +9,10 @@ import atexit
 import gc
 import json
 import os
+import socket
 import time
 
+import smtriton.serve.worker
 from bench.experiments import serve_variant
 
 _stats = {g: {"collections": 0, "total_ms": 0.0, "max_ms": 0.0} for g in range(3)}
@@ -41,5 +43,10 @@ def _record() -> None:
     atexit.register(_dump)
 
 
+def worker(index: int, channel: socket.socket, listener: socket.socket) -> None:
+    _record()
+    smtriton.serve.worker.run(index, channel, listener)
+
+
 if __name__ == "__main__":
-    serve_variant.run("bench.experiments.serve_gc_stats", _record)
+    serve_variant.run("bench.experiments.serve_gc_stats:worker")

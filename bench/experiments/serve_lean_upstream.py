@@ -2,8 +2,10 @@
 client of ``bench/experiments/upstream.py`` instead of aiohttp: how much of a large body's front CPU is
 aiohttp's. No timeouts or error mapping: a measurement, not a product. Same flags as ``serve``."""
 
+import socket
 from urllib.parse import urlsplit
 
+import smtriton.serve.worker
 from bench.experiments import serve_variant
 from bench.experiments.upstream import Upstream
 from smtriton.serve.triton.client import TritonClient, UpstreamResponse
@@ -24,5 +26,10 @@ def _lean() -> None:
     TritonClient.infer = _infer  # type: ignore[method-assign]
 
 
+def worker(index: int, channel: socket.socket, listener: socket.socket) -> None:
+    _lean()
+    smtriton.serve.worker.run(index, channel, listener)
+
+
 if __name__ == "__main__":
-    serve_variant.run("bench.experiments.serve_lean_upstream", _lean)
+    serve_variant.run("bench.experiments.serve_lean_upstream:worker")

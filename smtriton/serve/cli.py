@@ -24,7 +24,7 @@ from smtriton.serve.logs import configure_logging
 from smtriton.serve.repository import refuse_unrunnable_plans, resolve_default_model
 from smtriton.serve.settings import Settings, environment_help, flag_help, warn_without_effect
 from smtriton.serve.triton.installation import TritonInstallation, find_triton
-from smtriton.serve.workers import WORKER_MODULE, listen
+from smtriton.serve.workers import WORKER_ENTRY, listen
 
 if TYPE_CHECKING:
     from smtriton.serve.endpoint import Endpoint
@@ -78,9 +78,9 @@ def flags(args: argparse.Namespace) -> dict[str, object]:
     return {name: value for name, value in vars(args).items() if name != "mode"}
 
 
-def main(argv: Sequence[str] | None = None, *, worker_module: str = WORKER_MODULE) -> None:
+def main(argv: Sequence[str] | None = None, *, worker: str = WORKER_ENTRY) -> None:
     """Parse the flags, check the configuration (exit 1 with the reason), then serve until SIGTERM.
-    ``worker_module`` is what each front worker runs (``python -m``)."""
+    ``worker`` is what each front worker runs, as ``module:function``."""
     args = parser().parse_args(argv)
     try:
         settings = Settings.from_env(os.environ, **flags(args))
@@ -94,15 +94,13 @@ def main(argv: Sequence[str] | None = None, *, worker_module: str = WORKER_MODUL
         if settings.work_dir is not None:
             settings.work_dir.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(prefix="smtriton-", dir=settings.work_dir) as work:
-            _run(settings, installation, default, Path(work), worker_module)
+            _run(settings, installation, default, Path(work), worker)
     except StartupError as exc:
         print(str(exc), file=sys.stderr)
         raise SystemExit(1) from None
 
 
-def _run(
-    settings: Settings, installation: TritonInstallation, default: str | None, work: Path, worker_module: str
-) -> None:
+def _run(settings: Settings, installation: TritonInstallation, default: str | None, work: Path, worker: str) -> None:
     """Run the endpoint until SIGTERM on uvicorn's loop of choice (uvloop where installed)."""
     listener = listen(settings.host, settings.port)  # at once: a port that is taken stops serve here
     try:
@@ -112,7 +110,7 @@ def _run(
     else:
         run = uvloop.run
     try:
-        run(_serve(settings, installation, default, work, listener, worker_module))
+        run(_serve(settings, installation, default, work, listener, worker))
     finally:
         listener.close()
 
@@ -123,7 +121,7 @@ async def _serve(
     default: str | None,
     work: Path,
     listener: socket.socket,
-    worker_module: str,
+    worker: str,
 ) -> None:
     """Start Triton first, then the front workers, then assemble the endpoint's owner while both boot:
     the workers' imports (FastAPI, uvicorn, aiohttp: about half a second) overlap Triton's own start-up
@@ -172,7 +170,7 @@ async def _serve(
         metrics_wanted=settings.metrics_port is not None,
         load_models=(default,) if default is not None else (),
     )
-    workers = WorkerPool(settings.workers, listener, module=worker_module, on_exit=_forget_worker_metrics)
+    workers = WorkerPool(settings.workers, listener, entry=worker, on_exit=_forget_worker_metrics)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

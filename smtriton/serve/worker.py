@@ -1,19 +1,19 @@
 """One front worker: uvicorn on the SageMaker port that the main process bound, for the one Triton.
 
-Started by the main process (:mod:`smtriton.serve.workers`) as ``python -m smtriton.serve.worker``
-with the listening socket and its end of the channel as inherited file descriptors. Its imports run
-while Triton starts; it then waits for the main process's first message (settings, state, models)
-before it accepts a connection, so that it answers like every other worker from its first request.
+The main process's worker pool (:mod:`smtriton.serve.workers`) forks it from multiprocessing's fork
+server, which imported this module while Triton started, and calls :func:`run` with the listening
+socket and the worker's end of the channel. It waits for the main process's first message (settings,
+state, models) before it accepts a connection, so that it answers like every other worker from its
+first request.
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
+import ctypes
 import logging
+import signal
 import socket
-import sys
-from collections.abc import Sequence
 from typing import Any
 
 from smtriton.serve.channel import Channel, EndpointState, Message
@@ -27,28 +27,24 @@ log = logging.getLogger("serve")
 
 # Connections to Triton that all workers together keep at most (each worker a share of it).
 UPSTREAM_CONNECTIONS = 256
+PR_SET_PDEATHSIG = 1
 
 
-def _args(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="smtriton.serve.worker", description="a front worker of `serve`")
-    parser.add_argument("--index", type=int, required=True)
-    parser.add_argument("--channel-fd", type=int, required=True)
-    parser.add_argument("--listen-fd", type=int, required=True)
-    return parser.parse_args(argv)
-
-
-def main(argv: Sequence[str] | None = None) -> None:
-    args = _args(argv)
+def run(index: int, channel: socket.socket, listener: socket.socket) -> None:
+    """Serve as worker ``index`` until SIGTERM; exit status 0 after a drain, 1 if the main process went
+    away before it said hello."""
+    # Never outlive `serve`: the fork server this runs under ends with the main process.
+    ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
     try:
         import uvloop
     except ImportError:  # pragma: no cover - uvloop is in the runtime's dependencies
-        code = asyncio.run(_serve(args.index, args.channel_fd, args.listen_fd))
+        code = asyncio.run(_serve(index, channel, listener))
     else:
-        code = uvloop.run(_serve(args.index, args.channel_fd, args.listen_fd))
+        code = uvloop.run(_serve(index, channel, listener))
     raise SystemExit(code)
 
 
-async def _serve(index: int, channel_fd: int, listen_fd: int) -> int:
+async def _serve(index: int, channel_socket: socket.socket, listener: socket.socket) -> int:
     hello: asyncio.Future[DataPlane] = asyncio.get_running_loop().create_future()
 
     def handle(op: str, message: Message) -> Any:
@@ -57,7 +53,7 @@ async def _serve(index: int, channel_fd: int, listen_fd: int) -> int:
             return None
         return hello.result().handle(op, message)
 
-    channel = await Channel.open(socket.socket(fileno=channel_fd), handle)
+    channel = await Channel.open(channel_socket, handle)
     reader = asyncio.create_task(channel.run(), name="channel")
     # The worker's imports are done: wait for the main process to say hello.
     waits: list[asyncio.Future[Any]] = [hello, reader]
@@ -75,11 +71,16 @@ async def _serve(index: int, channel_fd: int, listen_fd: int) -> int:
 
     reader.add_done_callback(owner_gone)
     try:
-        await server.serve(sockets=[socket.socket(fileno=listen_fd)])
+        await server.serve(sockets=[listening_socket(listener, plane.settings)])
     finally:
         reader.remove_done_callback(owner_gone)
         await channel.close()
     return 0
+
+
+def listening_socket(inherited: socket.socket, settings: Settings) -> socket.socket:
+    """The SageMaker port, bound and listening: the socket the main process passed down."""
+    return inherited
 
 
 def _plane(index: int, hello: Message, owner: Channel) -> DataPlane:
@@ -97,7 +98,3 @@ def _plane(index: int, hello: Message, owner: Channel) -> DataPlane:
         plane.handle("model_added", {"record": record})
     plane.apply(EndpointState.from_wire(hello["state"]))  # no clients yet: nothing to close
     return plane
-
-
-if __name__ == "__main__":
-    main(sys.argv[1:])

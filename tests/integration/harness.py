@@ -12,7 +12,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from smtriton.local import serve_process
 from smtriton.local.serve_process import free_port
 
-__all__ = ["ServeProcess", "free_port", "metric_samples", "triton_pids"]
+__all__ = ["ServeProcess", "alive", "descendants", "free_port", "metric_samples", "triton_pids"]
 
 
 def metric_samples(url: str | None) -> dict[tuple[str, tuple], float]:
@@ -39,6 +39,28 @@ def triton_pids(marker: str) -> list[int]:
         if cmdline and cmdline[0].endswith(b"tritonserver") and any(marker.encode() in a for a in cmdline):
             pids.append(int(entry.name))
     return pids
+
+
+def descendants(pid: int) -> list[int]:
+    """Every process below ``pid`` alive now (its children, theirs, ...)."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            children.setdefault(int(stat[stat.rindex(")") + 2 :].split()[1]), []).append(int(entry.name))
+    found, todo = [], list(children.get(pid, []))
+    while todo:
+        child = todo.pop()
+        found.append(child)
+        todo.extend(children.get(child, []))
+    return sorted(found)
+
+
+def alive(pids: list[int]) -> list[int]:
+    return [pid for pid in pids if Path(f"/proc/{pid}").exists()]
 
 
 class ServeProcess(serve_process.ServeProcess):

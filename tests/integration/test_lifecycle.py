@@ -10,7 +10,7 @@ import pytest
 import requests
 
 from tests.integration.conftest import TEST_MODELS, fake_plan_model, start_serve
-from tests.integration.harness import ServeProcess, triton_pids
+from tests.integration.harness import ServeProcess, alive, descendants, triton_pids
 
 pytestmark = pytest.mark.integration
 
@@ -30,25 +30,29 @@ def _private_repo(tmp_path):
     return repo
 
 
-def test_sigterm_stops_serve_with_status_0_and_no_triton_left(tmp_path):
+def test_sigterm_stops_serve_with_status_0_and_no_process_left(tmp_path):
     repo = _private_repo(tmp_path)
     server = start_serve(tmp_path, repo, "addsub")
     try:
         assert triton_pids(server.marker), "Triton should be running while serve is healthy"
+        processes = descendants(server.pid)
         server.send_signal(signal.SIGTERM)
         assert server.wait(60) == 0
         assert triton_pids(server.marker) == []
+        assert alive(processes) == []
     finally:
         server.stop()
 
 
-def test_triton_dies_with_serve_even_when_serve_is_killed(tmp_path):
+def test_triton_and_the_workers_die_with_serve_even_when_serve_is_killed(tmp_path):
     repo = _private_repo(tmp_path)
     server = start_serve(tmp_path, repo, "addsub")
     try:
+        processes = descendants(server.pid)
         server.send_signal(signal.SIGKILL)
         server.wait(10)
         assert _wait_for(lambda: not triton_pids(server.marker), 30), "Triton outlived a killed serve"
+        assert _wait_for(lambda: not alive(processes), 10), f"left behind: {alive(processes)}"
     finally:
         server.stop()
 

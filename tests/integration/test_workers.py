@@ -24,7 +24,7 @@ import requests
 
 from tests.integration.conftest import TEST_MODELS, start_serve
 from tests.integration.contract_client import json_request, parse
-from tests.integration.harness import ServeProcess, free_port, metric_samples, triton_pids
+from tests.integration.harness import ServeProcess, alive, descendants, free_port, metric_samples, triton_pids
 
 pytestmark = pytest.mark.integration
 
@@ -36,20 +36,20 @@ ROUNDS = 24  # requests on fresh connections per check: both workers are reached
 
 
 def worker_pids(server: ServeProcess) -> list[int]:
-    """The front workers of ``server`` running now (children of its main process)."""
-    pids = []
+    """The front workers of ``server`` running now: the children of the fork server it started."""
+    children: dict[int, list[int]] = {}
+    commands: dict[int, bytes] = {}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         try:
             stat = (entry / "stat").read_text()
-            cmdline = (entry / "cmdline").read_bytes()
+            commands[int(entry.name)] = (entry / "cmdline").read_bytes()
         except OSError:
             continue
-        parent = int(stat[stat.rindex(")") + 2 :].split()[1])
-        if parent == server.pid and b"smtriton.serve.worker" in cmdline:
-            pids.append(int(entry.name))
-    return sorted(pids)
+        children.setdefault(int(stat[stat.rindex(")") + 2 :].split()[1]), []).append(int(entry.name))
+    servers = [p for p in children.get(server.pid, []) if b"multiprocessing.forkserver" in commands.get(p, b"")]
+    return sorted(pid for fork_server in servers for pid in children.get(fork_server, []))
 
 
 def workers_that_answered(server: ServeProcess, path: str) -> set[int]:
@@ -215,8 +215,8 @@ def test_metrics_add_up_across_workers(sme):
 
 def test_sigterm_under_load_loses_no_request_and_leaves_no_process(tmp_path, test_repository):
     server = start_serve(tmp_path, test_repository, "slow", env=WORKERS)
-    workers = worker_pids(server)
-    assert len(workers) == 2
+    assert len(worker_pids(server)) == 2
+    processes = descendants(server.pid)  # Triton and its stubs, the fork server, the workers
     results: list[str] = []
     stop = threading.Event()
 
@@ -247,7 +247,7 @@ def test_sigterm_under_load_loses_no_request_and_leaves_no_process(tmp_path, tes
         assert [r for r in results if r.startswith("failed")] == []
         assert workers_that_answered(server, "/invocations") == {1, 2}
         assert triton_pids(server.marker) == []
-        assert [pid for pid in workers if Path(f"/proc/{pid}").exists()] == []
+        assert alive(processes) == []
     finally:
         stop.set()
         server.stop()
