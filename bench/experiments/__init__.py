@@ -29,8 +29,6 @@ EXPERIMENTS: dict[str, tuple[str, str, int]] = {
     "serve-asgi": ("serve", "bench.experiments.serve_asgi", 1),
     # serve itself, inference requests sent to Triton by the minimal client of upstream.py, not aiohttp.
     "serve-lean-upstream": ("serve", "bench.experiments.serve_lean_upstream", 1),
-    # serve itself with 2 front workers, each on its own SO_REUSEPORT socket (not the main process's one).
-    "serve-reuseport": ("serve", "bench.experiments.serve_reuseport", 1),
     # serve itself, recording the collector's pauses to $BENCH_GC_STATS at exit.
     "serve-gc-stats": ("serve", "bench.experiments.serve_gc_stats", 1),
 }

@@ -15,9 +15,9 @@ def _stock_protocol() -> None:
     smtriton.serve.server.data_protocol = lambda routes: HttpToolsProtocol  # type: ignore[assignment,misc]
 
 
-def worker(index: int, channel: socket.socket, listener: socket.socket) -> None:
+def worker(index: int, channel: socket.socket) -> None:
     _stock_protocol()
-    smtriton.serve.worker.run(index, channel, listener)
+    smtriton.serve.worker.run(index, channel)
 
 
 if __name__ == "__main__":

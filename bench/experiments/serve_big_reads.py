@@ -16,9 +16,9 @@ def _big_reads() -> None:
         module.HIGH_WATER_LIMIT = 4 * 1024 * 1024  # type: ignore[attr-defined]
 
 
-def worker(index: int, channel: socket.socket, listener: socket.socket) -> None:
+def worker(index: int, channel: socket.socket) -> None:
     _big_reads()
-    smtriton.serve.worker.run(index, channel, listener)
+    smtriton.serve.worker.run(index, channel)
 
 
 if __name__ == "__main__":

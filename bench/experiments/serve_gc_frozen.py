@@ -17,9 +17,9 @@ def _freeze() -> None:
     gc.freeze()
 
 
-def worker(index: int, channel: socket.socket, listener: socket.socket) -> None:
+def worker(index: int, channel: socket.socket) -> None:
     _freeze()
-    smtriton.serve.worker.run(index, channel, listener)
+    smtriton.serve.worker.run(index, channel)
 
 
 if __name__ == "__main__":

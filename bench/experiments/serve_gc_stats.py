@@ -43,9 +43,9 @@ def _record() -> None:
     atexit.register(_dump)
 
 
-def worker(index: int, channel: socket.socket, listener: socket.socket) -> None:
+def worker(index: int, channel: socket.socket) -> None:
     _record()
-    smtriton.serve.worker.run(index, channel, listener)
+    smtriton.serve.worker.run(index, channel)
 
 
 if __name__ == "__main__":

@@ -26,9 +26,9 @@ def _lean() -> None:
     TritonClient.infer = _infer  # type: ignore[method-assign]
 
 
-def worker(index: int, channel: socket.socket, listener: socket.socket) -> None:
+def worker(index: int, channel: socket.socket) -> None:
     _lean()
-    smtriton.serve.worker.run(index, channel, listener)
+    smtriton.serve.worker.run(index, channel)
 
 
 if __name__ == "__main__":

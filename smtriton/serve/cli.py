@@ -11,7 +11,6 @@ import asyncio
 import logging
 import os
 import signal
-import socket
 import sys
 import tempfile
 from collections.abc import Sequence
@@ -24,7 +23,7 @@ from smtriton.serve.logs import configure_logging
 from smtriton.serve.repository import refuse_unrunnable_plans, resolve_default_model
 from smtriton.serve.settings import Settings, environment_help, flag_help, warn_without_effect
 from smtriton.serve.triton.installation import TritonInstallation, find_triton
-from smtriton.serve.workers import WORKER_ENTRY, listen
+from smtriton.serve.workers import WORKER_ENTRY, reserve_port
 
 if TYPE_CHECKING:
     from smtriton.serve.endpoint import Endpoint
@@ -102,7 +101,7 @@ def main(argv: Sequence[str] | None = None, *, worker: str = WORKER_ENTRY) -> No
 
 def _run(settings: Settings, installation: TritonInstallation, default: str | None, work: Path, worker: str) -> None:
     """Run the endpoint until SIGTERM on uvicorn's loop of choice (uvloop where installed)."""
-    listener = listen(settings.host, settings.port)  # at once: a port that is taken stops serve here
+    port = reserve_port(settings.host, settings.port)  # at once: a port that is taken stops serve here
     try:
         import uvloop
     except ImportError:  # pragma: no cover - uvloop is in the runtime's dependencies
@@ -110,9 +109,9 @@ def _run(settings: Settings, installation: TritonInstallation, default: str | No
     else:
         run = uvloop.run
     try:
-        run(_serve(settings, installation, default, work, listener, worker))
+        run(_serve(settings, installation, default, work, worker))
     finally:
-        listener.close()
+        port.close()
 
 
 async def _serve(
@@ -120,7 +119,6 @@ async def _serve(
     installation: TritonInstallation,
     default: str | None,
     work: Path,
-    listener: socket.socket,
     worker: str,
 ) -> None:
     """Start Triton first, then the front workers, then assemble the endpoint's owner while both boot:
@@ -170,7 +168,7 @@ async def _serve(
         metrics_wanted=settings.metrics_port is not None,
         load_models=(default,) if default is not None else (),
     )
-    workers = WorkerPool(settings.workers, listener, entry=worker, on_exit=_forget_worker_metrics)
+    workers = WorkerPool(settings.workers, entry=worker, on_exit=_forget_worker_metrics)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

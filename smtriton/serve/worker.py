@@ -1,10 +1,10 @@
 """One front worker: uvicorn on the SageMaker port that the main process bound, for the one Triton.
 
 The main process's worker pool (:mod:`smtriton.serve.workers`) forks it from multiprocessing's fork
-server, which imported this module while Triton started, and calls :func:`run` with the listening
-socket and the worker's end of the channel. It waits for the main process's first message (settings,
-state, models) before it accepts a connection, so that it answers like every other worker from its
-first request.
+server, which imported this module while Triton started, and calls :func:`run` with the worker's end of
+the channel. It waits for the main process's first message (settings, state, models) before it listens
+on the port (a socket of its own beside the other workers'), so that it answers like every other
+worker from its first request.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from smtriton.serve.logs import configure_logging
 from smtriton.serve.metrics import Metrics
 from smtriton.serve.server import http_server
 from smtriton.serve.settings import Settings
+from smtriton.serve.workers import listen
 
 log = logging.getLogger("serve")
 
@@ -30,7 +31,7 @@ UPSTREAM_CONNECTIONS = 256
 PR_SET_PDEATHSIG = 1
 
 
-def run(index: int, channel: socket.socket, listener: socket.socket) -> None:
+def run(index: int, channel: socket.socket) -> None:
     """Serve as worker ``index`` until SIGTERM; exit status 0 after a drain, 1 if the main process went
     away before it said hello."""
     # Never outlive `serve`: the fork server this runs under ends with the main process.
@@ -38,13 +39,13 @@ def run(index: int, channel: socket.socket, listener: socket.socket) -> None:
     try:
         import uvloop
     except ImportError:  # pragma: no cover - uvloop is in the runtime's dependencies
-        code = asyncio.run(_serve(index, channel, listener))
+        code = asyncio.run(_serve(index, channel))
     else:
-        code = uvloop.run(_serve(index, channel, listener))
+        code = uvloop.run(_serve(index, channel))
     raise SystemExit(code)
 
 
-async def _serve(index: int, channel_socket: socket.socket, listener: socket.socket) -> int:
+async def _serve(index: int, channel_socket: socket.socket) -> int:
     hello: asyncio.Future[DataPlane] = asyncio.get_running_loop().create_future()
 
     def handle(op: str, message: Message) -> Any:
@@ -71,16 +72,11 @@ async def _serve(index: int, channel_socket: socket.socket, listener: socket.soc
 
     reader.add_done_callback(owner_gone)
     try:
-        await server.serve(sockets=[listening_socket(listener, plane.settings)])
+        await server.serve(sockets=[listen(plane.settings.host, plane.settings.port)])
     finally:
         reader.remove_done_callback(owner_gone)
         await channel.close()
     return 0
-
-
-def listening_socket(inherited: socket.socket, settings: Settings) -> socket.socket:
-    """The SageMaker port, bound and listening: the socket the main process passed down."""
-    return inherited
 
 
 def _plane(index: int, hello: Message, owner: Channel) -> DataPlane:

@@ -1,11 +1,14 @@
 """Front workers: several processes serving the SageMaker port, all in front of the one Triton.
 
-The main process binds the port once and every worker accepts on that same socket (the pre-fork model
-of gunicorn's arbiter and uvicorn's ``--workers``: the parent holds the socket, starts the children,
-replaces one that dies and passes signals on). Workers are forked from multiprocessing's fork server,
-which imports the worker's modules once, while Triton starts: each worker shares those pages with it
-instead of importing them again (about 13 MiB of private memory a worker instead of 50), and a
-replacement starts in milliseconds. Each worker gets its end of a channel
+The main process holds the port and supervises the workers (the pre-fork model of gunicorn's arbiter
+and uvicorn's ``--workers``: the parent starts the children, replaces one that dies and passes signals
+on). Each worker listens on a socket of its own bound with ``SO_REUSEPORT``, so the kernel spreads new
+connections over the workers evenly by their addresses; on one socket shared by all, whichever worker
+woke first took a burst of connections (4 workers, 64 keep-alive connections: 33, 21, 10 and none,
+against 19, 16, 15 and 14 with a socket each; bench/NOTES.md Part 7). Workers are forked from
+multiprocessing's fork server, which imports the worker's modules once, while Triton starts: each
+worker shares those pages with it instead of importing them again (about 13 MiB of private memory a
+worker instead of 50), and a replacement starts in milliseconds. Each worker gets its end of a channel
 (:mod:`smtriton.serve.channel`) and a first message, ``hello``, with the settings and the endpoint's
 state; until then it accepts nothing. A worker that exits on its own, even by SIGKILL, is replaced at
 once (with back-off if it keeps dying young) while the others keep serving; on shutdown every worker
@@ -40,24 +43,42 @@ BACKLOG = 2048  # uvicorn's default
 STABLE_RUN_S = 10.0
 FIRST_RESTART_S = 0.1
 MAX_RESTART_S = 10.0
-# What a worker runs, as "module:function": function(its index, its end of the channel, the listening
-# socket), which serves until it exits. Named, not passed: the fork server imports the module, the main
+# What a worker runs, as "module:function": function(its index, its end of the channel), which serves
+# until it exits. Named, not passed: the fork server imports the module, the main
 # process never does.
 WORKER_ENTRY = "smtriton.serve.worker:run"
 
 
-def listen(host: str, port: int) -> socket.socket:
-    """The SageMaker port, bound and listening, inherited by every worker (StartupError when taken)."""
+def _family(host: str) -> socket.AddressFamily:
     try:
-        family = socket.AF_INET6 if ipaddress.ip_address(host).version == 6 else socket.AF_INET
+        return socket.AF_INET6 if ipaddress.ip_address(host).version == 6 else socket.AF_INET
     except ValueError:  # a host name: IPv4, as uvicorn resolves it by default
-        family = socket.AF_INET
+        return socket.AF_INET
+
+
+def reserve_port(host: str, port: int) -> socket.socket:
+    """Hold the SageMaker port for the workers' sockets (StartupError when it is taken).
+
+    A plain bind first, so that a port any other socket holds, a ``SO_REUSEPORT`` one of another
+    `serve` included, is refused instead of shared; then the reservation: bound with ``SO_REUSEPORT``,
+    never listening, so no connection waits on it while it keeps the port for the workers."""
+    family = _family(host)
     try:
-        sock = socket.create_server((host, port), family=family, backlog=BACKLOG)
+        with socket.socket(family, socket.SOCK_STREAM) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            probe.bind((host, port))
+        reservation = socket.socket(family, socket.SOCK_STREAM)
+        reservation.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        reservation.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        reservation.bind((host, port))
     except OSError as exc:
         raise StartupError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
-    sock.set_inheritable(True)
-    return sock
+    return reservation
+
+
+def listen(host: str, port: int) -> socket.socket:
+    """A worker's own listening socket on the SageMaker port, beside the other workers' (``SO_REUSEPORT``)."""
+    return socket.create_server((host, port), family=_family(host), backlog=BACKLOG, reuse_port=True)
 
 
 @dataclass
@@ -73,20 +94,18 @@ class WorkerSlot:
 
 
 class WorkerPool:
-    """``count`` workers running ``entry`` on ``listener``. :meth:`open` gives them the first message
-    and the handler of their calls; until then they are started but wait."""
+    """``count`` workers running ``entry``. :meth:`open` gives them the first message and the handler
+    of their calls; until then they are started but wait (and accept nothing)."""
 
     def __init__(
         self,
         count: int,
-        listener: socket.socket,
         *,
         entry: str = WORKER_ENTRY,
         on_exit: Callable[[int], None] | None = None,
     ) -> None:
         """``on_exit`` is told the pid of each worker that exited on its own."""
         self.count = count
-        self.listener = listener
         self.entry = entry
         self._on_exit = on_exit
         self._context = multiprocessing.get_context("forkserver")
@@ -136,7 +155,7 @@ class WorkerPool:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         process = self._context.Process(
             target=_run_entry,
-            args=(self.entry, slot.index, theirs, self.listener),
+            args=(self.entry, slot.index, theirs),
             name=f"worker-{slot.index}",
             daemon=True,
         )
@@ -186,7 +205,6 @@ class WorkerPool:
         if self._stopped:
             return
         self._stopped = self._stopping = True
-        self.listener.close()  # the workers' copies close as they stop accepting
         processes = [s.process for s in self.slots if s.process is not None and s.process.exitcode is None]
         for process in processes:
             with contextlib.suppress(ProcessLookupError, AttributeError):
@@ -225,10 +243,10 @@ def _stop_helpers() -> None:
                 stop()
 
 
-def _run_entry(entry: str, index: int, channel: socket.socket, listener: socket.socket) -> None:
+def _run_entry(entry: str, index: int, channel: socket.socket) -> None:
     """In the worker: run ``entry`` (imported already, by the fork server)."""
     module, _, function = entry.partition(":")
-    getattr(importlib.import_module(module), function)(index, channel, listener)
+    getattr(importlib.import_module(module), function)(index, channel)
 
 
 async def _exited(process: ForkServerProcess) -> int | None:

@@ -185,11 +185,19 @@ def test_a_sigkilled_worker_is_replaced_and_the_endpoint_keeps_answering(sme):
     assert len(first) == 2
     os.kill(first[0], signal.SIGKILL)
     killed_at = time.monotonic()
-    statuses = []
+    outcomes: list[tuple[float, int | str]] = []
     while time.monotonic() - killed_at < 3:  # the other worker answers meanwhile
-        statuses.append(requests.post(f"{sme.url}/invocations", data=ADDSUB, timeout=10).status_code)
-        assert requests.get(f"{sme.url}/ping", timeout=5).status_code == 200
-    assert set(statuses) == {200}
+        sent = time.monotonic() - killed_at
+        try:
+            outcomes.append((sent, requests.post(f"{sme.url}/invocations", data=ADDSUB, timeout=10).status_code))
+        except requests.ConnectionError as exc:
+            outcomes.append((sent, f"connection: {exc}"))
+    # A connection the kernel had queued for the killed worker's own socket dies with it; from the moment
+    # the kernel has closed that socket, every new connection goes to the other worker.
+    failed = [(at, outcome) for at, outcome in outcomes if outcome != 200]
+    assert len(failed) <= 2, failed
+    assert all(at < 0.2 for at, _ in failed), failed
+    assert len(outcomes) > 20
     assert wait_for(lambda: len(worker_pids(sme)) == 2 and first[0] not in worker_pids(sme), 10)
     assert re.search(rf"worker \d \(pid {first[0]}\) exited with signal SIGKILL", sme.log_text())
     assert wait_for(lambda: "Application startup complete" in sme.log_text().rsplit("SIGKILL", 1)[1], 10)
@@ -275,3 +283,13 @@ def test_a_bad_worker_count_stops_serve_with_one_line(tmp_path, setting, message
     assert done.stdout == ""
     assert done.stderr.strip().splitlines() == [done.stderr.strip()]  # one line
     assert message in done.stderr
+
+
+def test_a_second_serve_on_a_port_in_use_stops_with_one_line(sme, tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SAGEMAKER_", "SMTRITON_"))}
+    args = [sys.executable, "-m", "smtriton.serve", "--model-repository", str(TEST_MODELS), "--default-model"]
+    args += ["addsub", "--host", "127.0.0.1", "--port", str(sme.port)]
+    done = subprocess.run(args, env=env, capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 1
+    assert done.stderr == f"cannot listen on 127.0.0.1:{sme.port}: Address already in use\n"
+    assert requests.post(f"{sme.url}/invocations", data=ADDSUB, timeout=10).status_code == 200
