@@ -221,7 +221,10 @@ class TritonOptions(BaseModel):
     # Native's `--sagemaker-thread-count` sized Triton's own SageMaker listener; ours is uvicorn, so the value
     # is kept for compatibility and sizes Triton's loopback HTTP threads instead.
     thread_count: Integer | None = _setting(
-        "SAGEMAKER_TRITON_THREAD_COUNT", "sizes Triton's loopback HTTP threads", shown="Triton's", ge=1
+        "SAGEMAKER_TRITON_THREAD_COUNT",
+        "sizes Triton's loopback HTTP threads",
+        shown="Triton's 8, or one a front worker past 8",
+        ge=1,
     )
     log_verbose: Annotated[int, BeforeValidator(_verbosity)] = _setting(
         "SAGEMAKER_TRITON_LOG_VERBOSE",

@@ -68,6 +68,19 @@ def test_sagemaker_variables_map_to_triton_flags(tmp_path):
     assert cmd[-1] == "--load-model=extra"
 
 
+def test_tritons_http_threads_grow_with_the_front_workers(tmp_path):
+    inst = _installation(tmp_path, ("python",), stub=False)
+
+    def threads(env: dict[str, str]) -> list[str]:
+        cmd = build_command(inst, Settings.from_env(env), Path("/repo"), Path("/b"), Ports(http=1))
+        return [arg for arg in cmd if arg.startswith("--http-thread-count")]
+
+    assert threads({"SAGEMAKER_MODEL_SERVER_WORKERS": "4"}) == []  # Triton's own 8
+    assert threads({"SAGEMAKER_MODEL_SERVER_WORKERS": "12"}) == ["--http-thread-count=12"]
+    both = {"SAGEMAKER_MODEL_SERVER_WORKERS": "12", "SAGEMAKER_TRITON_THREAD_COUNT": "3"}
+    assert threads(both) == ["--http-thread-count=3"]  # the variable wins
+
+
 def test_backends_the_binary_lacks_are_filled_with_python_based_ones(tmp_path):
     inst = _installation(tmp_path, ("python",), stub=True)
     out = assemble_backends(inst, tmp_path / "assembled")

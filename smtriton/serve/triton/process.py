@@ -25,6 +25,8 @@ from smtriton.serve.triton.ports import LOOPBACK
 log = logging.getLogger("serve.triton")
 triton_log = logging.getLogger("triton")
 
+# Triton's own default --http-thread-count.
+TRITON_HTTP_THREADS = 8
 _LEVELS = {"I": logging.INFO, "W": logging.WARNING, "E": logging.ERROR, "F": logging.CRITICAL}
 PR_SET_PDEATHSIG = 1
 
@@ -78,8 +80,11 @@ def build_command(
         cmd.append(f"--model-namespacing={str(opts.model_namespacing).lower()}")
     if opts.buffer_manager_thread_count is not None:
         cmd.append(f"--buffer-manager-thread-count={opts.buffer_manager_thread_count}")
-    if opts.thread_count is not None:
-        cmd.append(f"--http-thread-count={opts.thread_count}")
+    threads = opts.thread_count
+    if threads is None and settings.workers > TRITON_HTTP_THREADS:  # one a front worker, as Triton's 8 serve 8
+        threads = settings.workers
+    if threads is not None:
+        cmd.append(f"--http-thread-count={threads}")
     # One log level for both: serve's level sets Triton's unless a SAGEMAKER_TRITON_LOG_* says otherwise.
     level = settings.log_level
     quiet_info = False if level in ("warning", "error") else None
