@@ -35,6 +35,7 @@ from smtriton.serve.errors import (
     InternalError,
     ModelLoadFailed,
     ModelNotFound,
+    NotReady,
     ServeError,
 )
 from smtriton.serve.gpu import gpu_free_memory
@@ -475,10 +476,14 @@ class ModelRegistry:
 
     # ----- Triton restarted ---------------------------------------------------------------------
     async def restore(self) -> None:
-        """Re-load every recorded model after a Triton restart, oldest first."""
+        """Re-load every recorded model after a Triton restart, oldest first. A model Triton refuses is
+        dropped; a Triton that goes away meanwhile ends the restore (raised: the supervisor starts it
+        again and the records stay for the next restore)."""
         for record in sorted(self.records.values(), key=lambda r: r.loaded_at):
             try:
                 await self._load_in_triton(record)
+            except NotReady:
+                raise
             except ServeError as exc:
                 log.error("model %s could not be restored and is dropped: %s", record.model_name, exc.message)
                 self.records.pop(record.model_name, None)

@@ -17,7 +17,7 @@ from collections.abc import Callable, Coroutine, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from smtriton.serve.errors import NotReady
+from smtriton.serve.errors import NotReady, ServeError
 from smtriton.serve.settings import Settings
 from smtriton.serve.triton.backends import assemble_backends
 from smtriton.serve.triton.installation import TritonInstallation
@@ -94,8 +94,17 @@ class TritonSupervisor:
 
     def _set_state(self, state: TritonState) -> None:
         self._state = state
-        if self._on_change is not None:
-            self._on_change()
+        self._tell(self._on_change)
+
+    @staticmethod
+    def _tell(hook: Callable[[], None] | None) -> None:
+        """Call a listener; one that fails is logged and never stops the supervision."""
+        if hook is None:
+            return
+        try:
+            hook()
+        except Exception:
+            log.exception("a listener of the Triton supervisor failed")
 
     @property
     def live(self) -> bool:
@@ -186,8 +195,7 @@ class TritonSupervisor:
             await self.client.close()
         self.client = TritonClient(f"http://127.0.0.1:{ports.http}", self.settings.request_timeout_s)
         self.ports = ports
-        if self._on_change is not None:
-            self._on_change()
+        self._tell(self._on_change)
 
     async def _wait_live(self, process: TritonProcess) -> bool:
         assert self.client is not None
@@ -200,37 +208,69 @@ class TritonSupervisor:
             await asyncio.sleep(0.1)
         return False
 
+    async def _start(self) -> TritonProcess:
+        """One start: a live tritonserver whose ``on_live`` hook ran through. Whatever fails on the way
+        (the process, its port, the hook: Triton dying again while models are restored, say) stops the
+        process started and raises: a failed start, retried with back-off."""
+        self.process = process = await self._spawn()
+        try:
+            if self._on_live is not None:
+                await self._until_exit(process, self._on_live())
+        except Exception:
+            await process.stop(5)
+            raise
+        return process
+
+    @staticmethod
+    async def _until_exit(process: TritonProcess, hook: Coroutine[Any, Any, None]) -> None:
+        """Run ``hook`` unless tritonserver exits first: then it is cancelled and the start fails. (A
+        call it made to a Triton killed meanwhile could otherwise wait for its whole timeout: the
+        backend stubs Triton leaves behind keep the connection open until they are stopped.)"""
+        running = asyncio.ensure_future(hook)
+        exited = asyncio.ensure_future(process.exited())
+        try:
+            await asyncio.wait({running, exited}, return_when=asyncio.FIRST_COMPLETED)
+        except BaseException:  # the supervision itself is being cancelled
+            running.cancel()
+            exited.cancel()
+            raise
+        exited.cancel()
+        if not running.done():
+            running.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await running
+            raise RuntimeError("tritonserver exited while it was starting")
+        running.result()
+
     async def _supervise(self) -> None:
         """Start Triton, run the hooks, watch it; restart it with back-off when it dies."""
         backoff = 1.0
         while not self._stopping.is_set():
             try:
-                self.process = await self._spawn()
+                process = await self._start()
             except Exception as exc:  # a crash loop must end in a log line and a failing /ping
                 self._spawned.set()
                 self._set_state(TritonState.DOWN)
-                log.error("tritonserver failed to start: %s; retrying in %.0f s", exc, backoff)
+                reason = exc.message if isinstance(exc, ServeError) else str(exc) or exc.__class__.__name__
+                log.error("tritonserver failed to start: %s; retrying in %.0f s", reason, backoff)
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, MAX_BACKOFF_S)
                 continue
-            if self._on_live is not None:
-                await self._on_live()
             self._set_state(TritonState.LIVE)
             watcher = asyncio.create_task(self._watch(), name="triton-watch") if self._watch is not None else None
             started = time.monotonic()
             try:
-                code = await self.process.wait()
+                code = await process.wait()
             finally:
                 if watcher is not None:
                     watcher.cancel()
             if self._stopping.is_set():
                 return
             self._set_state(TritonState.DOWN)
-            if self._on_exit is not None:
-                self._on_exit()
+            self._tell(self._on_exit)
             if time.monotonic() - started > STABLE_RUN_S:
                 backoff = 1.0
             log.error("tritonserver exited unexpectedly (status %s); restarting in %.0f s", code, backoff)
-            await self.process.stop(1)
+            await process.stop(1)
             await asyncio.sleep(backoff)
             backoff = min(backoff * 2, MAX_BACKOFF_S)

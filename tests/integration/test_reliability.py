@@ -16,7 +16,7 @@ import requests
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.integration.conftest import start_serve
+from tests.integration.conftest import TEST_MODELS, start_serve
 from tests.integration.contract_client import BJ
 from tests.integration.harness import ServeProcess, triton_pids
 
@@ -241,3 +241,42 @@ def test_oversized_headers_are_431(addsub_server):
     assert r.status_code == 431
     assert "headers are larger" in r.json()["error"]
     assert requests.get(f"{addsub_server.url}/ping", timeout=5).status_code == 200
+
+
+def test_triton_killed_again_while_it_comes_back_restarts_and_keeps_the_models(tmp_path):
+    """Killed, then killed again while it starts and the models are being restored: every start that
+    fails is retried with back-off, and no model is lost on the way."""
+    root = tmp_path / "models"
+    shutil.copytree(TEST_MODELS / "addsub", root / "kept" / "model")
+    server = start_serve(tmp_path, None, None, args=["--multi-model", "--model-root", str(root)])
+    body = json.dumps(
+        {
+            "inputs": [
+                {"name": "INPUT0", "shape": [1, 16], "datatype": "INT32", "data": list(range(16))},
+                {"name": "INPUT1", "shape": [1, 16], "datatype": "INT32", "data": [1] * 16},
+            ]
+        }
+    )
+    try:
+        load = {"model_name": "kept", "url": str(root / "kept" / "model")}
+        assert requests.post(f"{server.url}/models", json=load, timeout=120).status_code == 200
+        killed: list[int] = []
+        for _ in range(3):
+            deadline = time.monotonic() + 60
+            while not (pids := [p for p in triton_pids(server.marker) if p not in killed]):
+                assert time.monotonic() < deadline, "no new Triton was started"
+                time.sleep(0.02)
+            time.sleep(0.3)  # it is starting (or restoring the model) now
+            os.kill(pids[0], signal.SIGKILL)
+            killed.append(pids[0])
+        server.wait_healthy(180)
+        assert (
+            server.log_text().count("tritonserver failed to start")
+            + server.log_text().count("tritonserver exited unexpectedly")
+            >= 3
+        )
+        r = requests.post(f"{server.url}/models/kept/invoke", data=body, timeout=60)
+        assert r.status_code == 200, r.text
+        assert [m["modelName"] for m in requests.get(f"{server.url}/models", timeout=5).json()["models"]] == ["kept"]
+    finally:
+        server.stop()

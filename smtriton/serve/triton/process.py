@@ -185,7 +185,7 @@ class TritonProcess:
                 return
             self.recent_lines.append(_log_line(raw))
 
-    async def _exited(self) -> None:
+    async def exited(self) -> None:
         """Return as soon as tritonserver itself exits.
 
         Its Python backend stubs inherit its stdout, so the event loop's own ``wait()`` (which waits
@@ -216,7 +216,7 @@ class TritonProcess:
     async def wait(self) -> int:
         """Wait for tritonserver to exit; then end what it left (stubs) and read its last log lines."""
         assert self._proc is not None
-        await self._exited()
+        await self.exited()
         self._kill_group(signal.SIGKILL)
         code = await self._proc.wait()
         if self._pump is not None:
@@ -238,7 +238,7 @@ class TritonProcess:
             with contextlib.suppress(ProcessLookupError):
                 self._proc.send_signal(signal.SIGTERM)
             try:
-                await asyncio.wait_for(self._exited(), timeout)
+                await asyncio.wait_for(self.exited(), timeout)
             except asyncio.TimeoutError:
                 log.warning("tritonserver did not stop within %.0f s; killing it", timeout)
         # Python backend stubs share the group; none may outlive Triton.
