@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable
 from typing import TYPE_CHECKING, Any
 
 from smtriton.serve import codec, guard, transcode
@@ -203,7 +203,7 @@ class DataPlane:
 
     def stream(
         self, triton_name: str, body: bytes, content_type: str | None, custom_attributes: str | None = None
-    ) -> AsyncIterator[dict[str, Any]]:
+    ) -> AsyncGenerator[dict[str, Any], None]:
         """A decoupled model's responses, one KServe JSON response each, as Triton streams them."""
         from smtriton.serve import streaming  # gRPC and numpy only for endpoints that stream
 

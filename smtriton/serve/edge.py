@@ -8,7 +8,7 @@ multi-model endpoint's renaming of ``model_name`` (§4.1), and the framing of st
 from __future__ import annotations
 
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
 import orjson
@@ -117,7 +117,7 @@ def stream_media_type(accept: str | None) -> str:
     return SSE if accept is not None and SSE in accept else JSON_LINES
 
 
-async def framed(responses: AsyncIterator[dict[str, Any]], media_type: str) -> AsyncIterator[bytes]:
+async def framed(responses: AsyncIterator[dict[str, Any]], media_type: str) -> AsyncGenerator[bytes, None]:
     """Each streamed response as one chunk: a JSON line, or a server-sent event."""
     sse = media_type == SSE
     async for value in responses:

@@ -84,7 +84,7 @@ class FastCycle(RequestResponseCycle):
                 self.scope["path"], request, self.read_body, self.mme_name
             )
             if stream is not None:
-                await stream(self.scope, self.receive, self.send)  # type: ignore[arg-type]
+                await stream.send(self.scope, self.receive, self.send)  # type: ignore[arg-type]
             else:
                 await self.answer(status, content_type.encode(), body, attributes)
         except BaseException as exc:

@@ -11,7 +11,7 @@ the control app.
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterable
 from typing import Any
 
 from starlette.responses import StreamingResponse
@@ -40,8 +40,34 @@ _INFERENCE_ID = edge.INFERENCE_ID_HEADER.lower().encode()
 _MODELS = "/models/"
 PING = "/ping"
 INVOCATIONS = "/invocations"
+
+
+class Streamed:
+    """A streamed answer: its chunks, and the clean-up that runs once however the stream ends — also
+    when nothing ever iterates the chunks (the client left before the first one), so that the Triton
+    stream is closed and an unload waiting for the invoke is not kept waiting."""
+
+    def __init__(self, chunks: AsyncIterator[bytes], media_type: str, cleanup: Callable[[], Awaitable[None]]) -> None:
+        self.media_type = media_type
+        self._chunks = chunks
+        self._cleanup = cleanup
+        self._closed = False
+
+    async def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            await self._cleanup()
+
+    async def send(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Stream the answer through ASGI's ``send`` (chunked); clean up whatever happens."""
+        try:
+            await StreamingResponse(self._chunks, media_type=self.media_type)(scope, receive, send)
+        finally:
+            await self.close()
+
+
 # An inference answer: status, content type, body, custom attributes for the header, or a stream instead.
-Reply = tuple[int, str, bytes, str | None, StreamingResponse | None]
+Reply = tuple[int, str, bytes, str | None, Streamed | None]
 _INVOKE = "/invoke"
 
 
@@ -180,7 +206,7 @@ class DataRoutes:
 
         status, response_type, payload, attribute, stream = await self.reply(scope["path"], request, body, mme_name)
         if stream is not None:
-            await stream(scope, receive, send)
+            await stream.send(scope, receive, send)
         else:
             await _answer(send, status, payload, response_type, attribute)
 
@@ -242,19 +268,15 @@ class DataRoutes:
         closes the upstream request too."""
         context = self.plane.generate_stream(model, body)
         failure, events = await context.__aenter__()
-        if events is None:
+
+        async def close_upstream() -> None:
             await context.__aexit__(None, None, None)
+
+        if events is None:
+            await close_upstream()
             assert failure is not None
             return (*edge.to_sagemaker(failure), None, None)
-
-        async def passed_on() -> AsyncIterator[bytes]:
-            try:
-                async for chunk in events:
-                    yield chunk
-            finally:
-                await context.__aexit__(None, None, None)
-
-        return 200, "", b"", None, StreamingResponse(passed_on(), media_type=edge.SSE)
+        return 200, "", b"", None, Streamed(events, edge.SSE, close_upstream)
 
     async def _mme(self, name: str, body: bytes, request: Invocation) -> Reply:
         plane = self.plane
@@ -288,18 +310,18 @@ async def _answer(
 
 
 def _streamed(
-    responses: AsyncIterator[dict[str, Any]], media_type: str, on_done: Callable[[], None] | None = None
-) -> StreamingResponse:
-    """A streaming answer; the Triton stream is closed (cancelling it) when the client goes away, and
-    ``on_done`` runs when the stream ends, however it ends."""
+    responses: AsyncGenerator[dict[str, Any], None], media_type: str, on_done: Callable[[], None] | None = None
+) -> Streamed:
+    """A decoupled model's answer, streamed; when it ends, however it ends, the Triton stream is
+    closed (cancelled, if it still runs) and ``on_done`` runs."""
+    chunks = edge.framed(responses, media_type)
 
-    async def chunks() -> AsyncIterator[bytes]:
+    async def close() -> None:
         try:
-            async for chunk in edge.framed(responses, media_type):
-                yield chunk
+            await chunks.aclose()
+            await responses.aclose()
         finally:
-            await responses.aclose()  # type: ignore[attr-defined]
             if on_done is not None:
                 on_done()
 
-    return StreamingResponse(chunks(), media_type=media_type)
+    return Streamed(chunks, media_type, close)

@@ -9,7 +9,7 @@ or a server-sent event). Only this path decodes tensors.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
 import grpc
@@ -18,7 +18,7 @@ import orjson
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 from tritonclient.utils import deserialize_bytes_tensor, serialize_byte_tensor, triton_to_np_dtype
 
-from smtriton.serve.errors import BadRequest, TritonUnavailable
+from smtriton.serve.errors import BadRequest
 
 FINAL = "triton_final_response"
 
@@ -123,9 +123,10 @@ class StreamClient:
     async def close(self) -> None:
         await self._channel.close()
 
-    async def stream(self, request: service_pb2.ModelInferRequest) -> AsyncIterator[dict[str, Any]]:
+    async def stream(self, request: service_pb2.ModelInferRequest) -> AsyncGenerator[dict[str, Any], None]:
         """Each response Triton streams, as a KServe JSON response (or ``{"error": ...}``, then the
-        end); closing the iterator early cancels the Triton request."""
+        end: also when Triton cannot be reached, since the answer has started by then); closing the
+        iterator early cancels the Triton request."""
 
         async def requests() -> AsyncIterator[service_pb2.ModelInferRequest]:
             yield request
@@ -142,9 +143,8 @@ class StreamClient:
                     yield response_json(response)
                 if final:
                     return
-        except grpc.aio.AioRpcError as exc:
-            if exc.code() == grpc.StatusCode.UNAVAILABLE:
-                raise TritonUnavailable("Triton is not reachable") from None
-            yield {"error": exc.details() or str(exc.code())}
+        except grpc.aio.AioRpcError as exc:  # the answer has started: the error is its last item
+            unavailable = exc.code() == grpc.StatusCode.UNAVAILABLE
+            yield {"error": "Triton is not reachable" if unavailable else exc.details() or str(exc.code())}
         finally:
             call.cancel()

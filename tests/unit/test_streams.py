@@ -1,0 +1,134 @@
+"""Every way a streamed invocation can end, through the real routes and data plane (in-process, ASGI)
+in front of a stand-in Triton: the upstream stream is closed and the MME in-flight count released in
+each, also when the client left before the answer started and nothing ever read the stream."""
+
+from __future__ import annotations
+
+import asyncio
+
+import orjson
+import pytest
+
+from smtriton.serve.app import create_app
+from smtriton.serve.channel import EndpointState
+from smtriton.serve.dataplane import DataPlane
+from smtriton.serve.metrics import Metrics
+from smtriton.serve.records import ModelRecord
+from smtriton.serve.settings import Settings
+from tests.unit.triton_stand_in import TritonStandIn
+
+BODY = b'{"text_input": "hi", "parameters": {"stream": true}}'
+
+
+async def _plane(triton: TritonStandIn, settings: Settings, default_model: str | None = "m") -> DataPlane:
+    plane = DataPlane(settings, Metrics(enabled=False), default_model)
+    # gRPC port 9: nothing listens there; a decoupled stream that is never read never dials it.
+    pending = plane.apply(EndpointState(True, True, "", triton.port, 9))
+    assert pending is None
+    return plane
+
+
+async def _call(plane: DataPlane, path: str, body: bytes, leave_at_once: bool = False) -> tuple[int, bytes]:
+    """One POST through the ASGI app. ``leave_at_once``: the client is gone as soon as its body was read."""
+    scope = {"type": "http", "method": "POST", "path": path, "raw_path": path.encode(), "query_string": b"",
+             "headers": [(b"content-type", b"application/json")], "http_version": "1.1", "scheme": "http",
+             "server": ("127.0.0.1", 8080), "client": ("127.0.0.1", 1), "root_path": ""}  # fmt: skip
+    sent_body = False
+    messages: list[dict] = []
+
+    async def receive() -> dict:
+        nonlocal sent_body
+        if not sent_body:
+            sent_body = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        if leave_at_once:
+            return {"type": "http.disconnect"}
+        await asyncio.Event().wait()  # the client stays until the answer ends
+        return {"type": "http.disconnect"}
+
+    async def send(message: dict) -> None:
+        messages.append(message)
+
+    await create_app(plane)(scope, receive, send)  # type: ignore[arg-type]
+    start = next((m for m in messages if m["type"] == "http.response.start"), None)
+    payload = b"".join(m.get("body", b"") for m in messages if m["type"] == "http.response.body")
+    return (start["status"] if start else 0), payload
+
+
+async def _settled(triton: TritonStandIn) -> None:
+    """Let the stand-in see what the client side did to the connection."""
+    for _ in range(100):
+        if triton.streams_open == 0:
+            return
+        await asyncio.sleep(0.02)
+
+
+def test_a_generate_stream_read_to_the_end_passes_every_event_and_releases_the_upstream():
+    async def scenario() -> None:
+        async with TritonStandIn().running() as triton:
+            plane = await _plane(triton, Settings(inference_type="generate_stream"))
+            status, payload = await _call(plane, "/invocations", BODY)
+            assert status == 200
+            assert [orjson.loads(line[6:]) for line in payload.split(b"\n\n") if line] == [
+                {"index": i} for i in range(5)
+            ]
+            await _settled(triton)
+            assert (triton.streams_finished, triton.streams_closed_early) == (1, 0)
+            await plane.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_client_that_leaves_before_the_stream_starts_closes_the_upstream_request():
+    """Nothing reads the stream: its clean-up still runs, and Triton's request is closed."""
+
+    async def scenario() -> None:
+        async with TritonStandIn().running() as triton:
+            triton.gap_s = 0.5  # 2.5 s for the whole stream if nobody closed it
+            plane = await _plane(triton, Settings(inference_type="generate_stream"))
+            await asyncio.wait_for(_call(plane, "/invocations", BODY, leave_at_once=True), 5)
+            await _settled(triton)
+            assert triton.streams_open == 0
+            assert triton.streams_closed_early == 1
+            assert triton.streams_finished == 0
+            await plane.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_generate_stream_refused_upstream_is_an_error_answer_and_no_stream():
+    async def scenario() -> None:
+        async with TritonStandIn().running() as triton:
+            triton.stream_status = 400
+            plane = await _plane(triton, Settings(inference_type="generate_stream"))
+            status, payload = await _call(plane, "/invocations", BODY)
+            assert status == 400
+            assert orjson.loads(payload) == {"error": "generate failed"}
+            await plane.close()
+
+    asyncio.run(scenario())
+
+
+@pytest.mark.parametrize("leave_at_once", [True, False])
+def test_a_decoupled_invoke_always_gives_back_its_in_flight_count(leave_at_once):
+    """An unload waits for the invokes a worker counts: one whose stream never started (the client
+    left first) or failed (Triton unreachable) must not keep it waiting."""
+
+    async def scenario() -> None:
+        async with TritonStandIn().running() as triton:
+            plane = await _plane(triton, Settings(), default_model=None)
+            record = ModelRecord("dec", "/u", None, "dec", ["dec"], "dec", decoupled=True)
+            plane.handle("model_added", {"record": record.to_wire()})
+            body = orjson.dumps({"inputs": [{"name": "N", "shape": [1], "datatype": "INT32", "data": [3]}]})
+            status, _ = await asyncio.wait_for(_call(plane, "/models/dec/invoke", body, leave_at_once), 30)
+            model = plane.models["dec"]
+            assert model.inflight == 0
+            assert model.idle.is_set()
+            if not leave_at_once:  # read: the stream reports that Triton cannot be reached
+                assert status in (200, 503)
+            drained = plane.handle("model_draining", {"name": "dec", "seconds": 60})
+            assert drained is not None
+            await asyncio.wait_for(drained, 1)  # nothing to wait for
+            await plane.close()
+
+    asyncio.run(scenario())
