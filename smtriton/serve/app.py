@@ -48,7 +48,8 @@ async def read_body(request: Request, limit: int) -> bytes:
 
 
 class HeaderLimit:
-    """Refuse requests whose headers pass the limit (431), before any route or body is touched."""
+    """Refuse requests whose headers pass the limit (431), before any route or body is touched: for
+    uvicorn's stock protocol, which does not (`serve`'s own refuses them while it parses)."""
 
     def __init__(self, app: ASGIApp, limit: int) -> None:
         self.app = app
@@ -83,7 +84,6 @@ def create_control_app(plane: DataPlane) -> FastAPI:
         redoc_url=None,
         openapi_url=None,
     )
-    app.add_middleware(HeaderLimit, limit=plane.settings.max_header_bytes)
     metrics = plane.metrics
     multi_model = plane.multi_model
 

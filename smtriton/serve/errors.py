@@ -71,6 +71,19 @@ class UnsupportedEncoding(ServeError):
     status = 415
 
 
+class RequestTimeout(ServeError):
+    """The client took too long to send its request's headers, or paused its body too long."""
+
+    status = 408
+
+
+class UriTooLong(ServeError):
+    status = 414
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(f"request URL is longer than the limit of {limit} bytes")
+
+
 class HeadersTooLarge(ServeError):
     status = 431
 

@@ -1,46 +1,254 @@
-"""uvicorn's HTTP protocol with a fast path for the data routes: no ASGI messages on the hot path.
+"""The HTTP edge at the protocol: uvicorn's httptools protocol with the edge's rules, and a fast path
+for the data routes.
 
-uvicorn still owns the connection: parsing (httptools), keep-alive and its timeout, pipelining, the
-SIGTERM drain, and every request the fast path does not take (the control plane, wrong methods,
-unusual paths), which goes to the ASGI app as before. For ``GET /ping``, ``POST /invocations`` and
-``POST /models/<name>/invoke`` the protocol collects the body as the parser hands it over, without
-uvicorn's 64 KiB pause/resume steps and ``bytearray`` appends (0.5 ms of front CPU less on a 600 KB
-image, bench/NOTES.md), calls the routes' one implementation (:meth:`DataRoutes.reply`) and writes the whole answer
-in one call. Streamed answers go through uvicorn's ASGI ``send`` as before.
+The rules hold for every request, and are applied while it is parsed, before a route sees it:
+
+- a URL longer than the header limit is answered 414, headers past it 431, as soon as they pass it
+  (nothing unbounded is buffered first);
+- a request's headers must arrive within ``SMTRITON_CLIENT_TIMEOUT_S`` of its first byte, and its
+  body may not pause longer than that: 408; a connection that sends nothing for that long is closed;
+- a request that is not valid HTTP/1.1 is answered 400 only after every complete request before it on
+  the connection has its answer (HTTP/1.1 answers in order), then the connection closes.
+
+Each refusal is a JSON error body, like every other error. uvicorn still owns the rest of the
+connection: parsing (httptools), keep-alive and its timeout, pipelining, the SIGTERM drain.
+
+The fast path: for ``GET /ping``, ``POST /invocations`` and ``POST /models/<name>/invoke`` the protocol
+collects the body as the parser hands it over, without uvicorn's 64 KiB pause/resume steps and
+``bytearray`` appends (0.5 ms of front CPU less on a 600 KB image, bench/NOTES.md), calls the routes'
+one implementation (:meth:`DataRoutes.reply`) and writes the whole answer in one call. Everything else
+(the control plane, unusual paths) goes to the ASGI app, with the route it matched. The fast path
+builds uvicorn's request cycle itself, from attributes of its protocol that are not public API: it is
+used only on the uvicorn releases it was tested with (:data:`TESTED_UVICORN`, and every internal it
+reads present, :data:`UVICORN_INTERNALS`); elsewhere `serve` logs once and serves every request
+through uvicorn's own cycle and the ASGI app.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import Any
 
+import uvicorn
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol, RequestResponseCycle
 from uvicorn.protocols.utils import get_client_addr, get_path_with_query_string
 
-from smtriton.serve.errors import ClientGone, PayloadTooLarge
+from smtriton.serve.codec import JSON
+from smtriton.serve.errors import (
+    INTERNAL_ERROR,
+    BadRequest,
+    ClientGone,
+    HeadersTooLarge,
+    PayloadTooLarge,
+    RequestTimeout,
+    ServeError,
+    UriTooLong,
+    error_body,
+)
 from smtriton.serve.routes import (
     ATTRIBUTES_HEADER,
-    INVOCATIONS,
-    PING,
     PING_TYPE,
+    ROUTE_SCOPE_KEY,
     DataRoutes,
     Invocation,
+    Route,
     attributes_value,
-    invoke_name,
+    route_of,
 )
+
+log = logging.getLogger("serve")
 
 _CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 _ONE_WRITE = 64 * 1024  # answers up to this size go out with their head in a single write
+# uvicorn releases (major.minor) the fast path was tested with; pyproject.toml allows only these.
+TESTED_UVICORN = ("0.54",)
+# What the fast path reads or calls of uvicorn's protocol and request cycle (not public API), beside
+# ``url``, which uvicorn's own ``on_message_begin`` sets: tests/unit/test_protocol.py fails when one
+# goes missing, and serve checks them before using it.
+UVICORN_INTERNALS = {
+    HttpToolsProtocol: (
+        "parser", "scope", "cycle", "pipeline", "flow", "transport", "server_state", "tasks", "loop",
+        "app", "root_path", "limit_concurrency", "expect_100_continue", "logger", "access_logger",
+        "access_log", "on_response_complete", "_start_asgi_task", "_unset_keepalive_if_required",
+        "send_400_response",
+    ),
+    RequestResponseCycle: (
+        "scope", "transport", "flow", "logger", "access_logger", "access_log", "default_headers",
+        "message_event", "waiting_for_100_continue", "keep_alive", "on_response", "disconnected",
+        "more_body", "response_started", "response_complete", "send", "receive",
+    ),
+}  # fmt: skip
+
+
+class _Refused(Exception):
+    """Raised from a parser callback to stop parsing a request that is refused (the reason is kept)."""
+
+
+class EdgeProtocol(HttpToolsProtocol):
+    """uvicorn's httptools protocol with the edge's rules (module docstring)."""
+
+    routes: DataRoutes  # set by :func:`data_protocol`
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        settings = self.routes.plane.settings
+        self._limit = settings.max_header_bytes
+        self._timeout = settings.client_timeout_s
+        self._in_head = False  # between a request's first byte and its last header
+        self._header_bytes = 0  # names and values of this request's headers
+        self._head_received = 0  # bytes received while in the head (a line httptools still buffers too)
+        self._owed = 0  # requests parsed whole and not yet answered
+        self._why: ServeError | None = None  # what a parser callback refused
+        self._refusal: ServeError | None = None  # decided; written once the answers owed are out
+        self._head_timer: asyncio.TimerHandle | None = None
+        self._body_timer: asyncio.TimerHandle | None = None
+
+    # ----- the connection ----------------------------------------------------------------------
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._head_timer = self.loop.call_later(self._timeout, self._silent_too_long)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._cancel_timers()
+        super().connection_lost(exc)
+
+    def data_received(self, data: bytes) -> None:
+        if self._refusal is not None:
+            return  # refused: nothing more is read from this connection
+        super().data_received(data)
+        if self._in_head and self._refusal is None:
+            self._head_received += len(data)
+            if self._head_received > 3 * self._limit:  # the URL and the headers at their limits, and more
+                self._refuse(HeadersTooLarge(self._limit))
+
+    def send_400_response(self, msg: str) -> None:
+        """uvicorn's answer to what httptools could not parse (or a callback refused)."""
+        why, self._why = self._why, None
+        self._refuse(why or BadRequest("the request is not valid HTTP/1.1"))
+
+    # ----- parser callbacks --------------------------------------------------------------------
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        self._in_head = True
+        self._header_bytes = self._head_received = 0
+        self._cancel_timers()
+        self._head_timer = self.loop.call_later(self._timeout, self._head_too_slow)
+
+    def on_url(self, url: bytes) -> None:
+        super().on_url(url)
+        if len(self.url) > self._limit:
+            self._why = UriTooLong(self._limit)
+            raise _Refused
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        super().on_header(name, value)
+        self._header_bytes += len(name) + len(value)
+        if self._header_bytes > self._limit:
+            self._why = HeadersTooLarge(self._limit)
+            raise _Refused
+
+    def on_headers_complete(self) -> None:
+        self._in_head = False
+        self._cancel_timers()
+        self._body_timer = self.loop.call_later(self._timeout, self._body_too_slow)
+        before = self.cycle
+        self._dispatch()
+        if self.cycle is not before:
+            self._owed += 1
+
+    def _dispatch(self) -> None:
+        """Hand the parsed request on: here, to the ASGI app with the route it matched."""
+        path = _plain_path(self.url)
+        if path is not None:
+            _mark(self.scope, route_of(self.parser.get_method(), path))
+        super().on_headers_complete()
+
+    def on_body(self, body: bytes) -> None:
+        super().on_body(body)
+        if self._body_timer is not None:
+            self._body_timer.cancel()
+            self._body_timer = self.loop.call_later(self._timeout, self._body_too_slow)
+
+    def on_message_complete(self) -> None:
+        if self._body_timer is not None:
+            self._body_timer.cancel()
+            self._body_timer = None
+        super().on_message_complete()
+
+    def on_response_complete(self) -> None:
+        self._owed -= 1
+        queued = len(self.pipeline)
+        super().on_response_complete()
+        if self._refusal is not None:
+            self.flow.pause_reading()
+            if len(self.pipeline) == queued and self._owed <= 0:  # nothing was started: all answered
+                self._write_refusal()
+
+    # ----- refusals ----------------------------------------------------------------------------
+    def _cancel_timers(self) -> None:
+        for timer in (self._head_timer, self._body_timer):
+            if timer is not None:
+                timer.cancel()
+        self._head_timer = self._body_timer = None
+
+    def _silent_too_long(self) -> None:
+        if not self._in_head and self.cycle is None and not self.transport.is_closing():
+            self.transport.close()  # connected, never sent a byte
+
+    def _head_too_slow(self) -> None:
+        if self._in_head:
+            self._refuse(RequestTimeout(f"request headers not received within {self._timeout:g} s"))
+
+    def _body_too_slow(self) -> None:
+        cycle = self.cycle
+        if cycle is None or not cycle.more_body or cycle.response_complete:
+            return
+        if self.flow.read_paused:  # waiting for earlier answers or for the app to read: not the client's pause
+            self._body_timer = self.loop.call_later(self._timeout, self._body_too_slow)
+            return
+        self._refuse(RequestTimeout(f"request body paused for more than {self._timeout:g} s"))
+
+    def _refuse(self, error: ServeError) -> None:
+        """Answer ``error`` and close, once every complete request before the refused one has its answer.
+        A refusal inside a body concerns the request that body belongs to: it is not answered."""
+        if self._refusal is not None:
+            return
+        self._refusal = error
+        self._cancel_timers()
+        self.flow.pause_reading()
+        cycle = self.cycle
+        if not self._in_head and cycle is not None and cycle.more_body and not cycle.response_complete:
+            self._owed -= 1  # the refused request itself: its cycle never answers
+            queued = [entry for entry in self.pipeline if entry[0] is cycle]
+            for entry in queued:
+                self.pipeline.remove(entry)
+            if not queued:  # it is the one running now: nothing before it is left to answer
+                self._owed = 0
+        log.info("refused a request: %d %s", error.status, error.message)
+        if self._owed <= 0:
+            self._write_refusal()
+
+    def _write_refusal(self) -> None:
+        error = self._refusal
+        if error is None or self.transport.is_closing():
+            return
+        body = error_body(error.message)
+        head = [STATUS_LINE[error.status]]
+        for name, value in self.server_state.default_headers:
+            head += name, b": ", value, b"\r\n"
+        head += b"content-type: ", JSON.encode(), b"\r\ncontent-length: %d\r\nconnection: close\r\n\r\n" % len(body)
+        self.transport.write(b"".join(head) + body)
+        self.transport.close()
 
 
 class FastCycle(RequestResponseCycle):
     """One data-route request: its body as the chunks the parser gave, then one answer."""
 
-    def __init__(self, *args: Any, routes: DataRoutes, mme_name: str | None, ping: bool, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, routes: DataRoutes, route: Route, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.routes = routes
-        self.mme_name = mme_name
-        self.ping = ping
+        self.route = route
         self.chunks: list[bytes] = []
         self.size = 0
         self.too_large = False
@@ -75,13 +283,13 @@ class FastCycle(RequestResponseCycle):
     async def run_asgi(self, app: Any) -> None:
         """Serve the request (the name is uvicorn's: its protocol starts every cycle through it)."""
         try:
-            routes = self.routes
-            if self.ping:
+            routes, (kind, name) = self.routes, self.route
+            if kind == "ping":
                 await self.answer(routes.ping_status(), PING_TYPE, b"", None)
                 return
             request = Invocation(self.scope["headers"])
             status, content_type, body, attributes, stream = await routes.reply(
-                self.scope["path"], request, self.read_body, self.mme_name
+                self.scope["path"], request, self.read_body, name
             )
             if stream is not None:
                 await stream.send(self.scope, self.receive, self.send)  # type: ignore[arg-type]
@@ -90,7 +298,8 @@ class FastCycle(RequestResponseCycle):
         except BaseException as exc:
             self.logger.error("Exception in the data route", exc_info=exc)
             if not self.response_started:
-                await self.send_500_response()
+                self.keep_alive = False
+                await self.answer(500, JSON.encode(), error_body(INTERNAL_ERROR), None)
             else:
                 self.transport.close()
         finally:
@@ -136,31 +345,22 @@ class FastCycle(RequestResponseCycle):
         self.on_response()
 
 
-class DataProtocol(HttpToolsProtocol):
-    """uvicorn's httptools protocol, serving the data routes through :class:`FastCycle`.
+class DataProtocol(EdgeProtocol):
+    """The edge's protocol, serving the data routes through :class:`FastCycle`."""
 
-    It uses the protocol's per-connection state (cycle, pipeline, flow control), stable across
-    uvicorn's releases but not public API: tests/unit/test_protocol.py holds it to the locked version.
-    """
-
-    routes: DataRoutes  # set by :func:`data_protocol`
-
-    def on_headers_complete(self) -> None:
+    def _dispatch(self) -> None:
         parser = self.parser
         method = parser.get_method()
-        url = self.url
-        path, _, query = url.partition(b"?")
-        mme_name: str | None = None
-        text = path.decode("ascii") if path.isascii() and b"%" not in path else ""
-        if method == b"GET":
-            take = text == PING
-        elif method == b"POST":
-            take = text == INVOCATIONS or (mme_name := invoke_name(text)) is not None
-        else:
-            take = False
-        if not take or parser.should_upgrade() or self.limit_concurrency is not None:
-            super().on_headers_complete()
+        path, _, query = self.url.partition(b"?")
+        text = _plain_path(self.url)
+        route = route_of(method, text) if text is not None else ("other", None)
+        fast = route[0] in ("ping", "invocations", "invoke")
+        if not fast or parser.should_upgrade() or self.limit_concurrency is not None:
+            if text is not None:
+                _mark(self.scope, route)
+            HttpToolsProtocol.on_headers_complete(self)
             return
+        assert text is not None
         http_version = parser.get_http_version()
         scope = self.scope
         scope["method"] = method.decode("ascii")
@@ -183,13 +383,10 @@ class DataProtocol(HttpToolsProtocol):
             keep_alive=http_version != "1.0" and parser.should_keep_alive(),
             on_response=self.on_response_complete,
             routes=self.routes,
-            mme_name=mme_name,
-            ping=method == b"GET",
+            route=route,
         )
         if existing is None or existing.response_complete:
-            task = self.loop.create_task(self.cycle.run_asgi(self.app))
-            task.add_done_callback(self.tasks.discard)
-            self.tasks.add(task)  # the drain on shutdown waits for it
+            self._start_asgi_task(self.cycle, self.app)  # uvicorn's own start (its context handling too)
         else:  # pipelined: waits for the answers before it, as uvicorn queues its own cycles
             self.flow.pause_reading()
             self.pipeline.appendleft((self.cycle, self.app))
@@ -198,18 +395,93 @@ class DataProtocol(HttpToolsProtocol):
         cycle = self.cycle
         if type(cycle) is not FastCycle:
             super().on_body(body)
-        elif not cycle.response_complete:
+            return
+        if not cycle.response_complete:
             cycle.add_body(body)
+        if self._body_timer is not None:
+            self._body_timer.cancel()
+            self._body_timer = self.loop.call_later(self._timeout, self._body_too_slow)
 
     def on_message_complete(self) -> None:
         cycle = self.cycle
         if type(cycle) is not FastCycle:
             super().on_message_complete()
-        elif not cycle.response_complete:
+            return
+        if self._body_timer is not None:
+            self._body_timer.cancel()
+            self._body_timer = None
+        if not cycle.response_complete:
             cycle.more_body = False
             cycle.message_event.set()
 
 
-def data_protocol(routes: DataRoutes) -> type[DataProtocol]:
-    """The protocol class uvicorn instantiates per connection, bound to ``routes``."""
-    return type("BoundDataProtocol", (DataProtocol,), {"routes": routes})
+def _mark(scope: Any, route: Route) -> None:
+    """Leave the route matched here to the ASGI app (routes are matched once)."""
+    scope.setdefault("extensions", {})[ROUTE_SCOPE_KEY] = route
+
+
+def _plain_path(url: bytes) -> str | None:
+    """The path of a request's URL when it is plain ASCII without escapes (None: leave it to uvicorn)."""
+    path = url.partition(b"?")[0]
+    return path.decode("ascii") if path.isascii() and b"%" not in path else None
+
+
+def missing_internals() -> list[str]:
+    """What the fast path needs of uvicorn and this uvicorn lacks (class.attribute)."""
+    missing = []
+    for cls, names in UVICORN_INTERNALS.items():
+        probe = _probe(cls)
+        missing += [f"{cls.__name__}.{name}" for name in names if not hasattr(probe, name) and not hasattr(cls, name)]
+    return missing
+
+
+def _probe(cls: type) -> object:
+    """An instance of ``cls`` with the attributes its constructor sets (uvicorn's own arguments)."""
+    if cls is HttpToolsProtocol:
+        from uvicorn.server import ServerState
+
+        config = uvicorn.Config(app=lambda scope, receive, send: None, log_config=None)
+        config.load()
+        loop = asyncio.new_event_loop()  # the protocol only keeps it; no connection is made
+        try:
+            return HttpToolsProtocol(config=config, server_state=ServerState(), app_state={}, _loop=loop)
+        finally:
+            loop.close()
+    scope: Any = {"type": "http"}
+    return cls(
+        scope=scope, transport=None, flow=None, logger=log, access_logger=log, access_log=False, default_headers=[],
+        message_event=asyncio.Event(), expect_100_continue=False, keep_alive=True, on_response=lambda: None,
+    )  # fmt: skip
+
+
+_warned: list[str] = []
+
+
+def data_protocol(routes: DataRoutes) -> type[HttpToolsProtocol]:
+    """The protocol class uvicorn instantiates per connection, bound to ``routes``: the fast path and
+    the edge's rules on a uvicorn they were tested with; on another, the edge's rules only if every
+    internal they read is there, else uvicorn's stock protocol (see :func:`checks_headers`). Logged
+    once."""
+    missing = missing_internals()
+    if missing:
+        _warn_once(f"uvicorn {uvicorn.__version__} lacks {', '.join(missing)}: served by its stock protocol")
+        return HttpToolsProtocol
+    base: type[EdgeProtocol] = DataProtocol
+    if ".".join(uvicorn.__version__.split(".")[:2]) not in TESTED_UVICORN:
+        _warn_once(
+            f"uvicorn {uvicorn.__version__} is not one the fast path was tested with ({', '.join(TESTED_UVICORN)}): "
+            "the data routes are served through uvicorn's own cycle and the ASGI app"
+        )
+        base = EdgeProtocol
+    return type("BoundDataProtocol", (base,), {"routes": routes})
+
+
+def checks_headers(protocol: type[HttpToolsProtocol]) -> bool:
+    """Whether ``protocol`` refuses oversized headers itself (else the ASGI app must)."""
+    return issubclass(protocol, EdgeProtocol)
+
+
+def _warn_once(problem: str) -> None:
+    if problem not in _warned:
+        _warned.append(problem)
+        log.warning("%s", problem)

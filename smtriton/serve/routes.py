@@ -22,7 +22,6 @@ from smtriton.serve.dataplane import DataPlane
 from smtriton.serve.errors import (
     INTERNAL_ERROR,
     BadRequest,
-    HeadersTooLarge,
     ModelNotFound,
     PayloadTooLarge,
     ServeError,
@@ -114,9 +113,7 @@ class Invocation:
         self.content_type = self.content_length = self.encoding = self.attributes = None
         self.inference_id = self.accept = None
         target: str | None = None
-        size = 0
         for name, value in headers:
-            size += len(name) + len(value)
             if name == b"content-type":
                 self.content_type = value.decode("latin-1")
             elif name == b"content-length":
@@ -131,7 +128,6 @@ class Invocation:
                 self.accept = value.decode("latin-1")
             elif name == _TARGET:
                 target = value.decode("latin-1")
-        self.header_bytes = size
         self.target_model = target
 
     content_type: str | None
@@ -140,7 +136,6 @@ class Invocation:
     attributes: str | None
     inference_id: str | None
     accept: str | None
-    header_bytes: int
     target_model: str | None
 
 
@@ -158,6 +153,25 @@ def invoke_name(path: str) -> str | None:
     return None
 
 
+# A request's route: "ping", "invocations", "invoke" (with the MME model's name), "wrong-method" (a data
+# route's path with another method) or "other" (the control app's); matched once per request.
+Route = tuple[str, str | None]
+# Where the HTTP protocol leaves the route it matched, for the ASGI app (scope["extensions"]).
+ROUTE_SCOPE_KEY = "smtriton.route"
+
+
+def route_of(method: bytes | str, path: str) -> Route:
+    """Which of the data routes a request is for, if any."""
+    get, post = method in (b"GET", "GET"), method in (b"POST", "POST")
+    if path == PING:
+        return ("ping", None) if get else ("wrong-method", None)
+    if path == INVOCATIONS:
+        return ("invocations", None) if post else ("wrong-method", None)
+    if post and (name := invoke_name(path)) is not None:
+        return "invoke", name
+    return "other", None
+
+
 class DataRoutes:
     """The data routes' one implementation (:meth:`reply`), and an ASGI app serving them that passes
     every other request to ``control``. The HTTP server's own fast path (`smtriton.serve.protocol`)
@@ -168,35 +182,28 @@ class DataRoutes:
         self.plane = plane
         settings = plane.settings
         self.limit = settings.max_payload_bytes
-        self.header_limit = settings.max_header_bytes
         self.inference_type = settings.inference_type
 
     def ping_status(self) -> int:
         return 200 if self.plane.healthy else 503
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http":
-            path: str = scope["path"]
-            method = scope["method"]
-            if path == PING:
-                if method == "GET":
-                    await send({"type": "http.response.start", "status": self.ping_status(), "headers": _PLAIN_EMPTY})
-                    await send(_BODY_END)
-                else:
-                    await _answer(send, 405, error_body("Method Not Allowed"))
-                return
-            if path == INVOCATIONS:
-                if method == "POST":
-                    await self._serve(scope, receive, send, None)
-                else:
-                    await _answer(send, 405, error_body("Method Not Allowed"))
-                return
-            if method == "POST":
-                name = invoke_name(path)
-                if name is not None:
-                    await self._serve(scope, receive, send, name)
-                    return
-        await self.control(scope, receive, send)
+        if scope["type"] != "http":
+            await self.control(scope, receive, send)
+            return
+        route: Route | None = scope.get("extensions", {}).get(ROUTE_SCOPE_KEY)
+        if route is None:  # the protocol could not match it (an escaped path): match the decoded one
+            route = route_of(scope["method"], scope["path"])
+        kind, name = route
+        if kind == "ping":
+            await send({"type": "http.response.start", "status": self.ping_status(), "headers": _PLAIN_EMPTY})
+            await send(_BODY_END)
+        elif kind == "invocations" or kind == "invoke":
+            await self._serve(scope, receive, send, name)
+        elif kind == "wrong-method":
+            await _answer(send, 405, error_body("Method Not Allowed"))
+        else:
+            await self.control(scope, receive, send)
 
     async def _serve(self, scope: Scope, receive: Receive, send: Send, mme_name: str | None) -> None:
         request = Invocation(scope["headers"])
@@ -223,8 +230,6 @@ class DataRoutes:
         model = mme_name or plane.default_model or ""
         status = 500
         try:
-            if request.header_bytes > self.header_limit:
-                raise HeadersTooLarge(self.header_limit)
             if mme_name is None:
                 model = plane.sme_model()
             elif not plane.multi_model:

@@ -9,9 +9,9 @@ from collections.abc import Iterator
 
 import uvicorn
 
-from smtriton.serve.app import create_app
+from smtriton.serve.app import HeaderLimit, create_app
 from smtriton.serve.dataplane import DataPlane
-from smtriton.serve.protocol import data_protocol
+from smtriton.serve.protocol import checks_headers, data_protocol
 
 
 class DrainingServer(uvicorn.Server):
@@ -43,10 +43,13 @@ class DrainingServer(uvicorn.Server):
 def http_server(plane: DataPlane) -> DrainingServer:
     """The HTTP server for ``plane``, on the SageMaker port."""
     settings = plane.settings
-    app = create_app(plane)
+    routes = create_app(plane)
+    protocol = data_protocol(routes)
+    # Header sizes are checked once: by the protocol while it parses, or (uvicorn's stock protocol) here.
+    app = routes if checks_headers(protocol) else HeaderLimit(routes, settings.max_header_bytes)
     config = uvicorn.Config(
         app,
-        http=data_protocol(app),
+        http=protocol,
         host=settings.host,
         port=settings.port,
         log_config=None,

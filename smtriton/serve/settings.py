@@ -361,7 +361,14 @@ class Settings(BaseSettings):
         ge=1,
     )
     max_header_bytes: Integer = _setting(
-        "SMTRITON_MAX_HEADER_BYTES", "request headers larger than this → 431", 64 * 1024, ge=1024
+        "SMTRITON_MAX_HEADER_BYTES", "request headers larger than this → 431 (a longer URL → 414)", 64 * 1024, ge=1024
+    )
+    client_timeout_s: Number = _setting(
+        "SMTRITON_CLIENT_TIMEOUT_S",
+        "seconds a client may take to send a request's headers, or pause in its body, before a 408; "
+        "a connection silent that long is closed",
+        30.0,
+        gt=0,
     )
     transcode_json_min_bytes: Integer = _setting(
         "SMTRITON_TRANSCODE_JSON_MIN_BYTES",

@@ -1,8 +1,10 @@
-"""The HTTP server's fast path for the data routes, over real sockets, in-process with a fake data plane.
+"""The HTTP edge at the protocol (smtriton/serve/protocol.py), over real sockets.
 
-uvicorn runs with `serve`'s protocol on an ephemeral loopback port in a thread. The tests speak raw
-HTTP/1.1 so that keep-alive, pipelining, 100-continue, chunked bodies, limits and disconnects are what
-a client really sends; the differential test holds the fast path to the ASGI app's answers.
+uvicorn runs with `serve`'s protocol, the real ASGI app and the real data plane on an ephemeral
+loopback port in a thread, in front of a stand-in speaking Triton's HTTP API (another thread). The
+tests speak raw HTTP/1.1 so that keep-alive, pipelining, 100-continue, chunked bodies, limits, slow
+clients and malformed requests are what a client really sends; the differential test holds the fast
+path to the ASGI app's answers.
 """
 
 from __future__ import annotations
@@ -13,30 +15,50 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
+from typing import Any
 
+import orjson
 import pytest
 import uvicorn
-from starlette.types import Receive, Scope, Send
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+from smtriton.serve import protocol
 from smtriton.serve.app import create_app
-from smtriton.serve.protocol import data_protocol
-from smtriton.serve.triton.client import UpstreamResponse
-from tests.unit.fake_plane import FakePlane, call
+from smtriton.serve.channel import EndpointState
+from smtriton.serve.dataplane import DataPlane
+from smtriton.serve.metrics import Metrics
+from smtriton.serve.protocol import TESTED_UVICORN, EdgeProtocol, checks_headers, data_protocol, missing_internals
+from smtriton.serve.settings import Settings
+from tests.unit.triton_stand_in import TEST_SETTINGS, TritonStandIn, call, stand_in_thread
 
 Response = tuple[int, dict[str, str], bytes]
+TIMEOUT_S = 1.0  # the client timeout of the servers here
+SETTINGS = TEST_SETTINGS.model_copy(update={"client_timeout_s": TIMEOUT_S})
 
 
 class Server:
-    def __init__(self, plane: FakePlane) -> None:
-        self.plane = plane
-        app = create_app(plane)  # type: ignore[arg-type]
-        self.asgi_paths: list[str] = []  # what reached the ASGI app rather than the fast path
+    """uvicorn with serve's protocol, app and data plane, in a thread, in front of ``triton``."""
 
-        async def asgi(scope: Scope, receive: Receive, send: Send) -> None:
+    def __init__(self, triton: TritonStandIn, settings: Settings = SETTINGS) -> None:
+        self.triton = triton
+        self.plane = DataPlane(settings, Metrics(enabled=False), "m")
+        app = create_app(self.plane)
+        self.asgi_paths: list[str] = []  # what reached the ASGI app rather than the fast path
+        self.protocol = data_protocol(app)
+
+        async def asgi(scope: Any, receive: Any, send: Any) -> None:
+            if scope["type"] == "lifespan":  # the plane's clients belong to this server's loop
+                await receive()
+                self.plane.apply(EndpointState(True, True, "", triton.port, 9))
+                await send({"type": "lifespan.startup.complete"})
+                await receive()
+                await self.plane.close()
+                await send({"type": "lifespan.shutdown.complete"})
+                return
             self.asgi_paths.append(scope["path"])
             await app(scope, receive, send)
 
-        config = uvicorn.Config(asgi, http=data_protocol(app), lifespan="off", log_config=None, timeout_keep_alive=5)
+        config = uvicorn.Config(asgi, http=self.protocol, lifespan="on", log_config=None, timeout_keep_alive=5)
         self.server = uvicorn.Server(config)
         self.sock = socket.socket()
         self.sock.bind(("127.0.0.1", 0))
@@ -58,6 +80,11 @@ class Server:
 
     def connect(self) -> Connection:
         return Connection(socket.create_connection(("127.0.0.1", self.port), timeout=5))
+
+    @property
+    def bodies(self) -> list[bytes]:
+        """What reached Triton's infer, in order."""
+        return [body for path, body, _ in self.triton.requests if path.endswith("/infer")]
 
 
 class Connection:
@@ -102,8 +129,14 @@ class Connection:
 
 
 @pytest.fixture
-def server() -> Iterator[Server]:
-    with Server(FakePlane()) as running:
+def triton() -> Iterator[TritonStandIn]:
+    with stand_in_thread() as running:
+        yield running
+
+
+@pytest.fixture
+def server(triton: TritonStandIn) -> Iterator[Server]:
+    with Server(triton) as running:
         yield running
 
 
@@ -123,17 +156,25 @@ def get(path: str, *headers: str) -> bytes:
     return ("\r\n".join([f"GET {path} HTTP/1.1", "Host: t", *headers]) + "\r\n\r\n").encode()
 
 
-def json_of(response: Response) -> object:
+def json_of(response: Response) -> Any:
     return json.loads(response[2])
 
 
+def refused(response: Response, status: int) -> Any:
+    """The error of a refusal: its status, a JSON body, and the connection closing after it."""
+    assert response[0] == status, response
+    assert response[1]["content-type"] == "application/json"
+    assert response[1]["connection"] == "close"
+    return json_of(response)["error"]
+
+
+# ----- the fast path, against the ASGI app --------------------------------------------------------
 @pytest.mark.parametrize(
     ("method", "path", "body", "headers"),
     [
         ("GET", "/ping", b"", []),
         ("POST", "/invocations", b'{"inputs":[]}', [(b"content-type", b"application/json")]),
         ("POST", "/invocations", b"x" * 1025, []),
-        ("POST", "/invocations", b"{}", [(b"x-big", b"y" * 3000)]),
         ("POST", "/invocations", gzip.compress(b"{}"), [(b"content-encoding", b"gzip")]),
         ("POST", "/invocations", b"{}", [(b"content-encoding", b"br")]),
         ("POST", "/models/m/invoke", b"{}", []),
@@ -142,13 +183,13 @@ def json_of(response: Response) -> object:
     ],
 )
 def test_the_fast_path_answers_as_the_asgi_app_does(connection, method, path, body, headers):
-    expected_status, expected_headers, expected_body = call(FakePlane(), method, path, body, headers)
+    expected = call(method, path, body, headers)
     head = [f"{method} {path} HTTP/1.1", "Host: t", f"Content-Length: {len(body)}"]
     head += [f"{name.decode()}: {value.decode()}" for name, value in headers]
     connection.send(("\r\n".join(head) + "\r\n\r\n").encode() + body)
     status, response_headers, response_body = connection.read()
-    assert (status, response_body) == (expected_status, expected_body)
-    for name, value in expected_headers.items():
+    assert (status, response_body) == (expected.status, expected.body)
+    for name, value in expected.headers.items():
         assert response_headers[name.decode()] == value.decode()
 
 
@@ -159,7 +200,7 @@ def test_keep_alive_serves_many_requests_on_one_connection(server, connection):
         assert (status, headers.get("connection")) == (200, None)
     connection.send(get("/ping"))
     assert connection.read()[:1] == (200,)
-    assert [seen[1] for seen in server.plane.seen] == [b'{"i":0}', b'{"i":1}', b'{"i":2}']
+    assert server.bodies == [b'{"i":0}', b'{"i":1}', b'{"i":2}']
     assert server.asgi_paths == []  # all served by the fast path
 
 
@@ -174,9 +215,11 @@ def test_pipelined_requests_are_answered_in_order_across_both_paths(server, conn
     answers = [connection.read() for _ in range(5)]
     assert [a[0] for a in answers] == [200, 200, 200, 200, 200]
     assert json_of(answers[1]) == {"models": []}
-    assert "MaxConcurrentTransforms" in json_of(answers[3])  # type: ignore[operator]
+    assert "MaxConcurrentTransforms" in json_of(answers[3])
     assert answers[4][2] == b""
-    assert [(seen[1], seen[3]) for seen in server.plane.seen] == [(b'{"n":1}', None), (b'{"n":2}', "a=1")]
+    first, second = server.bodies
+    assert first == b'{"n":1}'
+    assert orjson.loads(second) == {"n": 2, "parameters": {"sagemaker_custom_attributes": "a=1"}}
     assert server.asgi_paths == ["/models", "/execution-parameters"]
 
 
@@ -188,7 +231,7 @@ def test_100_continue_is_sent_before_the_body_is_read(server, connection):
     assert connection.read_line() == b""
     connection.send(b'{"c":1}')
     assert connection.read()[0] == 200
-    assert server.plane.seen[0][1] == b'{"c":1}'
+    assert server.bodies == [b'{"c":1}']
 
 
 def test_a_declared_body_over_the_limit_is_413_without_100_continue(server, connection):
@@ -200,7 +243,7 @@ def test_a_declared_body_over_the_limit_is_413_without_100_continue(server, conn
         413,
         {"error": "request body is larger than the limit of 1024 bytes"},
     )
-    assert server.plane.seen == []
+    assert server.bodies == []
 
 
 def test_a_chunked_body_is_delivered_whole(server, connection):
@@ -210,14 +253,14 @@ def test_a_chunked_body_is_delivered_whole(server, connection):
         time.sleep(0.01)
     connection.send(b"0\r\n\r\n")
     assert connection.read()[0] == 200
-    assert server.plane.seen[0][1] == b'{"a":[1,2,3]}'
+    assert server.bodies == [b'{"a":[1,2,3]}']
 
 
 def test_a_chunked_body_over_the_limit_is_413_before_it_ends(server, connection):
     connection.send(b"POST /invocations HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n")
     connection.send(b"%x\r\n%s\r\n" % (600, b"x" * 600) * 2)  # 1,200 bytes, the stream not ended
     assert connection.read()[0] == 413
-    assert server.plane.seen == []
+    assert server.bodies == []
 
 
 def test_http_1_0_and_connection_close_get_one_answer_then_the_connection_closes(server):
@@ -237,14 +280,12 @@ def test_http_1_0_and_connection_close_get_one_answer_then_the_connection_closes
 def test_a_client_that_leaves_mid_body_is_not_served_and_the_server_stays_healthy(server):
     client = server.connect()
     client.send(b"POST /invocations HTTP/1.1\r\nHost: t\r\nContent-Length: 100\r\n\r\n{")
-    time.sleep(0.05)
     client.close()
-    time.sleep(0.05)
     other = server.connect()
     other.send(get("/ping") + post("/invocations", b"{}"))
     assert [other.read()[0], other.read()[0]] == [200, 200]
     other.close()
-    assert [seen[1] for seen in server.plane.seen] == [b"{}"]
+    assert server.bodies == [b"{}"]
 
 
 def test_query_strings_and_escaped_paths_reach_the_same_routes(server, connection):
@@ -257,13 +298,173 @@ def test_query_strings_and_escaped_paths_reach_the_same_routes(server, connectio
 
 
 def test_a_model_s_custom_attributes_with_a_line_break_never_reach_the_header(server, connection):
-    async def infer(model, body, content_type, attributes):  # a model answering with a header injection
-        payload = b'{"parameters":{"sagemaker_custom_attributes":"a\\r\\nx-evil: 1"},"outputs":[]}'
-        return UpstreamResponse(200, "application/json", None, payload)
-
-    server.plane.infer = infer
+    server.triton.answer = (200, b'{"parameters":{"sagemaker_custom_attributes":"a\\r\\nx-evil: 1"},"outputs":[]}')
     connection.send(post("/invocations", b"{}"))
     status, headers, _ = connection.read()
     assert status == 200
     assert "x-evil" not in headers
     assert "x-amzn-sagemaker-custom-attributes" not in headers
+
+
+# ----- a malformed request after valid ones: answers in order, then the 400 ----------------------
+GARBAGE = [
+    b"GARBAGE\r\n\r\n",
+    b"POST /invocations HTTP/1.1\r\nHost: t\r\nContent-Length: abc\r\n\r\n",
+    b"GET /ping HTTP/9.9\r\nHost: t\r\n\r\n",
+]
+VALID = {"fast": post("/invocations", b'{"v":1}'), "asgi": get("/models")}
+
+
+@pytest.mark.parametrize("garbage", GARBAGE, ids=["request-line", "content-length", "version"])
+@pytest.mark.parametrize("path", ["fast", "asgi"])
+@pytest.mark.parametrize("writes", ["one write", "separate writes"])
+def test_a_malformed_request_is_answered_400_after_every_valid_one_before_it(server, garbage, path, writes):
+    server.triton.infer_delay_s = 0.3  # the valid request is still being answered when the garbage comes
+    client = server.connect()
+    if writes == "one write":
+        client.send(VALID[path] + VALID[path] + garbage)
+    else:
+        client.send(VALID[path])
+        client.send(VALID[path])
+        time.sleep(0.05)
+        client.send(garbage)
+    first, second = client.read(), client.read()
+    assert (first[0], second[0]) == (200, 200)
+    assert refused(client.read(), 400) == "the request is not valid HTTP/1.1"
+    assert client.closed_by_server()
+    client.close()
+
+
+def test_a_malformed_body_refuses_its_own_request_only_after_the_ones_before(server):
+    server.triton.infer_delay_s = 0.3
+    client = server.connect()
+    chunked = b"POST /invocations HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n"  # no hex size
+    client.send(post("/invocations", b'{"v":1}') + chunked)
+    assert client.read()[0] == 200
+    assert refused(client.read(), 400) == "the request is not valid HTTP/1.1"
+    assert client.closed_by_server()
+    client.close()
+    assert server.bodies == [b'{"v":1}']
+
+
+# ----- request smuggling and sizes ----------------------------------------------------------------
+@pytest.mark.parametrize(
+    "head",
+    [
+        "Content-Length: 2\r\nTransfer-Encoding: chunked",
+        "Content-Length: 2\r\nContent-Length: 3",
+        "Transfer-Encoding: chunked, identity",
+        "Transfer-Encoding : chunked",
+        "Transfer-Encoding: xchunked",
+    ],
+    ids=["cl-and-te", "two-cl", "te-list", "te-space", "te-prefix"],
+)
+def test_ambiguous_framing_is_refused_before_anything_is_forwarded(server, connection, head):
+    connection.send(f"POST /invocations HTTP/1.1\r\nHost: t\r\n{head}\r\n\r\n{{}}\r\n0\r\n\r\n".encode())
+    assert refused(connection.read(), 400)
+    assert connection.closed_by_server()
+    assert server.bodies == []
+
+
+def test_oversized_headers_are_431_as_soon_as_they_pass_the_limit(server):
+    for head in (
+        b"POST /invocations HTTP/1.1\r\nHost: t\r\n" + b"X-Many: y\r\n" * 300,  # many headers, no end sent
+        b"POST /invocations HTTP/1.1\r\nHost: t\r\nX-Big: " + b"y" * 8000,  # one header line, never ended
+    ):
+        client = server.connect()
+        client.send(head)
+        assert refused(client.read(), 431) == "request headers are larger than the limit of 2048 bytes"
+        assert client.closed_by_server()
+        client.close()
+    assert server.bodies == []
+
+
+def test_a_huge_url_is_414_before_it_ends(server, connection):
+    connection.send(b"GET /" + b"a" * 5000)
+    assert refused(connection.read(), 414) == "request URL is longer than the limit of 2048 bytes"
+    assert connection.closed_by_server()
+
+
+# ----- slow clients ----------------------------------------------------------------------------
+def test_slow_headers_are_408_and_do_not_hold_up_others(server):
+    slow = server.connect()
+    slow.send(b"POST /invocations HTTP/1.1\r\nHost: t\r\n")  # and nothing more
+    started = time.monotonic()
+    other = server.connect()
+    other.send(post("/invocations", b"{}"))
+    assert other.read()[0] == 200  # served meanwhile
+    other.close()
+    assert refused(slow.read(), 408) == f"request headers not received within {TIMEOUT_S:g} s"
+    assert TIMEOUT_S - 0.05 <= time.monotonic() - started < TIMEOUT_S + 2  # libuv timers: ms granularity
+    slow.close()
+
+
+def test_a_body_paused_too_long_is_408_and_does_not_hold_up_others(server):
+    slow = server.connect()
+    slow.send(b"POST /invocations HTTP/1.1\r\nHost: t\r\nContent-Length: 100\r\n\r\n{")
+    other = server.connect()
+    other.send(post("/invocations", b"{}"))
+    assert other.read()[0] == 200
+    other.close()
+    assert refused(slow.read(), 408) == f"request body paused for more than {TIMEOUT_S:g} s"
+    assert server.bodies == [b"{}"]
+    slow.close()
+
+
+def test_a_slowly_trickled_head_is_still_408_at_its_deadline(server):
+    """A byte every half timeout keeps a connection busy but never resets the headers' deadline."""
+    slow = server.connect()
+    started = time.monotonic()
+    slow.send(b"POST /invocations HTTP/1.1\r\nHost: t\r\n")
+    slow.sock.settimeout(TIMEOUT_S / 4)
+    for _ in range(3):
+        try:
+            slow.send(b"X")
+        except OSError:
+            break
+        time.sleep(TIMEOUT_S / 2)
+    slow.sock.settimeout(5)
+    assert refused(slow.read(), 408)
+    assert time.monotonic() - started < TIMEOUT_S + 1.5
+    slow.close()
+
+
+def test_a_connection_that_never_sends_a_byte_is_closed(server):
+    silent = server.connect()
+    started = time.monotonic()
+    assert silent.closed_by_server()
+    assert TIMEOUT_S - 0.05 <= time.monotonic() - started < TIMEOUT_S + 2  # libuv timers: ms granularity
+    silent.close()
+
+
+# ----- which uvicorn the fast path runs on --------------------------------------------------------
+def test_every_uvicorn_internal_the_fast_path_reads_is_there():
+    """Fails loudly when a uvicorn release moves what the fast path relies on: update TESTED_UVICORN
+    and UVICORN_INTERNALS (smtriton/serve/protocol.py) only after the fast path works on it."""
+    assert missing_internals() == []
+    assert ".".join(uvicorn.__version__.split(".")[:2]) in TESTED_UVICORN
+    assert issubclass(data_protocol(create_app(DataPlane(SETTINGS, Metrics(False), "m"))), protocol.DataProtocol)
+
+
+def test_an_untested_uvicorn_serves_through_its_own_cycle_with_the_edge_rules(monkeypatch, caplog, triton):
+    monkeypatch.setattr(uvicorn, "__version__", "0.99.0")
+    monkeypatch.setattr(protocol, "_warned", [])
+    with Server(triton) as server:
+        assert issubclass(server.protocol, EdgeProtocol)
+        assert not issubclass(server.protocol, protocol.DataProtocol)
+        client = server.connect()
+        client.send(post("/invocations", b"{}") + get("/ping"))
+        assert [client.read()[0], client.read()[0]] == [200, 200]
+        client.send(b"GET /" + b"a" * 5000)  # the edge's rules still hold
+        assert refused(client.read(), 414)
+        client.close()
+        assert server.asgi_paths == ["/invocations", "/ping"]
+    assert caplog.text.count("is not one the fast path was tested with") == 1
+
+
+def test_a_uvicorn_without_the_internals_gets_its_stock_protocol_and_the_app_checks_headers(monkeypatch):
+    monkeypatch.setattr(protocol, "missing_internals", lambda: ["HttpToolsProtocol.pipeline"])
+    monkeypatch.setattr(protocol, "_warned", [])
+    chosen = data_protocol(create_app(DataPlane(SETTINGS, Metrics(False), "m")))
+    assert chosen is HttpToolsProtocol
+    assert not checks_headers(chosen)  # so http_server puts HeaderLimit in front of the app

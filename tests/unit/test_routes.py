@@ -1,26 +1,31 @@
-"""Contract rules of the routes that need no Triton, in-process on the ASGI app with a fake data plane."""
+"""Contract rules of the routes, in-process on the ASGI app and the real data plane, in front of a
+stand-in speaking Triton's HTTP API (tests/unit/triton_stand_in.py)."""
 
 from __future__ import annotations
 
 import gzip
 import json
 
+import orjson
 import pytest
 
-from tests.unit.fake_plane import FakePlane, call
+from smtriton.serve.app import HeaderLimit
+from tests.unit.triton_stand_in import TritonStandIn, asgi_call, call
 
 
 @pytest.mark.parametrize(("healthy", "status"), [(True, 200), (False, 503)])
 def test_ping_answers_health_with_an_empty_body(healthy, status):
-    assert call(FakePlane(healthy=healthy), "GET", "/ping")[::2] == (status, b"")
+    answer = call("GET", "/ping", healthy=healthy)
+    assert (answer.status, answer.body) == (status, b"")
+    assert answer.reached_triton == []  # /ping reads the state, never Triton
 
 
 @pytest.mark.parametrize(
     ("method", "path"), [("POST", "/ping"), ("HEAD", "/ping"), ("GET", "/invocations"), ("PUT", "/invocations")]
 )
 def test_wrong_methods_on_the_data_routes_are_405_in_json(method, path):
-    status, headers, payload = call(FakePlane(), method, path)
-    assert (status, headers[b"content-type"], json.loads(payload)) == (
+    answer = call(method, path)
+    assert (answer.status, answer.headers[b"content-type"], json.loads(answer.body)) == (
         405,
         b"application/json",
         {"error": "Method Not Allowed"},
@@ -28,35 +33,58 @@ def test_wrong_methods_on_the_data_routes_are_405_in_json(method, path):
 
 
 def test_invocations_forward_the_decompressed_body_and_custom_attributes_both_ways():
-    plane = FakePlane()
-    body = b'{"inputs":[]}'
+    body = b'{"inputs":[],"parameters":{"sagemaker_custom_attributes":"back"}}'
     headers = [
         (b"content-type", b"application/json"),
         (b"content-encoding", b"gzip"),
         (b"x-amzn-sagemaker-custom-attributes", b"trace=1"),
     ]
-    status, response_headers, _ = call(plane, "POST", "/invocations", gzip.compress(body), headers)
-    assert status == 200
-    assert plane.seen == [("m", body, "application/json", "trace=1")]
-    assert response_headers[b"x-amzn-sagemaker-custom-attributes"] == b"back"
+    triton = TritonStandIn()
+    triton.answer = (200, b'{"parameters":{"sagemaker_custom_attributes":"back"},"outputs":[]}')
+    answer = call("POST", "/invocations", gzip.compress(body), headers, triton=triton)
+    assert answer.status == 200
+    ((path, sent, sent_headers),) = answer.reached_triton
+    assert path == "/v2/models/m/infer"
+    assert orjson.loads(sent) == {"inputs": [], "parameters": {"sagemaker_custom_attributes": "trace=1"}}
+    assert "Content-Encoding" not in sent_headers
+    assert answer.headers[b"x-amzn-sagemaker-custom-attributes"] == b"back"
 
 
-def test_limits_are_413_and_431_before_anything_is_forwarded():
-    plane = FakePlane()
-    assert call(plane, "POST", "/invocations", b"x" * 1025)[0] == 413
-    declared = [(b"content-length", b"5000")]
-    assert call(plane, "POST", "/invocations", b"", declared)[0] == 413
-    assert call(plane, "POST", "/invocations", b"{}", [(b"x-big", b"y" * 3000)])[0] == 431
-    assert plane.seen == []
+def test_a_body_over_the_limit_is_413_before_anything_is_forwarded():
+    assert call("POST", "/invocations", b"x" * 1025).status == 413
+    declared = call("POST", "/invocations", b"", [(b"content-length", b"5000")])
+    assert (declared.status, declared.reached_triton) == (413, [])
+
+
+def test_headers_over_the_limit_are_431_where_the_protocol_does_not_check_them():
+    """uvicorn's stock protocol (serve falls back to it on an unknown uvicorn) leaves header sizes to
+    the app: HeaderLimit answers them, in the one JSON error shape."""
+
+    async def ok(scope, receive, send):
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b""})
+
+    import asyncio
+
+    status, headers, payload = asyncio.run(
+        asgi_call(HeaderLimit(ok, 2048), "POST", "/invocations", b"{}", [(b"x-big", b"y" * 3000)])
+    )
+    assert (status, headers[b"content-type"], json.loads(payload)) == (
+        431,
+        b"application/json",
+        {"error": "request headers are larger than the limit of 2048 bytes"},
+    )
+    assert asyncio.run(asgi_call(HeaderLimit(ok, 2048), "GET", "/ping"))[0] == 200
 
 
 def test_invocations_on_a_multi_model_endpoint_and_invoke_on_a_single_model_one_are_refused():
-    status, _, payload = call(FakePlane(default_model=None), "POST", "/invocations", b"{}")
-    assert (status, json.loads(payload)["error"]) == (400, "this is a multi-model endpoint")
-    status, _, payload = call(FakePlane(), "POST", "/models/m/invoke", b"{}")
-    assert (status, json.loads(payload)) == (404, {"error": "model 'm' is not loaded"})
+    answer = call("POST", "/invocations", b"{}", default_model=None)
+    assert answer.status == 400
+    assert json.loads(answer.body)["error"].startswith("this is a multi-model endpoint")
+    answer = call("POST", "/models/m/invoke", b"{}")
+    assert (answer.status, json.loads(answer.body)) == (404, {"error": "model 'm' is not loaded"})
 
 
 def test_unrouted_paths_are_400_as_native_answers_them():
-    status, _, payload = call(FakePlane(), "GET", "/nowhere")
-    assert (status, json.loads(payload)) == (400, {"error": "no route for GET /nowhere"})
+    answer = call("GET", "/nowhere")
+    assert (answer.status, json.loads(answer.body)) == (400, {"error": "no route for GET /nowhere"})

@@ -7,10 +7,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+import threading
+from collections.abc import AsyncIterator, Iterator, Sequence
+from typing import Any, NamedTuple
 
 import orjson
 from aiohttp import web
+
+from smtriton.serve.app import create_app
+from smtriton.serve.channel import EndpointState
+from smtriton.serve.dataplane import DataPlane
+from smtriton.serve.metrics import Metrics
+from smtriton.serve.settings import Settings
 
 HEADER_LENGTH = "Inference-Header-Content-Length"
 
@@ -25,6 +33,9 @@ class TritonStandIn:
         self.streams_closed_early = 0
         self.streams_finished = 0
         self.models: dict[str, str] = {"m": "READY"}
+        self.answer: tuple[int, bytes] | None = None  # infer: this answer (status, JSON body) instead of the echo
+        self.infer_delay_s = 0.0  # infer: how long Triton takes to answer
+        self.load_error: str | None = None  # load: refused with this message
         self.decoupled: set[str] = set()
         self.port = 0
         self._runner: web.AppRunner | None = None
@@ -65,9 +76,13 @@ class TritonStandIn:
 
     async def _infer(self, request: web.Request) -> web.Response:
         body = await self._record(request)
+        if self.infer_delay_s:
+            await asyncio.sleep(self.infer_delay_s)
         model = request.match_info["model"]
         if self.models.get(model) != "READY":
             return web.json_response({"error": f"Request for unknown model: '{model}' is not found"}, status=400)
+        if self.answer is not None:
+            return web.Response(status=self.answer[0], body=self.answer[1], content_type="application/json")
         headers = {}
         if HEADER_LENGTH in request.headers:
             headers[HEADER_LENGTH] = request.headers[HEADER_LENGTH]
@@ -99,6 +114,8 @@ class TritonStandIn:
 
     async def _config(self, request: web.Request) -> web.Response:
         model = request.match_info["model"]
+        if model not in self.models:
+            return web.json_response({"error": f"Request for unknown model: '{model}' is not found"}, status=400)
         config: dict[str, object] = {"name": model, "instance_group": [{"count": 2, "kind": "KIND_CPU"}]}
         if model in self.decoupled:
             config["model_transaction_policy"] = {"decoupled": True}
@@ -113,6 +130,8 @@ class TritonStandIn:
 
     async def _load(self, request: web.Request) -> web.Response:
         await self._record(request)
+        if self.load_error is not None:
+            return web.json_response({"error": self.load_error}, status=400)
         self.models[request.match_info["model"]] = "READY"
         return web.Response(status=200)
 
@@ -120,3 +139,93 @@ class TritonStandIn:
         await self._record(request)
         self.models[request.match_info["model"]] = "UNAVAILABLE"
         return web.Response(status=200)
+
+
+@contextlib.contextmanager
+def stand_in_thread(triton: TritonStandIn | None = None) -> Iterator[TritonStandIn]:
+    """The stand-in served from a thread of its own, for a server under test that runs in another."""
+    triton = triton or TritonStandIn()
+    loop = asyncio.new_event_loop()
+    ready = threading.Event()
+    stop = asyncio.Event()
+
+    async def serve() -> None:
+        async with triton.running():
+            ready.set()
+            await stop.wait()
+
+    thread = threading.Thread(target=loop.run_until_complete, args=(serve(),), daemon=True)
+    thread.start()
+    try:
+        assert ready.wait(10), "the Triton stand-in did not start"
+        yield triton
+    finally:
+        loop.call_soon_threadsafe(stop.set)
+        thread.join(10)
+        loop.close()
+
+
+# What the in-process tests give the real data plane: limits small enough to reach with small bodies.
+TEST_SETTINGS = Settings(max_payload_bytes=1024, max_header_bytes=2048)
+
+
+def serving_plane(triton: TritonStandIn, settings: Settings = TEST_SETTINGS, default_model: str | None = "m",
+                  healthy: bool = True) -> DataPlane:  # fmt: skip
+    """The real data plane, told (as the endpoint's owner tells it) that requests may go to ``triton``;
+    call it inside the event loop that will run its requests."""
+    plane = DataPlane(settings, Metrics(enabled=False), default_model)
+    plane.apply(EndpointState(healthy, True, "", triton.port, 9))
+    return plane
+
+
+class Answer(NamedTuple):
+    status: int
+    headers: dict[bytes, bytes]
+    body: bytes
+    reached_triton: list[tuple[str, bytes, dict[str, str]]]  # (path, body, headers) of what Triton got
+
+
+def call(method: str, path: str, body: bytes = b"", headers: Sequence[tuple[bytes, bytes]] = (), *,
+         default_model: str | None = "m", healthy: bool = True, settings: Settings = TEST_SETTINGS,
+         triton: TritonStandIn | None = None) -> Answer:  # fmt: skip
+    """One request through the real ASGI app and data plane (in-process, as uvicorn would make it) in
+    front of a stand-in Triton."""
+    triton = triton or TritonStandIn()
+
+    async def scenario() -> Answer:
+        async with triton.running():
+            plane = serving_plane(triton, settings, default_model, healthy)
+            try:
+                status, answer_headers, payload = await asgi_call(create_app(plane), method, path, body, headers)
+            finally:
+                await plane.close()
+        return Answer(status, answer_headers, payload, triton.requests)
+
+    return asyncio.run(scenario())
+
+
+async def asgi_call(app: Any, method: str, path: str, body: bytes = b"", headers: Sequence[tuple[bytes, bytes]] = (),
+                    reraised: type[BaseException] | None = None) -> tuple[int, dict[bytes, bytes], bytes]:  # fmt: skip
+    """One request through an ASGI app, its body in pieces of 100 bytes, as uvicorn would hand it over.
+    ``reraised``: an exception the app may raise after it answered (Starlette does, for the server's log)."""
+    scope = {"type": "http", "method": method, "path": path, "raw_path": path.encode(), "query_string": b"",
+             "headers": list(headers), "http_version": "1.1", "scheme": "http", "server": ("127.0.0.1", 8080),
+             "client": ("127.0.0.1", 1), "root_path": ""}  # fmt: skip
+    messages: list[dict[str, Any]] = []
+    chunks = [body[i : i + 100] for i in range(0, len(body), 100)] or [b""]
+
+    async def receive() -> dict[str, Any]:
+        chunk = chunks.pop(0) if chunks else b""
+        return {"type": "http.request", "body": chunk, "more_body": bool(chunks)}
+
+    async def send(message: dict[str, Any]) -> None:
+        messages.append(message)
+
+    try:
+        await app(scope, receive, send)
+    except BaseException as exc:
+        if reraised is None or not isinstance(exc, reraised) or not messages:
+            raise
+    start = next(m for m in messages if m["type"] == "http.response.start")
+    payload = b"".join(m.get("body", b"") for m in messages if m["type"] == "http.response.body")
+    return start["status"], dict(start["headers"]), payload

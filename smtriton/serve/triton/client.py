@@ -1,14 +1,15 @@
 """One pooled async HTTP connection pool to Triton's loopback endpoint.
 
 aiohttp forwards raw bytes several times faster than httpx here (docs/design.md §5); bodies go through
-untouched, and only headers are rewritten by the caller.
+untouched, and only headers are rewritten by the caller. How a call to Triton fails (unreachable: 503;
+out of time: the call's own error) is decided in one place, :func:`_calling`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from urllib.parse import quote
 
@@ -25,6 +26,18 @@ from smtriton.serve.errors import (
 )
 
 HEADER_LENGTH = "Inference-Header-Content-Length"
+
+
+@contextlib.contextmanager
+def _calling(out_of_time: ServeError) -> Iterator[None]:
+    """A call to Triton: a transport failure is 503 (Triton restarting or dead), running out of time is
+    ``out_of_time``."""
+    try:
+        yield
+    except asyncio.TimeoutError:
+        raise out_of_time from None
+    except aiohttp.ClientError as exc:
+        raise TritonUnavailable(f"Triton is not reachable: {exc.__class__.__name__}") from None
 
 
 @dataclass(frozen=True)
@@ -60,7 +73,7 @@ class TritonClient:
             headers = {"Content-Type": "application/json"}
         else:
             headers = {"Content-Type": "application/octet-stream", HEADER_LENGTH: str(header_length)}
-        try:
+        with _calling(UpstreamTimeout(f"inference on model '{model}' did not finish in time")):
             async with self._session.post(
                 self._model_url(model, "/infer"), data=body, headers=headers, timeout=self._timeout
             ) as resp:
@@ -72,14 +85,10 @@ class TritonClient:
                     header_length=int(raw_length) if raw_length is not None else None,
                     body=payload,
                 )
-        except asyncio.TimeoutError:
-            raise UpstreamTimeout(f"inference on model '{model}' did not finish in time") from None
-        except aiohttp.ClientError as exc:
-            raise TritonUnavailable(f"Triton is not reachable: {exc.__class__.__name__}") from None
 
     async def generate(self, model: str, body: bytes) -> UpstreamResponse:
         """POST a generate request (JSON in, JSON out) to ``/v2/models/<model>/generate``."""
-        try:
+        with _calling(UpstreamTimeout(f"generate on model '{model}' did not finish in time")):
             async with self._session.post(
                 self._model_url(model, "/generate"),
                 data=body,
@@ -88,24 +97,18 @@ class TritonClient:
             ) as resp:
                 payload = await resp.read()
                 return UpstreamResponse(resp.status, resp.headers.get("Content-Type", ""), None, payload)
-        except asyncio.TimeoutError:
-            raise UpstreamTimeout(f"generate on model '{model}' did not finish in time") from None
-        except aiohttp.ClientError as exc:
-            raise TritonUnavailable(f"Triton is not reachable: {exc.__class__.__name__}") from None
 
     @contextlib.asynccontextmanager
     async def generate_stream(self, model: str, body: bytes) -> AsyncIterator[aiohttp.ClientResponse]:
         """Open ``/v2/models/<model>/generate_stream``; closing it early drops the connection, which
         is how Triton learns the client went away."""
-        try:
+        with _calling(UpstreamTimeout(f"generate on model '{model}' did not start in time")):
             resp = await self._session.post(
                 self._model_url(model, "/generate_stream"),
                 data=body,
                 headers={"Content-Type": "application/json", "Accept": "text/event-stream"},
                 timeout=aiohttp.ClientTimeout(total=None, sock_read=self._timeout.total),
             )
-        except aiohttp.ClientError as exc:
-            raise TritonUnavailable(f"Triton is not reachable: {exc.__class__.__name__}") from None
         try:
             yield resp
         finally:
@@ -137,15 +140,13 @@ class TritonClient:
     async def model_config(self, model: str) -> dict[str, object]:
         """The model's configuration as Triton completed it (JSON)."""
         url = self._model_url(model, "/config")
-        try:
+        with _calling(TritonUnavailable("Triton did not answer in time")):
             async with self._session.get(url, timeout=self._probe_timeout) as resp:
                 body = await resp.read()
                 if resp.status != 200:
                     raise UpstreamError(resp.status, error_text(body))
                 config: dict[str, object] = orjson.loads(body)
                 return config
-        except (asyncio.TimeoutError, aiohttp.ClientError):
-            raise TritonUnavailable("Triton is not reachable") from None
 
     async def is_decoupled(self, model: str) -> bool:
         """Whether a loaded model answers with a stream of responses (decoupled transaction policy)."""
@@ -159,29 +160,21 @@ class TritonClient:
     async def load_model(self, model: str, timeout_s: float) -> None:
         """Load (or reload) a model; raises ModelLoadFailed with Triton's message when it fails."""
         url = f"{self.base_url}/v2/repository/models/{quote(model, safe='')}/load"
-        try:
+        with _calling(UpstreamTimeout(f"loading model '{model}' did not finish within {timeout_s:.0f} s")):
             async with self._session.post(url, timeout=aiohttp.ClientTimeout(total=timeout_s)) as resp:
                 body = await resp.read()
                 if resp.status != 200:
                     raise ModelLoadFailed(error_text(body))
-        except asyncio.TimeoutError:
-            raise UpstreamTimeout(f"loading model '{model}' did not finish within {timeout_s:.0f} s") from None
-        except aiohttp.ClientError as exc:
-            raise TritonUnavailable(f"Triton is not reachable: {exc.__class__.__name__}") from None
 
     async def unload_model(self, model: str, unload_dependents: bool = False) -> None:
         """Ask Triton to unload; it answers at once, so callers wait with ``model_states``."""
         url = f"{self.base_url}/v2/repository/models/{quote(model, safe='')}/unload"
         payload = orjson.dumps({"parameters": {"unload_dependents": unload_dependents}})
-        try:
+        with _calling(InternalError(f"unloading model '{model}' timed out")):
             async with self._session.post(url, data=payload, timeout=self._probe_timeout) as resp:
                 body = await resp.read()
                 if resp.status != 200:
                     raise InternalError(f"unloading model '{model}' failed: {error_text(body)}")
-        except asyncio.TimeoutError:
-            raise InternalError(f"unloading model '{model}' timed out") from None
-        except aiohttp.ClientError as exc:
-            raise TritonUnavailable(f"Triton is not reachable: {exc.__class__.__name__}") from None
 
     async def model_states(self) -> dict[str, str]:
         """Triton model name → state (READY, LOADING, UNLOADING, UNAVAILABLE) from the repository index."""
@@ -194,13 +187,11 @@ class TritonClient:
 
     async def _repository_index(self) -> dict[str, tuple[str, str]]:
         url = f"{self.base_url}/v2/repository/index"
-        try:
+        with _calling(TritonUnavailable("Triton did not answer in time")):
             async with self._session.post(url, data=b"{}", timeout=self._probe_timeout) as resp:
                 body = await resp.read()
                 if resp.status != 200:
                     raise InternalError(f"repository index failed: {error_text(body)}")
-        except (asyncio.TimeoutError, aiohttp.ClientError):
-            raise TritonUnavailable("Triton is not reachable") from None
         index: dict[str, tuple[str, str]] = {}
         for entry in orjson.loads(body):
             index[entry["name"]] = (str(entry.get("state", "UNAVAILABLE")), str(entry.get("reason", "")))
