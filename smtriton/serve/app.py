@@ -117,7 +117,11 @@ def create_control_app(plane: DataPlane) -> FastAPI:
             {
                 "MaxConcurrentTransforms": concurrency,
                 "BatchStrategy": settings.batch_strategy or "MULTI_RECORD",
-                "MaxPayloadInMB": settings.max_payload_in_mb or DEFAULT_BATCH_PAYLOAD_MB,
+                # 0 is passed on as set: SageMaker's "any size, chunked" (serve still refuses a body
+                # past SMTRITON_MAX_PAYLOAD_BYTES: it never holds an unbounded one).
+                "MaxPayloadInMB": (
+                    settings.max_payload_in_mb if settings.max_payload_in_mb is not None else DEFAULT_BATCH_PAYLOAD_MB
+                ),
             }
         )
 

@@ -378,9 +378,10 @@ class ModelRegistry:
         staged: list[str] = []
         try:
             for other in layout.others:
-                staged.append(stage_model(other, renames.get(other.name, other.name), {}, self.managed).name)
-            staged.append(stage_model(layout.entry, triton_name, renames, self.managed).name)
-            listed = listed_url(url, real)
+                name_of = renames.get(other.name, other.name)
+                staged.append((await asyncio.to_thread(stage_model, other, name_of, {}, self.managed)).name)
+            staged.append((await asyncio.to_thread(stage_model, layout.entry, triton_name, renames, self.managed)).name)
+            listed = await asyncio.to_thread(listed_url, url, real)
             record = ModelRecord(name, listed, target_model, triton_name, staged, shown, estimate=needed)
             await self._load_in_triton(record)
             record.decoupled = await self._client().is_decoupled(triton_name)

@@ -348,7 +348,8 @@ class Settings(BaseSettings):
     )
     max_payload_in_mb: Integer | None = _setting(
         "SAGEMAKER_MAX_PAYLOAD_IN_MB",
-        "batch transform's payload limit in MB, answered by `/execution-parameters`; 0: unbounded (chunked)",
+        "batch transform's payload limit in MB, answered by `/execution-parameters`; 0 (SageMaker's 'any size, "
+        "chunked') is answered as 0, and bodies past `SMTRITON_MAX_PAYLOAD_BYTES` are still refused",
         shown="unset: `/execution-parameters` answers 6",
         ge=0,
     )

@@ -80,7 +80,7 @@ class TritonSupervisor:
         self._metrics_wanted = metrics_wanted or settings.triton.allow_metrics
         self._load_models = tuple(load_models)
         self._state = TritonState.STARTING
-        self.client: TritonClient | None = None
+        self._client: TritonClient | None = None
         self.ports: Ports | None = None  # those of the Triton running now (new ones after a restart)
         self.process: TritonProcess | None = None
         self._backend_dir: Path | None = None
@@ -105,6 +105,11 @@ class TritonSupervisor:
             hook()
         except Exception:
             log.exception("a listener of the Triton supervisor failed")
+
+    @property
+    def client(self) -> TritonClient | None:
+        """The client of the Triton started last (it may be down: :meth:`running_client` checks)."""
+        return self._client
 
     @property
     def live(self) -> bool:
@@ -142,19 +147,19 @@ class TritonSupervisor:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
-        if self.client is not None:
+        if self._client is not None:
             # First: Triton's HTTP shutdown waits for open connections, and our pool holds some.
-            await self.client.close()
+            await self._client.close()
         if self.process is not None:
             await self.process.stop(self.settings.triton_exit_timeout_s + 5)
 
     def running_client(self) -> TritonClient:
         """The client while a Triton process runs (model loads need it before it is marked live)."""
-        if self._state is TritonState.STOPPING or self.client is None or self.process is None:
+        if self._state is TritonState.STOPPING or self._client is None or self.process is None:
             raise NotReady("Triton is not running")
         if self.process.returncode is not None:
             raise NotReady("Triton is restarting")
-        return self.client
+        return self._client
 
     async def _spawn(self) -> TritonProcess:
         """Start tritonserver on free loopback ports; another port if one was taken meanwhile."""
@@ -191,19 +196,19 @@ class TritonSupervisor:
     async def _replace_client(self, ports: Ports) -> None:
         from smtriton.serve.triton.client import TritonClient
 
-        if self.client is not None:
-            await self.client.close()
-        self.client = TritonClient(f"http://127.0.0.1:{ports.http}", self.settings.request_timeout_s)
+        if self._client is not None:
+            await self._client.close()
+        self._client = TritonClient(f"http://127.0.0.1:{ports.http}", self.settings.request_timeout_s)
         self.ports = ports
         self._tell(self._on_change)
 
     async def _wait_live(self, process: TritonProcess) -> bool:
-        assert self.client is not None
+        assert self._client is not None
         deadline = time.monotonic() + self.settings.startup_timeout_s
         while time.monotonic() < deadline:
             if process.returncode is not None:
                 return False
-            if await self.client.server_live():
+            if await self._client.server_live():
                 return True
             await asyncio.sleep(0.1)
         return False

@@ -65,7 +65,10 @@ def test_logs_are_json_lines_without_bodies_and_without_pings(observed_server):
         headers={"X-Amzn-SageMaker-Inference-Id": "inf-42"},
         timeout=10,
     )
-    time.sleep(0.5)
+    deadline = time.monotonic() + 10  # the last request's failure is logged: everything before it too
+    while '"inf-42"' not in observed_server.log_text():
+        assert time.monotonic() < deadline, "the failed request was never logged"
+        time.sleep(0.05)
     lines = [line for line in observed_server.log_text().splitlines() if line.strip()]
     entries = [json.loads(line) for line in lines]  # every line is one JSON object
     assert all({"time", "level", "logger", "message"} <= set(e) for e in entries)

@@ -10,6 +10,7 @@ import orjson
 import pytest
 
 from smtriton.serve.app import HeaderLimit
+from smtriton.serve.settings import Settings
 from tests.unit.triton_stand_in import TritonStandIn, asgi_call, call
 
 
@@ -88,3 +89,12 @@ def test_invocations_on_a_multi_model_endpoint_and_invoke_on_a_single_model_one_
 def test_unrouted_paths_are_400_as_native_answers_them():
     answer = call("GET", "/nowhere")
     assert (answer.status, json.loads(answer.body)) == (400, {"error": "no route for GET /nowhere"})
+
+
+def test_a_batch_payload_of_0_is_answered_as_0_and_the_body_limit_stays():
+    settings = Settings.from_env({"SAGEMAKER_BATCH": "true", "SAGEMAKER_MAX_PAYLOAD_IN_MB": "0"})
+    answer = call("GET", "/execution-parameters", settings=settings)
+    assert json.loads(answer.body)["MaxPayloadInMB"] == 0
+    assert settings.max_payload_bytes == 100 * 1024 * 1024
+    declared = call("POST", "/invocations", b"", [(b"content-length", b"%d" % (101 * 1024 * 1024))], settings=settings)
+    assert declared.status == 413
