@@ -135,17 +135,18 @@ class ServeProcess:
         self, timeout: float = START_TIMEOUT_S, *, interval: float = 0.2, models: Sequence[str] = ()
     ) -> None:
         """Return once /ping answers 200; raise with the log's tail if the child exits or time runs out,
-        and at once with Triton's reason when one of ``models`` failed to load (serve then stays up,
-        answering /ping 503, and would otherwise be waited for until ``timeout``)."""
+        and with Triton's reason when one of ``models`` failed to load (a single-model serve then exits;
+        a multi-model one stays up)."""
         failure = load_failure(models) if models else None
         deadline = time.monotonic() + timeout
         while True:
-            if self._proc.poll() is not None:
+            exited = self._proc.poll() is not None
+            if failure is not None and (found := failure.search(self.log_text())):
+                raise RuntimeError(f"Triton {found.group(0)}")
+            if exited:
                 raise RuntimeError(f"serve exited with {self._proc.returncode}:\n{self.log_tail()}")
             if _ping_status(self.port, timeout=2.0) == 200:
                 return
-            if failure is not None and (found := failure.search(self.log_text())):
-                raise RuntimeError(f"Triton {found.group(0)}")
             if time.monotonic() >= deadline:
                 raise TimeoutError(f"serve not healthy within {timeout:.0f} s:\n{self.log_tail()}")
             time.sleep(interval)

@@ -170,6 +170,12 @@ async def _serve(
     )
     workers = WorkerPool(settings.workers, entry=worker, on_exit=_forget_worker_metrics)
     stop = asyncio.Event()
+    fatal: list[str] = []
+
+    def on_fatal(why: str) -> None:
+        fatal.append(why)
+        stop.set()
+
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
@@ -190,7 +196,7 @@ async def _serve(
             registry = ModelRegistry(settings, repository, supervisor.running_client)
         else:
             log.info("serving model %s from %s %s", default, settings.model_repository, where)
-        endpoint = Endpoint(settings, supervisor, metrics, workers, default, registry)
+        endpoint = Endpoint(settings, supervisor, metrics, workers, default, registry, on_fatal)
         workers.open(endpoint.hello, endpoint.handle)
         assembled.set()
         if settings.metrics_port is not None:
@@ -201,6 +207,8 @@ async def _serve(
     finally:
         await workers.stop(settings.shutdown_timeout_s)
         await supervisor.stop()  # also when start-up failed half-way
+    if fatal:
+        raise StartupError(fatal[0])
 
 
 def _forget_worker_metrics(pid: int) -> None:

@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from smtriton.serve.channel import EndpointState, Message
 from smtriton.serve.errors import BadRequest, ModelLoadFailed, ModelNotFound, ServeError
 from smtriton.serve.metrics import Metrics
-from smtriton.serve.multimodel import ModelRegistry
+from smtriton.serve.multimodel import ModelRegistry, load_failure
 from smtriton.serve.records import ModelRecord
 from smtriton.serve.settings import Settings
 from smtriton.serve.supervisor import TritonState, TritonSupervisor
@@ -41,7 +42,9 @@ class Endpoint:
         workers: WorkerPool,
         default_model: str | None = None,
         registry: ModelRegistry | None = None,
+        on_fatal: Callable[[str], None] | None = None,
     ) -> None:
+        """``on_fatal`` is told why the endpoint cannot serve at all (the SME model failed to load)."""
         self.settings = settings
         self.supervisor = supervisor
         self.metrics = metrics
@@ -53,6 +56,7 @@ class Endpoint:
         self.model_failed = False  # SME: the default model failed to load (or is no longer ready)
         self.draining = False
         self._published: EndpointState | None = None
+        self._on_fatal = on_fatal
         if registry is not None:
             registry.listener = self
 
@@ -133,7 +137,10 @@ class Endpoint:
                 raise ModelLoadFailed(reason)
         except ServeError as exc:
             self.model_failed = True
-            log.error("model %s failed to load; /ping stays 503: %s", model, exc.message)
+            why = load_failure(model, exc.message, {})
+            log.error("%s; Triton said: %s", why, exc.message)
+            if self._on_fatal is not None:  # as NVIDIA's server does: SageMaker learns at once, not at its timeout
+                self._on_fatal(why)
             return
         self.decoupled = await client.is_decoupled(model)
         self.model_ready = True

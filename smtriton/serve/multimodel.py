@@ -181,6 +181,25 @@ def stage_model(source: Path, triton_name: str, renames: dict[str, str], managed
     return target
 
 
+# What the cause says before it says something: Triton's state line, the status, the exception class of
+# the Python-based backends, and the backends' own restatement of the model's (Triton) name.
+_PREAMBLE = re.compile(
+    r"^(?:.*?version \d+ is at UNAVAILABLE state: )?"
+    r"(?:Internal: )?(?:ModelLoadError: )?(?:unable to load model '[^']*'[:,] )?",
+    re.DOTALL,
+)
+
+
+def load_failure(name: str, message: str, paths: dict[Path, Path]) -> str:
+    """Triton's refusal to load a model, in the caller's terms: the model's name, the cause in one line
+    (a Python traceback left out), and the caller's own paths for the staging directories."""
+    cause = _PREAMBLE.sub("", message).split("\n\nAt:", 1)[0]
+    for staged, source in sorted(paths.items(), key=lambda item: -len(str(item[0]))):
+        cause = cause.replace(str(staged), str(source))
+    cause = " ".join(cause.split()).rstrip(" ;")
+    return f"model '{name}' failed to load: {cause or 'Triton gave no reason'}"
+
+
 def remove_staged(managed: Path, names: Iterable[str]) -> None:
     for name in names:
         shutil.rmtree(managed / name, ignore_errors=True)
@@ -376,14 +395,18 @@ class ModelRegistry:
             )
         renames = {d.name: f"{triton_name}.{d.name}" for d in layout.others} if layout.ensemble else {}
         staged: list[str] = []
+        sources: dict[str, Path] = {}  # staged name -> the directory under the caller's url
         try:
-            for other in layout.others:
-                name_of = renames.get(other.name, other.name)
-                staged.append((await asyncio.to_thread(stage_model, other, name_of, {}, self.managed)).name)
-            staged.append((await asyncio.to_thread(stage_model, layout.entry, triton_name, renames, self.managed)).name)
+            for source, staged_name, entry_renames in (
+                *((other, renames.get(other.name, other.name), {}) for other in layout.others),
+                (layout.entry, triton_name, renames),
+            ):
+                stage = await asyncio.to_thread(stage_model, source, staged_name, entry_renames, self.managed)
+                staged.append(stage.name)
+                sources[stage.name] = Path(url) / source.relative_to(real)
             listed = await asyncio.to_thread(listed_url, url, real)
             record = ModelRecord(name, listed, target_model, triton_name, staged, shown, estimate=needed)
-            await self._load_in_triton(record)
+            await self._load_in_triton(record, sources)
             record.decoupled = await self._client().is_decoupled(triton_name)
         except BaseException:
             await self._unload_in_triton(staged, wait=False)
@@ -409,17 +432,22 @@ class ModelRegistry:
                     f"loaded or loading hold {held >> 20} MiB of the {self._budget >> 20} MiB model memory budget"
                 )
 
-    async def _load_in_triton(self, record: ModelRecord) -> None:
-        """Members first (BLS targets must exist), the entry last; failures mapped 507/400."""
+    async def _load_in_triton(self, record: ModelRecord, sources: dict[str, Path] | None = None) -> None:
+        """Members first (BLS targets must exist), the entry last; failures mapped 507/400, worded for the
+        caller (:func:`load_failure`; ``sources``: each staged name's directory as the caller sent it),
+        Triton's whole message in the log."""
         client = self._client()
         kills = oom_kills()
         for triton_name in record.triton_names:
             try:
                 await client.load_model(triton_name, self._load_timeout_s)
             except ModelLoadFailed as exc:
+                log.warning("model %s did not load in Triton: %s", record.model_name, exc.message)
+                paths = {self.managed / staged: source for staged, source in (sources or {}).items()}
+                message = load_failure(record.model_name, exc.message, paths)
                 if is_oom_failure(exc.message, kills):
-                    raise InsufficientStorage(exc.message) from None
-                raise
+                    raise InsufficientStorage(message) from None
+                raise ModelLoadFailed(message) from None
 
     # ----- unload -------------------------------------------------------------------------------
     async def unload(self, name: str, target_model: str | None) -> None:

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import signal
+import subprocess
+import sys
 import time
 
 import pytest
 import requests
 
 from tests.integration.conftest import TEST_MODELS, fake_plan_model, start_serve
-from tests.integration.harness import ServeProcess, alive, descendants, triton_pids
+from tests.integration.harness import ServeProcess, alive, descendants, free_port, triton_pids
 
 pytestmark = pytest.mark.integration
 
@@ -57,22 +60,22 @@ def test_triton_and_the_workers_die_with_serve_even_when_serve_is_killed(tmp_pat
         server.stop()
 
 
-def test_a_model_that_fails_to_load_keeps_ping_failing(tmp_path):
+def test_a_default_model_that_fails_to_load_stops_serve_with_one_line(tmp_path):
+    """As NVIDIA's server does: SageMaker learns at once that the endpoint cannot serve, instead of
+    waiting out its health check. The reason is Triton's, without the model's traceback."""
     repo = _private_repo(tmp_path)
     (repo / "addsub" / "1" / "model.py").write_text(
         "class TritonPythonModel:\n    def initialize(self, args):\n        raise RuntimeError('broken weights file')\n"
     )
-    server = ServeProcess(repo, "addsub", tmp_path / "serve.log")
-    try:
-        assert _wait_for(lambda: "failed to load" in server.log_text(), 60), server.log_text()[-3000:]
-        ping = requests.get(f"{server.url}/ping", timeout=5)
-        assert ping.status_code == 503
-        r = requests.post(f"{server.url}/invocations", data=b"{}", timeout=5)
-        assert r.status_code == 503
-        assert "not ready" in r.json()["error"]
-        assert "broken weights file" in server.log_text()
-    finally:
-        server.stop()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SAGEMAKER_", "SMTRITON_"))}
+    env["SMTRITON_WORK_DIR"] = str(tmp_path / "work")
+    command = [sys.executable, "-m", "smtriton.serve", "--model-repository", str(repo), "--default-model", "addsub"]
+    command += ["--host", "127.0.0.1", "--port", str(free_port())]
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 1
+    assert done.stderr == "model 'addsub' failed to load: RuntimeError: broken weights file\n"
+    assert "broken weights file" in done.stdout  # the whole story in the log
+    assert triton_pids(str(tmp_path / "work")) == []
 
 
 def test_port_is_bound_before_the_model_is_ready(tmp_path):

@@ -204,8 +204,25 @@ def test_load_failures_are_507_for_oom_and_400_otherwise(mme):
     assert _load(mme, "hashO", str(mme.root / "hashO" / "model")).status_code == 507  # nothing left behind
     r = _load(mme, "hashX", _archive(mme.root, "hashX", "broken"))
     assert r.status_code == 400
-    assert "broken weights file" in r.json()["error"]
+    assert r.json()["error"] == "model 'hashX' failed to load: RuntimeError: broken weights file"
     assert requests.get(f"{mme.url}/ping", timeout=5).status_code == 200
+
+
+def test_a_load_error_names_the_model_and_the_cause_in_the_callers_terms(mme):
+    """An ONNX model folder without its model.onnx: the body says so with the caller's own path; the
+    backend's traceback and serve's staging paths go to the log only."""
+    url = mme.root / "noonnx" / "model"
+    (url / "1").mkdir(parents=True)
+    (url / "config.pbtxt").write_text(
+        'name: "noonnx"\nplatform: "onnxruntime_onnx"\nmax_batch_size: 0\n'
+        'input [{ name: "x", data_type: TYPE_FP32, dims: [1] }]\n'
+        'output [{ name: "y", data_type: TYPE_FP32, dims: [1] }]\n'
+    )
+    r = _load(mme, "noonnx", str(url))
+    assert r.status_code == 400
+    assert r.json()["error"] == f"model 'noonnx' failed to load: no ONNX file at {url}/1/model.onnx"
+    logged = next(line for line in mme.log_text().splitlines() if "model noonnx did not load in Triton" in line)
+    assert "/managed/noonnx/1/model.onnx" in logged  # Triton's whole message, staging path and all
 
 
 def test_a_plan_built_for_another_runtime_is_refused_with_400_and_nothing_loaded(mme):

@@ -155,7 +155,7 @@ def test_the_conversion_examples(tmp_path: Path):
 def test_the_serve_synopsis(text_encoder_repository: Path, tmp_path: Path):
     port = free_port()
     (line,) = example("serve --model-repository DIR").splitlines()
-    line = line.replace("DIR", str(text_encoder_repository)).replace("NAME", "text_encoder")
+    line = line.replace("DIR", str(text_encoder_repository)).replace("NAME", "text_encoder").replace(" N]", " 1]")
     argv = _command(line.replace("8080", str(port)).replace("0.0.0.0", "127.0.0.1"))
     assert argv[0] == "serve"
     server = ServeProcess(None, None, tmp_path / "serve.log", args=argv[1:])

@@ -61,7 +61,7 @@ def build_command(
         f"--http-address={LOOPBACK}",
         f"--http-port={ports.http}",
         f"--exit-timeout-secs={max(1, int(settings.triton_exit_timeout_s))}",
-        # serve decides what a failed model means (/ping stays 503); Triton must not exit on it.
+        # serve decides what a failed model means (it exits, saying why, after draining); Triton must not.
         "--exit-on-error=false",
         "--strict-readiness=true",
         f"--log-verbose={opts.log_verbose if opts.log_verbose or settings.log_level != 'debug' else 1}",
