@@ -15,7 +15,7 @@ from onnx import TensorProto, helper
 from typer.testing import CliRunner
 
 from smtriton.cli import app
-from smtriton.convert.trt_plan import AxisRange, check_compatibility, read_sidecar
+from smtriton.convert.trt_plan import TOLERANCES, AxisRange, check_compatibility, read_sidecar
 
 pytestmark = pytest.mark.gpu
 
@@ -61,7 +61,7 @@ def test_plan_matches_onnx_runtime(tmp_path, precision):
                                      workspace_bytes=1 << 30)  # fmt: skip
     sidecar = trt_build.build_plan(source, plan, options)
     assert cache.stat().st_size > 0
-    atol, rtol = trt_build.TOLERANCES[precision]
+    atol, rtol = TOLERANCES[precision]
     report = trt_build.verify_plan(plan, source, ranges={"ids": (0, 100)}, atol=atol, rtol=rtol)
     assert report.passed, report.summary()
     assert check_compatibility(sidecar, trt_build.runtime_info()) == []
