@@ -30,10 +30,16 @@ def parse(text: str, tmp_path: Path = Path("/nonexistent")):
     return parse_recipe(tomllib.loads(text), tmp_path / "recipe.toml")
 
 
-def test_demo_recipe_lists_the_four_demo_models():
+def test_demo_recipe_lists_the_demo_models_and_the_image_pipeline():
     recipe = load_recipe(DEFAULT_RECIPE)
-    assert recipe.names == ("resnet_onnx", "resnet_torchscript", "text_encoder", "string_upper")
-    assert [m.format for m in recipe.models] == ["onnx", "torchscript", "onnx", "python"]
+    assert recipe.names == ("resnet_onnx", "resnet_torchscript", "text_encoder", "string_upper",
+                            "image_preprocess", "image_postprocess", "image_pipeline")  # fmt: skip
+    assert [m.format for m in recipe.models] == ["onnx", "torchscript", "onnx", "python", "python", "python",
+                                                 "ensemble"]  # fmt: skip
+    pipeline = recipe.model("image_pipeline")
+    assert [s.model for s in pipeline.steps] == ["image_preprocess", "resnet_onnx", "image_postprocess"]
+    assert [t.name for t in pipeline.inputs] == ["IMAGE"]
+    assert pipeline.samples == "smtriton.demo.images:encoded_images"
 
 
 def test_demo_image_models_share_factory_and_seed_so_weights_match():
