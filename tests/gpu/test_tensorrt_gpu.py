@@ -107,6 +107,37 @@ def test_demo_text_encoder_through_the_cli(tmp_path):
     assert checked.exit_code == 0, checked.output
 
 
+def test_a_recipes_tensorrt_entry_is_built_checked_and_configured(tmp_path):
+    """build-repository with a format = "tensorrt" entry: the ONNX entry first, then the plan, its
+    sidecar matching this host, the parity check against ONNX Runtime, a config that validates."""
+    from smtriton.convert import trt_build
+    from smtriton.convert.build import build_repository
+    from smtriton.convert.recipe import DEFAULT_RECIPE
+    from smtriton.repo.validate import validate_repository
+
+    recipe = tmp_path / "recipe.toml"
+    recipe.write_text(
+        DEFAULT_RECIPE.read_text()
+        + '\n[[model]]\nname = "text_encoder_trt"\nformat = "tensorrt"\nonnx = "text_encoder"\n'
+        + 'tensorrt = { precision = "fp16", workspace = "2GiB" }\n'
+    )
+    out = tmp_path / "repo"
+    report = build_repository(recipe, out, models=["text_encoder_trt"])
+    assert [(r.name, r.status) for r in report.results] == [("text_encoder", "built"), ("text_encoder_trt", "built")], [
+        r.error for r in report.results
+    ]
+    parity = report.results[1].parity
+    assert parity is not None
+    assert parity.passed, parity.summary()
+    sidecar = read_sidecar(out / "text_encoder_trt" / "1" / "model.plan")
+    assert sidecar is not None
+    assert (sidecar.precision, sidecar.max_batch_size) == ("fp16", 16)
+    runtime = trt_build.runtime_info()
+    assert check_compatibility(sidecar, runtime) == []
+    assert validate_repository(out, runtime=runtime) == []
+    assert build_repository(recipe, out, models=["text_encoder_trt"]).up_to_date
+
+
 def test_serve_detects_the_runtime_the_builder_records():
     """serve (libnvinfer + NVML) and the builder (tensorrt module + nvidia-smi) must agree on this host,
     or serve would refuse the plans built here."""
