@@ -5,7 +5,7 @@ version directories), every config parses as Triton's ModelConfig, the artifact 
 present, the config's inputs/outputs (names, dtypes, ranks, fixed dims) agree with the artifact's own
 signature (:mod:`smtriton.convert.artifacts`), max_batch_size agrees with the artifact's batch dimension,
 ensemble steps reference existing models and versions and their tensors agree (the rules are those of
-:mod:`smtriton.repo.ensemble`), TensorRT plans match their sidecar
+:mod:`smtriton.repo.ensemble`, which the recipe builder applies too), TensorRT plans match their sidecar
 (and the target TensorRT/GPU when given), and for a multi-model endpoint the model names are unique.
 The dimension rules are those of Triton's backends (the onnxruntime backend's CompareDimsSupported):
 a fixed artifact dimension must be stated exactly, a dynamic one accepts any config value.
