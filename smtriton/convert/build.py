@@ -106,8 +106,12 @@ def build_repository(
         done: dict[str, ModelResult] = {}
         for spec in specs:
             try:
-                _check_dependencies(spec, done)
-                result = build_model(spec, out, recipe=recipe, force=force, progress=progress)
+                skipped = _check_dependencies(spec, done)
+                if skipped is not None:  # a model built from one that cannot be built here cannot be either
+                    note = f"built from {skipped!r}, which is skipped here"
+                    result = ModelResult(spec.name, spec.format, "skipped", 0.0, out / spec.name, note=note)
+                else:
+                    result = build_model(spec, out, recipe=recipe, force=force, progress=progress)
             except Exception as exc:
                 if not keep_going:
                     raise
@@ -120,15 +124,16 @@ def build_repository(
     return report
 
 
-def _check_dependencies(spec: ModelSpec, done: dict[str, ModelResult]) -> None:
+def _check_dependencies(spec: ModelSpec, done: dict[str, ModelResult]) -> str | None:
+    """Raise when a model ``spec`` is built from failed; the first one skipped here, if any."""
+    skipped = None
     for name in dependencies(spec):
         result = done[name]
-        if result.status in ("failed", "skipped"):
-            raise RecipeError(
-                f"model {spec.name!r}: built from {name!r}, which {result.status[:6].rstrip('p')}ed"
-                if False
-                else f"model {spec.name!r}: built from {name!r}, which was {result.status}"
-            )
+        if result.status == "failed":
+            raise RecipeError(f"model {spec.name!r}: built from {name!r}, which failed")
+        if result.status == "skipped" and skipped is None:
+            skipped = name
+    return skipped
 
 
 def build_model(

@@ -269,7 +269,7 @@ def test_an_ensemble_whose_step_model_failed_is_not_built(pipeline, tmp_path, mo
     report = build_repository(pipeline, tmp_path / "repo")
     assert [(r.name, r.status, r.error) for r in report.results] == [
         ("upper", "failed", "broken"),
-        ("shout", "failed", "model 'shout': built from 'upper', which was failed"),
+        ("shout", "failed", "model 'shout': built from 'upper', which failed"),
     ]
 
 

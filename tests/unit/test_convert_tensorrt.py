@@ -806,3 +806,26 @@ def test_without_tensorrt_the_entry_is_skipped_with_the_command_that_builds_it(p
     lines = [line for line in result.output.splitlines() if "enc_trt skipped:" in line]
     assert len(lines) == 1
     assert "All 1 models up to date, 1 skipped" in result.output
+
+
+def test_a_pipeline_over_a_skipped_plan_is_skipped_too(plan_recipe, tmp_path, monkeypatch):
+    from smtriton.convert.build import build_repository
+
+    monkeypatch.setitem(sys.modules, "tensorrt", None)
+    plan_recipe.write_text(
+        PLAN_RECIPE
+        + """
+[[model]]
+name = "pipe"
+format = "ensemble"
+max_batch_size = 8
+input = [{ name = "ids", dtype = "INT64", shape = ["batch", "sequence"], range = [0, 10] }]
+output = [{ name = "hidden" }]
+step = [{ model = "enc_trt", input_map = { ids = "ids" }, output_map = { hidden = "hidden" } }]
+"""
+    )
+    report = build_repository(plan_recipe, tmp_path / "repo")
+    assert report.ok
+    assert [(r.name, r.status) for r in report.results] == [("enc", "built"), ("enc_trt", "skipped"),
+                                                            ("pipe", "skipped")]  # fmt: skip
+    assert report.results[2].note == "built from 'enc_trt', which is skipped here"
