@@ -199,15 +199,21 @@ def build_repository_command(
         typer.Option("--output", "-o", help="Repository directory; default: the recipe's directory."),
     ] = None,
     model: Annotated[
-        list[str] | None, typer.Option("--model", "-m", metavar="NAME", help="Build only this model (repeatable).")
+        list[str] | None,
+        typer.Option(
+            "--model", "-m", metavar="NAME", help="Build only this model and those it is built from (repeatable)."
+        ),
     ] = None,
     force: Annotated[bool, typer.Option("--force", help="Rebuild even models whose stamp is current.")] = False,
 ) -> None:
     """Build a Triton model repository from a recipe (the demo repository by default).
 
     Exports every model (ONNX, TorchScript, Python backend), checks each artifact against its torch
-    model on fresh random inputs, and writes Triton's config.pbtxt. Models whose stamp (recipe entry,
-    source files, tool versions) is unchanged are skipped, so a second run is instant.
+    model on fresh random inputs, and writes Triton's config.pbtxt. Ensembles are checked against their
+    steps' configs and run end to end against the eager models; TensorRT plans are built where TensorRT
+    can be imported (else skipped, with the command that builds them in the serving image). Models whose
+    stamp (recipe entry, source files, the models they are built from, tool versions) is unchanged are
+    skipped, so a second run is instant.
     """
     from smtriton.convert.build import build_repository
 
@@ -238,7 +244,7 @@ def build_repository_command(
     table.add_column("status", no_wrap=True)
     for column in ("cases", "max abs", "max rel"):
         table.add_column(column, justify="right", no_wrap=True)
-    style = {"built": "green", "up to date": "dim", "failed": "bold red"}
+    style = {"built": "green", "up to date": "dim", "skipped": "yellow", "failed": "bold red"}
     for r in report.results:
         p = r.parity
         table.add_row(
@@ -253,16 +259,20 @@ def build_repository_command(
     for name in report.removed:
         console.print(f"removed [bold]{name}[/]: built from this recipe earlier, no longer listed")
     for r in report.results:
+        if r.note:
+            console.print(f"[yellow]{r.name} skipped:[/] {escape(r.note)}", soft_wrap=True, highlight=False)
         if r.error:
             console.print(f"[bold red]{r.name} failed:[/] {escape(r.error)}", soft_wrap=True, highlight=False)
     if not report.ok:
         raise typer.Exit(1)
-    validate_written(report.output, [r.name for r in report.results])
+    present = [r for r in report.results if r.status != "skipped"]
+    validate_written(report.output, [r.name for r in present])
+    skipped = f", {len(report.results) - len(present)} skipped" if len(present) < len(report.results) else ""
     if report.up_to_date:
-        console.print(f"All {len(report.results)} models up to date ({report.seconds:.2f} s), nothing to build.")
+        console.print(f"All {len(present)} models up to date{skipped} ({report.seconds:.2f} s), nothing to build.")
     else:
         built = sum(r.status == "built" for r in report.results)
-        console.print(f"Built {built} of {len(report.results)} models in {report.seconds:.1f} s.")
+        console.print(f"Built {built} of {len(report.results)} models{skipped} in {report.seconds:.1f} s.")
 
 
 app.add_typer(convert_app, name="convert")

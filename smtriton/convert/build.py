@@ -4,11 +4,17 @@ Each model is built in a temporary directory beside its final place and renamed 
 complete, so an interrupted or failed build never leaves a half model for Triton to load. Models
 whose stamp matches are skipped without importing torch. One build at a time per output directory
 (a lock file), so parallel test sessions do not race.
+
+Models are built after the models they are built from: an ensemble after its steps' models (its config
+then checked against theirs, and the whole pipeline run on sample inputs against its eager reference),
+a TensorRT plan after its ONNX entry. A TensorRT entry is built only where TensorRT can be imported;
+elsewhere it is skipped with the command that builds it inside the serving image.
 """
 
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import tempfile
 import time
@@ -20,8 +26,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from smtriton.convert.parity import ParityReport
-from smtriton.convert.recipe import DEFAULT_RECIPE, ModelSpec, Recipe, load_recipe, source_file
+from smtriton.convert.recipe import (
+    DEFAULT_RECIPE,
+    ModelSpec,
+    Recipe,
+    RecipeError,
+    dependencies,
+    load_recipe,
+    source_file,
+)
 from smtriton.convert.stamp import is_up_to_date, read_stamp, stamp_inputs, write_stamp
+from smtriton.convert.trt_plan import sha256_file
 
 if TYPE_CHECKING:
     from smtriton.convert.export import Exporter
@@ -34,6 +49,8 @@ except ImportError:  # pragma: no cover - Windows: no lock, builds must not over
 VERSION_DIR = "1"
 LOCK_FILE = ".build.lock"
 PYTHON_MODEL_FILE = "model.py"
+PLAN_FILE = "model.plan"
+IMAGE_SCRIPT = "smtriton/convert/build_tensorrt_in_image.sh"
 
 Progress = Callable[[str, str], None]  # (model name, what is happening now)
 
@@ -42,11 +59,12 @@ Progress = Callable[[str, str], None]  # (model name, what is happening now)
 class ModelResult:
     name: str
     format: str
-    status: str  # "built", "up to date" or "failed"
+    status: str  # "built", "up to date", "skipped" (a TensorRT entry without TensorRT here) or "failed"
     seconds: float
     path: Path
     parity: ParityReport | None = None
     error: str | None = None
+    note: str | None = None  # why it was skipped, and where to build it
 
 
 @dataclass
@@ -62,7 +80,8 @@ class BuildReport:
 
     @property
     def up_to_date(self) -> bool:
-        return all(r.status == "up to date" for r in self.results) and not self.removed
+        """Nothing was built or removed (a skipped model cannot be built here)."""
+        return all(r.status in ("up to date", "skipped") for r in self.results) and not self.removed
 
 
 def build_repository(
@@ -74,35 +93,54 @@ def build_repository(
     keep_going: bool = True,
     progress: Progress | None = None,
 ) -> BuildReport:
-    """Build every (or the named) model of ``recipe`` into ``output`` (default: the recipe's directory)."""
+    """Build every (or the named) model of ``recipe`` into ``output`` (default: the recipe's directory);
+    named models bring the models they are built from."""
     started = time.perf_counter()
     recipe = recipe if isinstance(recipe, Recipe) else load_recipe(recipe)
     out = Path(output).resolve() if output is not None else recipe.path.parent
-    specs = [recipe.model(name) for name in models] if models else list(recipe.models)
+    specs = recipe.build_order(models or None)
     out.mkdir(parents=True, exist_ok=True)
     report = BuildReport(output=out)
     with _locked(out):
         _remove_leftovers(out)
+        done: dict[str, ModelResult] = {}
         for spec in specs:
             try:
-                report.results.append(build_model(spec, out, recipe_path=recipe.path, force=force, progress=progress))
+                skipped = _check_dependencies(spec, done)
+                if skipped is not None:  # a model built from one that cannot be built here cannot be either
+                    note = f"built from {skipped!r}, which is skipped here"
+                    result = ModelResult(spec.name, spec.format, "skipped", 0.0, out / spec.name, note=note)
+                else:
+                    result = build_model(spec, out, recipe=recipe, force=force, progress=progress)
             except Exception as exc:
                 if not keep_going:
                     raise
-                report.results.append(
-                    ModelResult(spec.name, spec.format, "failed", 0.0, out / spec.name, error=str(exc))
-                )
+                result = ModelResult(spec.name, spec.format, "failed", 0.0, out / spec.name, error=str(exc))
+            done[spec.name] = result
+            report.results.append(result)
         if not models:
             report.removed = _prune(out, recipe)
     report.seconds = time.perf_counter() - started
     return report
 
 
+def _check_dependencies(spec: ModelSpec, done: dict[str, ModelResult]) -> str | None:
+    """Raise when a model ``spec`` is built from failed; the first one skipped here, if any."""
+    skipped = None
+    for name in dependencies(spec):
+        result = done[name]
+        if result.status == "failed":
+            raise RecipeError(f"model {spec.name!r}: built from {name!r}, which failed")
+        if result.status == "skipped" and skipped is None:
+            skipped = name
+    return skipped
+
+
 def build_model(
     spec: ModelSpec,
     output: Path,
     *,
-    recipe_path: Path | None = None,
+    recipe: Recipe | None = None,
     force: bool = False,
     progress: Progress | None = None,
     version: int = 1,
@@ -111,11 +149,17 @@ def build_model(
     """Build one model into ``output/<name>`` unless its stamp says it is current.
 
     ``smtriton convert`` uses this with ``force`` (an explicit conversion always runs) and may leave
-    the config to ``smtriton config`` (``with_config=False``).
+    the config to ``smtriton config`` (``with_config=False``). Ensembles and TensorRT entries need the
+    ``recipe`` and the models they are built from in ``output``.
     """
     started = time.perf_counter()
     final = output / spec.name
-    inputs = stamp_inputs(spec)
+    if spec.format == "tensorrt" and not tensorrt_importable():
+        assert recipe is not None
+        command = image_command(spec, recipe, output)
+        note = f"TensorRT is not importable here; build the plan inside the serving image: {command}"
+        return ModelResult(spec.name, spec.format, "skipped", 0.0, final, note=note)
+    inputs = stamp_inputs(spec, _built_from(spec, output), _host_versions(spec))
     if not force and is_up_to_date(final, inputs.key()):
         stamp = read_stamp(final) or {}
         parity = ParityReport.from_dict(stamp["parity"]) if stamp.get("parity") else None
@@ -126,13 +170,68 @@ def build_model(
             progress(spec.name, message)
 
     with staged_dir(output, spec.name) as staging:
-        parity = _build_into(staging, spec, say, str(version), with_config)
+        parity = _build_into(staging, spec, say, str(version), with_config, recipe, output)
         extra = {
-            "recipe": str(recipe_path) if recipe_path else None,
+            "recipe": str(recipe.path) if recipe else None,
             "parity": parity.to_dict() if parity else None,
         }
         write_stamp(staging, inputs, extra)
     return ModelResult(spec.name, spec.format, "built", time.perf_counter() - started, final, parity)
+
+
+def _built_from(spec: ModelSpec, output: Path) -> dict[str, str]:
+    """What the models ``spec`` is built from are now (their stamp keys; a model built otherwise, its
+    config's hash), so a change to any of them rebuilds it."""
+    found = {}
+    for name in dependencies(spec):
+        stamp = read_stamp(output / name) or {}
+        config = output / name / "config.pbtxt"
+        found[f"built:{name}"] = str(stamp.get("key") or (sha256_file(config) if config.is_file() else "absent"))
+    return found
+
+
+def _host_versions(spec: ModelSpec) -> dict[str, str]:
+    """A plan belongs to the TensorRT version and GPU that built it: both are part of its stamp."""
+    if spec.format != "tensorrt":
+        return {}
+    from smtriton.convert import trt_build
+
+    return {"tensorrt": str(trt_build.load_tensorrt().__version__), "gpu": trt_build.gpu_info().name}
+
+
+def tensorrt_importable() -> bool:
+    from smtriton.convert import trt_build
+
+    try:
+        trt_build.load_tensorrt()
+    except trt_build.TensorRTError:
+        return False
+    return True
+
+
+def image_command(spec: ModelSpec, recipe: Recipe, output: Path) -> str:
+    """The image script's command line that builds a TensorRT entry as `convert tensorrt`."""
+    assert spec.onnx is not None and spec.tensorrt is not None
+
+    def shown(path: Path) -> str:
+        try:
+            return os.path.relpath(path)
+        except ValueError:  # pragma: no cover - another drive (Windows)
+            return str(path)
+
+    options = spec.tensorrt
+    argv = [IMAGE_SCRIPT, "IMAGE", shown(output), shown(output / spec.onnx), "--recipe", shown(recipe.path),
+            "--model", spec.onnx, "--name", spec.name, "--max-batch-size", str(spec.max_batch_size),
+            "--precision", options.precision]  # fmt: skip
+    if options.workspace:
+        argv += ["--workspace", options.workspace]
+    if options.optimization_level is not None:
+        argv += ["--optimization-level", str(options.optimization_level)]
+    if options.version_compatible:
+        argv.append("--version-compatible")
+    if options.hardware_compatibility != "none":
+        argv += ["--hardware-compatibility", options.hardware_compatibility]
+    return shlex.join(argv)
 
 
 def exporter_for(fmt: str) -> Exporter:
@@ -149,7 +248,13 @@ def exporter_for(fmt: str) -> Exporter:
 
 
 def _build_into(
-    model_dir: Path, spec: ModelSpec, say: Callable[[str], None], version: str = VERSION_DIR, with_config: bool = True
+    model_dir: Path,
+    spec: ModelSpec,
+    say: Callable[[str], None],
+    version: str = VERSION_DIR,
+    with_config: bool = True,
+    recipe: Recipe | None = None,
+    output: Path | None = None,
 ) -> ParityReport | None:
     from smtriton import model_config
     from smtriton.convert.config import recipe_config
@@ -163,10 +268,14 @@ def _build_into(
         if with_config:
             model_config.write(recipe_config(spec, outputs), model_dir)
         return None
+    if spec.format in ("ensemble", "tensorrt"):
+        assert recipe is not None and output is not None, "ensembles and plans are built from a recipe"
+        build = _build_ensemble if spec.format == "ensemble" else _build_tensorrt
+        return build(model_dir, version_dir, spec, say, recipe, output)
 
     # Heavy imports only here: an up-to-date repository never loads torch.
     from smtriton.convert.parity import ParityError, compare, parity_cases
-    from smtriton.convert.sample_inputs import random_inputs
+    from smtriton.convert.sample_inputs import sample_inputs
     from smtriton.convert.signature import probe_outputs
     from smtriton.convert.torch_model import load_module, run_module
 
@@ -179,7 +288,7 @@ def _build_into(
     say(f"exporting {exporter.filename}")
     # Trace at sizes > 1 so no dynamic axis is specialised to a broadcastable 1.
     example_sizes = {axis: max(*sizes, 2) for axis, sizes in spec.axes.items()}
-    exporter.export(module, spec, outputs, random_inputs(spec.inputs, example_sizes, seed=spec.seed), artifact)
+    exporter.export(module, spec, outputs, sample_inputs(spec, example_sizes, seed=spec.seed), artifact)
     say("checking parity")
     runner = exporter.load(spec, outputs, artifact)
     report = compare(
@@ -193,6 +302,83 @@ def _build_into(
         raise ParityError(spec.name, report)
     if with_config:
         model_config.write(recipe_config(spec, outputs), model_dir)
+    return report
+
+
+def _build_ensemble(
+    model_dir: Path, version_dir: Path, spec: ModelSpec, say: Callable[[str], None], recipe: Recipe, output: Path
+) -> ParityReport:
+    """The config from the entry and its step models' built configs, checked with the rules validation
+    uses; then the pipeline of built artifacts against the eager references, on sample inputs."""
+    from smtriton import model_config
+    from smtriton.convert.config import ensemble_config
+    from smtriton.convert.parity import ParityError, compare, parity_cases
+    from smtriton.convert.pipeline import artifact_runner
+    from smtriton.convert.reference import build_reference
+    from smtriton.repo import ensemble
+
+    say("checking the steps' tensors")
+    members = {name: model_config.read(output / name) for name in dependencies(spec)}
+    config = ensemble_config(spec, members)
+    problems = ensemble.check(config, members)
+    if problems:
+        raise RecipeError(f"model {spec.name!r}: {'; '.join(problems)}")
+    model_config.write(config, model_dir)  # the version directory stays empty: an ensemble has no artifact
+    say("running the pipeline against its eager reference")
+    report = compare(
+        build_reference(spec, recipe).run,
+        artifact_runner(spec, recipe, output),
+        parity_cases(spec),
+        atol=spec.parity.atol,
+        rtol=spec.parity.rtol,
+    )
+    if not report.passed:
+        raise ParityError(spec.name, report, "the built pipeline differs from its eager reference")
+    return report
+
+
+def _build_tensorrt(
+    model_dir: Path, version_dir: Path, spec: ModelSpec, say: Callable[[str], None], recipe: Recipe, output: Path
+) -> ParityReport:
+    """As `smtriton convert tensorrt --recipe --model <the ONNX entry>` builds it: profile from that
+    entry's axes, plan and sidecar, the plan checked against ONNX Runtime, config from the engine."""
+    from smtriton import model_config
+    from smtriton.convert import trt_build
+    from smtriton.convert.artifacts import find_artifact
+    from smtriton.convert.config import ConfigOptions
+    from smtriton.convert.parity import ParityError
+    from smtriton.convert.trt_plan import parse_size, profile_from_axes
+
+    assert spec.onnx is not None and spec.tensorrt is not None
+    source = recipe.model(spec.onnx)
+    batching = spec.dynamic_batching or source.dynamic_batching
+    preferred = batching.preferred_batch_size if batching else ()
+    options = trt_build.BuildOptions(
+        profiles=[profile_from_axes(source.axes, spec.max_batch_size, preferred)],
+        precision=spec.tensorrt.precision,
+        workspace_bytes=parse_size(spec.tensorrt.workspace) if spec.tensorrt.workspace else None,
+        optimization_level=spec.tensorrt.optimization_level,
+        version_compatible=spec.tensorrt.version_compatible,
+        hardware_compatibility=spec.tensorrt.hardware_compatibility,
+    )
+    onnx_path = find_artifact(output / source.name)
+    plan = version_dir / PLAN_FILE
+    say(f"building {PLAN_FILE} ({spec.tensorrt.precision})")
+    _, report = trt_build.build_checked_plan(
+        onnx_path, plan, options, max_batch_size=spec.max_batch_size,
+        ranges={t.name: t.range for t in source.inputs if t.range is not None},
+        atol=spec.parity.atol, rtol=spec.parity.rtol, trials=spec.parity.trials,
+    )  # fmt: skip
+    assert report is not None
+    if not report.passed:
+        raise ParityError(spec.name, report, "the TensorRT plan differs from ONNX Runtime on its ONNX entry")
+    config_options = ConfigOptions(
+        max_batch_size=spec.max_batch_size,
+        dynamic_batching=spec.dynamic_batching,
+        instance_groups=spec.instance_groups,
+        parameters=spec.parameters,
+    )
+    model_config.write(trt_build.plan_config(spec.name, plan, config_options), model_dir)
     return report
 
 

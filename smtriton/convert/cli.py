@@ -345,18 +345,6 @@ class _RichMonitor:
                 self.bar.remove_task(task)
 
 
-_SIZE = re.compile(r"^(\d+(?:\.\d+)?)\s*([KMGT]i?B?|B)?$", re.IGNORECASE)
-
-
-def parse_size(text: str) -> int:
-    """``4GiB``, ``512MiB``, ``1G``, ``1073741824`` -> bytes (powers of 1024)."""
-    m = _SIZE.match(text.strip())
-    if not m:
-        raise ValueError(f"size {text!r}: write e.g. 4GiB, 512MiB or a number of bytes")
-    unit = (m.group(2) or "B").upper()[0]
-    return int(float(m.group(1)) * 1024 ** {"B": 0, "K": 1, "M": 2, "G": 3, "T": 4}[unit])
-
-
 def _calibration_batches(path: Path) -> Callable[[], Iterator[dict[str, Any]]]:
     import numpy as np
 
@@ -432,15 +420,15 @@ def convert_tensorrt(
     from smtriton import model_config
     from smtriton.convert import trt_build
     from smtriton.convert.artifacts import SignatureError, find_artifact, onnx_signature
-    from smtriton.convert.config import ConfigOptions, signature_config
+    from smtriton.convert.config import ConfigOptions
     from smtriton.convert.recipe import DynamicBatching, InstanceGroup, load_recipe
     from smtriton.convert.trt_plan import (
+        TOLERANCES,
         ProfileError,
         parse_profile,
+        parse_size,
         profile_from_axes,
-        read_sidecar,
         sidecar_path,
-        write_sidecar,
     )
 
     try:
@@ -487,37 +475,31 @@ def convert_tensorrt(
         version_dir = output / model_name / str(version)
         version_dir.mkdir(parents=True, exist_ok=True)
         plan = version_dir / "model.plan"
+        default_atol, default_rtol = TOLERANCES[precision]
         columns = (SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                    TimeElapsedColumn())  # fmt: skip
         with Progress(*columns, console=console, transient=True) as bar:
-            sidecar = trt_build.build_plan(onnx_path, plan, options, monitor=_RichMonitor(bar))
-        sidecar.max_batch_size = mbs  # recorded beside the plan, so `smtriton config` batches it the same way
-        write_sidecar(plan, sidecar)
+            sidecar, report = trt_build.build_checked_plan(
+                onnx_path, plan, options, max_batch_size=mbs, verify=verify, reference=reference, ranges=ranges,
+                atol=default_atol if atol is None else atol, rtol=default_rtol if rtol is None else rtol,
+                monitor=_RichMonitor(bar),
+            )  # fmt: skip
         console.print(
             f"[green]✓[/] {plan} (TensorRT {sidecar.tensorrt_version}, {sidecar.gpu_name}, "
             f"compute capability {sidecar.compute_capability}, {sidecar.precision}); sidecar {sidecar_path(plan)}",
             highlight=False,
         )
-        if verify:
-            default_atol, default_rtol = trt_build.TOLERANCES[precision]
-            report = trt_build.verify_plan(
-                plan, reference or onnx_path, ranges=ranges,
-                atol=default_atol if atol is None else atol, rtol=default_rtol if rtol is None else rtol,
-            )  # fmt: skip
+        if report is not None:
             console.print(f"  {report.summary()}", highlight=False)
             if not report.passed:
                 raise typer.Exit(1)
         if config:
-            signature = trt_build.engine_signature(plan)
-            recorded = read_sidecar(plan)
-            assert recorded is not None
             options_cfg = ConfigOptions(
                 max_batch_size=mbs,
                 dynamic_batching=DynamicBatching() if mbs > 0 else None,
                 instance_groups=(InstanceGroup(1, "KIND_GPU"),),
             )
-            plan_config = signature_config(model_name, ("platform", "tensorrt_plan"), signature, options_cfg)
-            path = model_config.write(plan_config, output / model_name)
+            path = model_config.write(trt_build.plan_config(model_name, plan, options_cfg), output / model_name)
             validate_written(output, [model_name])
             console.print(f"  config: {path}", highlight=False)
     except (trt_build.TensorRTError, ProfileError, SignatureError, RecipeError, ValueError) as exc:

@@ -2,10 +2,11 @@
 :mod:`smtriton.model_config` in protobuf's text format).
 
 Never templated: ``ParseDict`` rejects a misspelt field or a wrong enum the moment it is built, and
-``text_format`` writes exactly what Triton parses. Two sources: a recipe entry with its probed outputs
-(``build-repository``, ``convert``), or an artifact's own signature plus :class:`ConfigOptions`
+``text_format`` writes exactly what Triton parses. Three sources: a recipe entry with its probed outputs
+(``build-repository``, ``convert``); an artifact's own signature plus :class:`ConfigOptions`
 (``smtriton config``), so the I/O in the config is what the ONNX graph, TensorRT engine or TorchScript
-signature declares.
+signature declares; and for an ensemble, its recipe entry plus its step models' configs, which give
+the outputs it does not declare.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from smtriton.convert.artifacts import Signature, TensorSig
 from smtriton.convert.recipe import BATCH_AXIS, DynamicBatching, InstanceGroup, ModelSpec, TensorSpec
 from smtriton.errors import ToolUsageError
 from smtriton.model_config import ModelConfig
+from smtriton.repo import ensemble
 
 # Recipe format -> (ModelConfig field, value). Triton maps each platform to its backend.
 PLATFORMS: dict[str, tuple[str, str]] = {
@@ -86,7 +88,7 @@ class ConfigOptions:
 KNOWN_PARAMETERS: dict[str, tuple[str, ...]] = {
     "pytorch_libtorch": (
         "INFERENCE_MODE", "DISABLE_OPTIMIZED_EXECUTION", "DISABLE_CUDNN", "ENABLE_WEIGHT_SHARING",
-        "ENABLE_CACHE_CLEANING", "ENABLE_JIT_EXECUTOR", "ENABLE_JIT_PROFILING", "ENABLE_TENSOREXPR_FUSER",
+        "ENABLE_CACHE_CLEANING", "ENABLE_JIT_EXECUTOR", "ENABLE_JIT_PROFILING", "ENABLE_TENSOR_FUSER",
         "ENABLE_NVFUSER", "INTRA_OP_THREAD_COUNT", "INTER_OP_THREAD_COUNT",
     ),
     "onnxruntime_onnx": (
@@ -219,3 +221,34 @@ def build_config(data: dict[str, Any]) -> ModelConfig:
 def recipe_config(spec: ModelSpec, outputs: Sequence[TensorSpec]) -> ModelConfig:
     """The config of a recipe entry, with the outputs probed from its torch model."""
     return build_config(config_dict(spec, outputs))
+
+
+def ensemble_config(spec: ModelSpec, members: Mapping[str, ModelConfig]) -> ModelConfig:
+    """The config of a recipe ensemble; ``members`` are its step models' configs (as built). An output
+    the entry does not fully declare takes its data type and dims from the step that writes it; one that
+    no step writes is left without either, for :func:`smtriton.repo.ensemble.check` to report."""
+    mbs = spec.max_batch_size
+    data: dict[str, Any] = {
+        "name": spec.name,
+        "platform": "ensemble",
+        "max_batch_size": mbs,
+        "input": [_io(t, mbs) for t in spec.inputs],
+        "ensemble_scheduling": {
+            "step": [
+                {"model_name": s.model, "model_version": s.version, "input_map": dict(s.input_map),
+                 "output_map": dict(s.output_map)}
+                for s in spec.steps
+            ]
+        },
+    }  # fmt: skip
+    sources = ensemble.sources(build_config(data), members)
+    outputs = []
+    for out in spec.outputs:
+        source = sources.get(out.name)
+        data_type: int | str = dtypes.config_type(out.dtype) if out.dtype else (source.data_type if source else 0)
+        if out.shape is not None:
+            entry = io_entry(out.name, "FP32", config_dims(TensorSpec(out.name, "FP32", out.shape), mbs), mbs)
+        else:
+            entry = {"name": out.name, "dims": list(source.dims_for(mbs > 0)) if source else []}
+        outputs.append({**entry, "data_type": data_type})
+    return build_config({**data, "output": outputs})

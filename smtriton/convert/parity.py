@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from smtriton.convert.recipe import ModelSpec
-from smtriton.convert.sample_inputs import random_inputs
+from smtriton.convert.sample_inputs import sample_inputs
 from smtriton.errors import ToolError
 
 Runner = Callable[[Mapping[str, np.ndarray]], Mapping[str, np.ndarray]]
@@ -80,20 +80,22 @@ class ParityReport:
 
 
 class ParityError(ToolError, RuntimeError):
-    def __init__(self, model: str, report: ParityReport) -> None:
-        super().__init__(f"model {model!r}: exported artifact differs from the torch model\n{report.summary()}")
+    def __init__(
+        self, model: str, report: ParityReport, what: str = "exported artifact differs from the torch model"
+    ) -> None:
+        super().__init__(f"model {model!r}: {what}\n{report.summary()}")
         self.report = report
 
 
 def parity_cases(spec: ModelSpec) -> Iterator[tuple[str, dict[str, np.ndarray]]]:
-    """``trials`` fresh inputs for every combination of the recipe's axis sizes."""
+    """``trials`` fresh sample inputs for every combination of the recipe's axis sizes."""
     axes = list(spec.axes)
     for combo_index, combo in enumerate(itertools.product(*(spec.axes[a] for a in axes))):
         sizes = dict(zip(axes, combo, strict=True))
         label = ",".join(f"{a}={s}" for a, s in sizes.items()) or "fixed shape"
         for trial in range(spec.parity.trials):
             seed = (_PARITY_STREAM, spec.seed, combo_index, trial)
-            yield f"{label} trial {trial}", random_inputs(spec.inputs, sizes, seed)
+            yield f"{label} trial {trial}", sample_inputs(spec, sizes, seed)
 
 
 def compare(

@@ -13,11 +13,12 @@ import re
 import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from smtriton import dtypes
+from smtriton.convert.trt_plan import HARDWARE_LEVELS, PRECISIONS, TOLERANCES, parse_size
 from smtriton.errors import ToolUsageError
 
 if sys.version_info >= (3, 11):
@@ -27,7 +28,9 @@ else:  # pragma: no cover - exercised on 3.10 only
 
 DEFAULT_RECIPE = Path(__file__).resolve().parents[2] / "model_repository" / "recipe.toml"
 
-FORMATS = ("onnx", "torchscript", "python")
+FORMATS = ("onnx", "torchscript", "python", "ensemble", "tensorrt")
+# Formats built from a torch `factory` (exported, then checked against the eager model).
+TORCH_FORMATS = ("onnx", "torchscript")
 INSTANCE_KINDS = ("KIND_AUTO", "KIND_CPU", "KIND_GPU")
 BATCH_AXIS = "batch"
 DEFAULT_AXIS_SIZES = (1, 4)
@@ -115,6 +118,27 @@ FP16_PARITY = ParityOptions(atol=5e-2, rtol=5e-2)
 
 
 @dataclass(frozen=True)
+class EnsembleStep:
+    """One step of an ensemble: a recipe model and how its tensors map to the ensemble's."""
+
+    model: str
+    input_map: Mapping[str, str]  # the model's input -> the ensemble tensor it reads
+    output_map: Mapping[str, str]  # the model's output -> the ensemble tensor it writes
+    version: int = -1  # -1: the version Triton serves
+
+
+@dataclass(frozen=True)
+class TensorRTOptions:
+    """How a `format = "tensorrt"` entry's plan is built (what `smtriton convert tensorrt` takes)."""
+
+    precision: str = "fp32"  # see trt_plan.PRECISIONS
+    workspace: str | None = None  # e.g. "4GiB"
+    optimization_level: int | None = None  # builder optimization level 0..5
+    version_compatible: bool = False
+    hardware_compatibility: str = "none"  # see trt_plan.HARDWARE_LEVELS
+
+
+@dataclass(frozen=True)
 class ModelSpec:
     name: str
     format: str
@@ -132,6 +156,10 @@ class ModelSpec:
     seed: int = 0
     checkpoint: Path | None = None
     source: str | None = None
+    samples: str | None = None  # "package.module:function" making sample inputs (default: random values)
+    steps: tuple[EnsembleStep, ...] = ()  # ensemble
+    onnx: str | None = None  # tensorrt: the recipe's ONNX entry the plan is built from
+    tensorrt: TensorRTOptions | None = None  # tensorrt
     raw: Mapping[str, Any] = field(default_factory=dict, compare=False)  # as written; hashed by stamps
 
     def default_sizes(self) -> dict[str, int]:
@@ -153,6 +181,35 @@ class Recipe:
             if spec.name == name:
                 return spec
         raise KeyError(f"{self.path}: no model named {name!r} (models: {', '.join(self.names)})")
+
+    def build_order(self, names: Sequence[str] | None = None) -> list[ModelSpec]:
+        """The named models (default: all) and the models they are built from, each after those it
+        needs (an ensemble after its steps' models, a TensorRT plan after its ONNX entry), otherwise in
+        recipe order."""
+        wanted = set(names if names is not None else self.names)
+        pending = [self.model(n) for n in (names or ())]  # unknown names raise KeyError here
+        while pending:
+            for dependency in dependencies(pending.pop()):
+                if dependency not in wanted:
+                    wanted.add(dependency)
+                    pending.append(self.model(dependency))
+        order: list[ModelSpec] = []
+        done: set[str] = set()
+        while len(order) < len(wanted):
+            spec = next(m for m in self.models if m.name in wanted and m.name not in done
+                        and set(dependencies(m)) <= done)  # fmt: skip
+            order.append(spec)
+            done.add(spec.name)
+        return order
+
+
+def dependencies(spec: ModelSpec) -> list[str]:
+    """The recipe models ``spec`` is built from."""
+    if spec.format == "ensemble":
+        return list(dict.fromkeys(step.model for step in spec.steps))
+    if spec.format == "tensorrt" and spec.onnx is not None:
+        return [spec.onnx]
+    return []
 
 
 def load_recipe(path: str | Path = DEFAULT_RECIPE) -> Recipe:
@@ -183,12 +240,60 @@ def parse_recipe(data: Mapping[str, Any], path: Path) -> Recipe:
         if spec.name in {m.name for m in models}:
             raise RecipeError(f"{where}: duplicate model name")
         models.append(spec)
+    by_name = {m.name: m for m in models}
+    for index, spec in enumerate(models):
+        models[index] = _resolve_references(spec, by_name, f"{origin}: model {spec.name!r}")
+    _check_no_cycle(models, origin)
     return Recipe(path=path, models=tuple(models))
+
+
+def _resolve_references(spec: ModelSpec, models: Mapping[str, ModelSpec], where: str) -> ModelSpec:
+    """Check the models an entry names; a TensorRT entry takes its ONNX entry's batching unless it sets its own."""
+    if spec.format == "ensemble":
+        for number, step in enumerate(spec.steps, 1):
+            if step.model not in models:
+                raise RecipeError(
+                    f"{where}: step {number} names model {step.model!r}, which this recipe does not list "
+                    f"(models: {', '.join(models)})"
+                )
+        return spec
+    if spec.format != "tensorrt":
+        return spec
+    source = models.get(str(spec.onnx))
+    if source is None or source.format != "onnx":
+        onnx_entries = ", ".join(m.name for m in models.values() if m.format == "onnx") or "none"
+        raise RecipeError(f"{where}: `onnx` must name an ONNX entry of this recipe ({onnx_entries}), not {spec.onnx!r}")
+    if "max_batch_size" in spec.raw:
+        return spec
+    mbs = source.max_batch_size
+    batching = _parse_batching(spec.raw.get("dynamic_batching"), mbs, where)
+    return replace(spec, max_batch_size=mbs, dynamic_batching=batching)
+
+
+def _check_no_cycle(models: Sequence[ModelSpec], origin: str) -> None:
+    """An ensemble may use another ensemble, but no model may end up built from itself."""
+    by_name = {m.name: m for m in models}
+    for spec in models:
+        pending = [(spec.name, [spec.name])]
+        while pending:
+            name, path = pending.pop()
+            for dependency in dependencies(by_name[name]):
+                if dependency == spec.name:
+                    raise RecipeError(
+                        f"{origin}: model {spec.name!r} is built from itself: {' -> '.join([*path, dependency])}"
+                    )
+                if dependency not in path:
+                    pending.append((dependency, [*path, dependency]))
 
 
 _MODEL_KEYS = {
     "name", "format", "factory", "seed", "checkpoint", "source", "max_batch_size", "input", "output",
-    "axes", "dynamic_batching", "instance_group", "parameters", "export", "parity",
+    "axes", "dynamic_batching", "instance_group", "parameters", "export", "parity", "samples",
+}  # fmt: skip
+_ENSEMBLE_KEYS = {"name", "format", "max_batch_size", "input", "output", "axes", "step", "parity", "samples"}
+_TENSORRT_KEYS = {
+    "name", "format", "onnx", "max_batch_size", "tensorrt", "dynamic_batching", "instance_group", "parameters",
+    "parity",
 }  # fmt: skip
 
 
@@ -239,13 +344,17 @@ def _check_batch_axis(shapes: list[tuple[Dim, ...]], max_batch_size: int, where:
 def model_from_table(t: Mapping[str, Any], base_dir: Path, where: str) -> ModelSpec:
     """One ``[[model]]`` table, checked; ``where`` prefixes every error. Command-line conversions build
     such a table from their options, so a model named on the command line obeys the recipe's rules."""
-    _check_keys(t, _MODEL_KEYS, where)
     name = _get(t, "name", str, where)
     if not _NAME.match(name):
         raise RecipeError(f"{where}: name must match {_NAME.pattern} (it is a directory name)")
     fmt = _get(t, "format", str, where)
     if fmt not in FORMATS:
         raise RecipeError(f"{where}: format must be one of {', '.join(FORMATS)}, not {fmt!r}")
+    if fmt == "ensemble":
+        return _ensemble_from_table(t, base_dir, where)
+    if fmt == "tensorrt":
+        return _tensorrt_from_table(t, base_dir, where)
+    _check_keys(t, _MODEL_KEYS, f"{where} (format {fmt})")
 
     factory = _get(t, "factory", str, where, None)
     source = _get(t, "source", str, where, None)
@@ -289,8 +398,135 @@ def model_from_table(t: Mapping[str, Any], base_dir: Path, where: str) -> ModelS
         seed=_get(t, "seed", int, where, 0),
         checkpoint=(base_dir / checkpoint) if checkpoint else None,
         source=source,
+        samples=_parse_samples(t, where),
         raw=dict(t),
     )
+
+
+def _parse_samples(t: Mapping[str, Any], where: str) -> str | None:
+    samples = _get(t, "samples", str, where, None)
+    if samples is not None and not _FACTORY.match(samples):
+        raise RecipeError(f"{where}: `samples` must be 'package.module:function'")
+    return samples
+
+
+def _ensemble_from_table(t: Mapping[str, Any], base_dir: Path, where: str) -> ModelSpec:
+    """An ensemble: inputs declared, outputs by name (dtype and shape come from the step that writes
+    them, checked when declared), steps naming recipe models."""
+    _check_keys(t, _ENSEMBLE_KEYS, f"{where} (format ensemble)")
+    max_batch_size = _get(t, "max_batch_size", int, where, 0)
+    if max_batch_size < 0:
+        raise RecipeError(f"{where}: max_batch_size must be >= 0")
+    inputs = tuple(_parse_input(x, f"{where}: input #{i + 1}") for i, x in enumerate(_tables(t, "input", where)))
+    outputs = tuple(
+        _parse_output(x, f"{where}: output #{i + 1}", required=False) for i, x in enumerate(_tables(t, "output", where))
+    )
+    if not inputs or not outputs:
+        raise RecipeError(f"{where}: needs at least one [[model.input]] and one [[model.output]]")
+    for kind, names in (("input", [x.name for x in inputs]), ("output", [x.name for x in outputs])):
+        _check_tensor_names(kind, names, "ensemble", where)
+    steps = tuple(_parse_step(x, where, i + 1) for i, x in enumerate(_tables(t, "step", where)))
+    if not steps:
+        raise RecipeError(f"{where}: an ensemble needs at least one [[model.step]]")
+    for number, step in enumerate(steps, 1):
+        if step.model == t["name"]:
+            raise RecipeError(f"{where}: step {number} names the ensemble itself")
+    shapes = [x.shape for x in inputs] + [x.shape for x in outputs if x.shape is not None]
+    used_axes = list(dict.fromkeys(d for shape in shapes for d in shape if isinstance(d, str)))
+    _check_batch_axis(shapes, max_batch_size, where)
+    return ModelSpec(
+        name=t["name"],
+        format="ensemble",
+        inputs=inputs,
+        outputs=outputs,
+        max_batch_size=max_batch_size,
+        axes=_parse_axes(t.get("axes", {}), used_axes, max_batch_size, where),
+        dynamic_batching=None,
+        instance_groups=(),
+        parameters={},
+        export=ExportOptions(),
+        parity=_parse_parity(t.get("parity", {}), where, ParityOptions()),
+        base_dir=base_dir,
+        samples=_parse_samples(t, where),
+        steps=steps,
+        raw=dict(t),
+    )
+
+
+def _parse_step(t: Mapping[str, Any], where: str, number: int) -> EnsembleStep:
+    where = f"{where}: step {number}"
+    _check_keys(t, {"model", "input_map", "output_map", "version"}, where)
+    model = _get(t, "model", str, where)
+    where = f"{where} ({model})"
+    maps = []
+    for key in ("input_map", "output_map"):
+        value = _get(t, key, dict, where)
+        if not value or not all(isinstance(k, str) and isinstance(v, str) and v for k, v in value.items()):
+            raise RecipeError(
+                f"{where}: `{key}` must be a non-empty table of the model's tensor = the ensemble's tensor name"
+            )
+        maps.append(dict(value))
+    version = _get(t, "version", int, where, -1)
+    if version == 0 or version < -1:
+        raise RecipeError(f"{where}: version is a model version (>= 1) or -1 for the one Triton serves")
+    return EnsembleStep(model, maps[0], maps[1], version)
+
+
+def _tensorrt_from_table(t: Mapping[str, Any], base_dir: Path, where: str) -> ModelSpec:
+    """A TensorRT plan built from the recipe's ONNX entry `onnx`: its I/O are the engine's, its profile
+    comes from that entry's axes; batching is the entry's unless set here (resolved with the recipe)."""
+    _check_keys(t, _TENSORRT_KEYS, f"{where} (format tensorrt)")
+    onnx = _get(t, "onnx", str, where)
+    max_batch_size = _get(t, "max_batch_size", int, where, 0)
+    if max_batch_size < 0:
+        raise RecipeError(f"{where}: max_batch_size must be >= 0")
+    options = _parse_tensorrt(t.get("tensorrt", {}), where)
+    atol, rtol = TOLERANCES[options.precision]
+    groups = tuple(_parse_instance_group(x, where) for x in _tables(t, "instance_group", where))
+    return ModelSpec(
+        name=t["name"],
+        format="tensorrt",
+        inputs=(),
+        outputs=(),
+        max_batch_size=max_batch_size,
+        axes={},
+        dynamic_batching=_parse_batching(t.get("dynamic_batching"), max_batch_size, where),
+        instance_groups=groups or (InstanceGroup(1, "KIND_GPU"),),
+        parameters=_parse_parameters(t.get("parameters", {}), where),
+        export=ExportOptions(),
+        parity=_parse_parity(t.get("parity", {}), where, ParityOptions(trials=2, atol=atol, rtol=rtol)),
+        base_dir=base_dir,
+        onnx=onnx,
+        tensorrt=options,
+        raw=dict(t),
+    )
+
+
+def _parse_tensorrt(t: Any, where: str) -> TensorRTOptions:
+    where = f"{where}: tensorrt"
+    if not isinstance(t, dict):
+        raise RecipeError(f"{where}: must be a table")
+    _check_keys(t, {"precision", "workspace", "optimization_level", "version_compatible", "hardware_compatibility"},
+                where)  # fmt: skip
+    options = TensorRTOptions(
+        precision=_get(t, "precision", str, where, "fp32"),
+        workspace=_get(t, "workspace", str, where, None),
+        optimization_level=_get(t, "optimization_level", int, where, None),
+        version_compatible=_get(t, "version_compatible", bool, where, False),
+        hardware_compatibility=_get(t, "hardware_compatibility", str, where, "none"),
+    )
+    if options.precision not in PRECISIONS:
+        raise RecipeError(f"{where}: precision must be one of {', '.join(PRECISIONS)}, not {options.precision!r}")
+    if options.hardware_compatibility not in HARDWARE_LEVELS:
+        raise RecipeError(f"{where}: hardware_compatibility must be one of {', '.join(HARDWARE_LEVELS)}")
+    if options.workspace is not None:
+        try:
+            parse_size(options.workspace)
+        except ValueError as exc:
+            raise RecipeError(f"{where}: workspace {exc}") from None
+    if options.optimization_level is not None and not 0 <= options.optimization_level <= 5:
+        raise RecipeError(f"{where}: optimization_level is 0..5")
+    return options
 
 
 def _parse_input(t: Mapping[str, Any], where: str) -> TensorSpec:
@@ -515,13 +751,23 @@ def source_file(spec: ModelSpec) -> Path:
 
 def import_factory(spec: ModelSpec) -> Callable[[], Any]:
     assert spec.factory is not None
-    module_name, attr = spec.factory.split(":", 1)
+    return import_function(spec, spec.factory, "factory")
+
+
+def samples_file(spec: ModelSpec) -> Path:
+    assert spec.samples is not None
+    return module_file(spec.samples.split(":", 1)[0], spec.base_dir)
+
+
+def import_function(spec: ModelSpec, reference: str, what: str) -> Callable[..., Any]:
+    """The callable ``package.module:function`` names, imported beside the recipe first."""
+    module_name, attr = reference.split(":", 1)
     with _importable_from(spec.base_dir):
         module = importlib.import_module(module_name)
     try:
-        factory = getattr(module, attr)
+        function = getattr(module, attr)
     except AttributeError:
         raise RecipeError(f"model {spec.name!r}: {module_name} has no {attr!r}") from None
-    if not callable(factory):
-        raise RecipeError(f"model {spec.name!r}: factory {spec.factory} is not callable")
-    return factory
+    if not callable(function):
+        raise RecipeError(f"model {spec.name!r}: {what} {reference} is not callable")
+    return function

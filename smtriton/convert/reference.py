@@ -1,8 +1,11 @@
-"""Reference models for tests: what a served model should answer, computed without Triton.
+"""Reference models: what a served model should answer, computed without Triton.
 
 ``load_reference(name)`` gives the eager torch module of a recipe entry (same factory, same seed,
-so the same weights as the built artifact), seeded random inputs that follow its input spec, and a
-runner, so serving tests can send identical inputs to Triton and compare outputs.
+so the same weights as the built artifact), sample inputs that follow its input spec, and a runner,
+so serving tests can send identical inputs to Triton and compare outputs. A Python-backend entry
+answers with its source's ``reference(inputs)``; an ensemble with its steps' references run in the
+order of their tensors; a TensorRT entry as the ONNX entry it is built from. The build-time parity
+check of a pipeline compares the same reference with the built artifacts.
 """
 
 from __future__ import annotations
@@ -16,48 +19,63 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from smtriton.convert.recipe import DEFAULT_RECIPE, ModelSpec, load_recipe, source_file
-from smtriton.convert.sample_inputs import random_inputs
+from smtriton.convert.recipe import DEFAULT_RECIPE, ModelSpec, Recipe, load_recipe, source_file
+from smtriton.convert.sample_inputs import sample_inputs
 
 if TYPE_CHECKING:
     import torch
+
+Runner = Callable[[Mapping[str, np.ndarray]], dict[str, np.ndarray]]
 
 
 @dataclass(frozen=True)
 class Reference:
     spec: ModelSpec
-    module: torch.nn.Module | None  # the eager model; None for Python-backend models
-    run: Callable[[Mapping[str, np.ndarray]], dict[str, np.ndarray]]  # inputs -> expected outputs, by name
+    module: torch.nn.Module | None  # the eager model; None for Python-backend models and ensembles
+    run: Runner  # inputs -> expected outputs, by name
 
     def make_inputs(self, seed: int = 0, **sizes: int) -> dict[str, np.ndarray]:
-        """Random inputs by name, full shapes including the batch axis (what a client sends).
+        """Sample inputs by name, full shapes including the batch axis (what a client sends).
 
         Axis sizes default to the first size the recipe lists for each axis; override with e.g.
         ``make_inputs(3, batch=2, sequence=16)``.
         """
-        return random_inputs(self.spec.inputs, {**self.spec.default_sizes(), **sizes}, seed)
+        return sample_inputs(self.spec, {**self.spec.default_sizes(), **sizes}, seed)
 
 
 def load_reference(name: str, recipe: str | Path = DEFAULT_RECIPE) -> Reference:
-    """The reference for model ``name`` of ``recipe``; cached, so the torch model is built once."""
+    """The reference for model ``name`` of ``recipe``; cached, so each torch model is built once."""
     return _load(name, str(Path(recipe).resolve()))
 
 
 @functools.cache
 def _load(name: str, recipe: str) -> Reference:
-    spec = load_recipe(recipe).model(name)
+    loaded = load_recipe(recipe)
+    return build_reference(loaded.model(name), loaded, lambda member: _load(member, recipe))
+
+
+def build_reference(spec: ModelSpec, recipe: Recipe, member: Callable[[str], Reference] | None = None) -> Reference:
+    """The reference of ``spec``, built afresh; ``member`` gives the references of the models it is
+    built from (default: built afresh too)."""
+    member = member or (lambda name: build_reference(recipe.model(name), recipe))
     if spec.format == "python":
-        return Reference(spec, None, _python_reference(spec))
+        return Reference(spec, None, python_reference(spec.name, source_file(spec)))
+    if spec.format == "ensemble":
+        from smtriton.convert.pipeline import chain
+
+        return Reference(spec, None, chain(spec, lambda name: member(name).run))
+    if spec.format == "tensorrt":
+        assert spec.onnx is not None
+        return member(spec.onnx)  # the plan answers as the ONNX entry it is built from
     from smtriton.convert.torch_model import load_module, run_module
 
     module = load_module(spec)
     return Reference(spec, module, functools.partial(run_module, module, spec))
 
 
-def _python_reference(spec: ModelSpec) -> Callable[[Mapping[str, np.ndarray]], dict[str, np.ndarray]]:
-    """A Python-backend source may define ``reference(inputs)``; it is loaded without Triton."""
-    path = source_file(spec)
-    module_spec = importlib.util.spec_from_file_location(f"_smtriton_reference_{spec.name}", path)
+def python_reference(name: str, path: Path) -> Runner:
+    """The ``reference(inputs)`` a Python-backend source defines, loaded without Triton."""
+    module_spec = importlib.util.spec_from_file_location(f"_smtriton_reference_{name}", path)
     assert module_spec is not None and module_spec.loader is not None
     module = importlib.util.module_from_spec(module_spec)
     module_spec.loader.exec_module(module)

@@ -1,7 +1,9 @@
-"""Seeded random inputs that follow a recipe's input spec.
+"""Seeded sample inputs that follow a recipe's input spec.
 
 The same function feeds the exporters' example inputs, the build-time parity check and the tests
 that compare Triton with torch, so all of them see inputs of the declared dtypes, shapes and ranges.
+Random values by default; an entry whose inputs random values cannot stand in for (encoded images)
+names a ``samples`` function with :func:`random_inputs`'s signature.
 """
 
 from __future__ import annotations
@@ -11,10 +13,27 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from smtriton import dtypes
-from smtriton.convert.recipe import TensorSpec
+from smtriton.convert.recipe import ModelSpec, RecipeError, TensorSpec, import_function
 
 # Words with non-ASCII letters so BYTES tensors exercise real UTF-8, not just ASCII.
 _WORDS = ("triton", "sagemaker", "über", "straße", "café", "naïve", "ßeta", "δέλτα", "ok", "")
+
+
+def sample_inputs(spec: ModelSpec, sizes: Mapping[str, int], seed: int | Sequence[int] = 0) -> dict[str, np.ndarray]:
+    """Inputs of ``spec`` at the given axis sizes: from its ``samples`` function, else random."""
+    if spec.samples is None:
+        return random_inputs(spec.inputs, sizes, seed)
+    arrays = import_function(spec, spec.samples, "samples")(spec.inputs, sizes, seed)
+    for tensor in spec.inputs:
+        array = arrays.get(tensor.name) if isinstance(arrays, Mapping) else None
+        want = tensor.resolve(sizes)
+        if not isinstance(array, np.ndarray) or array.shape != want or array.dtype != dtypes.numpy_dtype(tensor.dtype):
+            got = f"{array.dtype}{list(array.shape)}" if isinstance(array, np.ndarray) else type(array).__name__
+            raise RecipeError(
+                f"model {spec.name!r}: samples {spec.samples} gave {got} for input {tensor.name!r}, "
+                f"not {dtypes.numpy_dtype(tensor.dtype)}{list(want)}"
+            )
+    return dict(arrays)
 
 
 def random_inputs(

@@ -11,18 +11,18 @@ import torch
 
 from smtriton import dtypes
 from smtriton.convert.recipe import BATCH_AXIS, Dim, ModelSpec, RecipeError, TensorSpec
-from smtriton.convert.sample_inputs import random_inputs
+from smtriton.convert.sample_inputs import sample_inputs
 from smtriton.convert.torch_model import run_module
 
 
 def probe_outputs(module: torch.nn.Module, spec: ModelSpec) -> tuple[TensorSpec, ...]:
     base = spec.default_sizes()
-    base_out = run_module(module, spec, random_inputs(spec.inputs, base, seed=0))
+    base_out = run_module(module, spec, sample_inputs(spec, base, seed=0))
     variants: dict[str, tuple[dict[str, int], dict[str, tuple[int, ...]]]] = {}
     for axis, sizes in spec.axes.items():
         other = next((s for s in reversed(sizes) if s != base[axis]), base[axis] + 1)
         moved = {**base, axis: other}
-        out = run_module(module, spec, random_inputs(spec.inputs, moved, seed=0))
+        out = run_module(module, spec, sample_inputs(spec, moved, seed=0))
         variants[axis] = (moved, {name: a.shape for name, a in out.items()})
 
     probed: list[TensorSpec] = []

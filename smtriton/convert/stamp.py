@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from smtriton.convert.recipe import ModelSpec, factory_file, source_file
+from smtriton.convert.recipe import ModelSpec, factory_file, samples_file, source_file
 from smtriton.convert.trt_plan import sha256_file
 
 STAMP_FILE = ".build-stamp.json"
@@ -30,13 +30,13 @@ TOOL_DISTRIBUTIONS = (
     "torch", "transformers", "onnx", "onnxscript", "onnxruntime", "numpy", "protobuf", "tritonclient", "onnxslim",
 )  # fmt: skip
 
-# This builder's modules: a change to any of them may change the artifacts.
+# This builder's modules: a change to any of them may change the artifacts (or what the build checks).
 BUILDER_MODULES = (
     "smtriton.dtypes", "smtriton.model_config", "smtriton.convert.artifacts", "smtriton.convert.build",
     "smtriton.convert.config", "smtriton.convert.export", "smtriton.convert.export_onnx",
     "smtriton.convert.export_torchscript", "smtriton.convert.onnx_tools", "smtriton.convert.recipe",
     "smtriton.convert.sample_inputs", "smtriton.convert.signature", "smtriton.convert.stamp",
-    "smtriton.convert.torch_model",
+    "smtriton.convert.torch_model", "smtriton.convert.pipeline", "smtriton.repo.ensemble",
 )  # fmt: skip
 
 
@@ -68,15 +68,22 @@ def _module_path(module: str) -> Path:
     return Path(spec.origin)
 
 
-def stamp_inputs(spec: ModelSpec) -> StampInputs:
+def stamp_inputs(
+    spec: ModelSpec, built_from: Mapping[str, str] | None = None, host: Mapping[str, str] | None = None
+) -> StampInputs:
+    """``built_from``: what the models ``spec`` is built from are (label -> key); ``host``: further
+    versions the artifact depends on (a plan's TensorRT and GPU)."""
     files = {f"builder:{m.rsplit('.', 1)[-1]}": sha256_file(_module_path(m)) for m in BUILDER_MODULES}
     if spec.factory is not None:
         files["factory"] = sha256_file(factory_file(spec))
     if spec.source is not None:
         files["source"] = sha256_file(source_file(spec))
+    if spec.samples is not None:
+        files["samples"] = sha256_file(samples_file(spec))
     if spec.checkpoint is not None:
         files["checkpoint"] = sha256_file(spec.checkpoint)
-    return StampInputs(spec=spec.raw, files=files, versions=tool_versions())
+    files.update(built_from or {})
+    return StampInputs(spec=spec.raw, files=files, versions={**tool_versions(), **(host or {})})
 
 
 def read_stamp(model_dir: Path) -> dict[str, Any] | None:

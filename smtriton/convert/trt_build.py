@@ -535,9 +535,40 @@ def verify_plan(
     return compare(reference, candidate, verification_cases(sidecar, ranges or {}, trials), atol=atol, rtol=rtol)
 
 
-# Default verification tolerances per precision (TF32 is on by default for FP32 builds on Ampere+).
-TOLERANCES = {"fp32": (1e-3, 1e-2), "fp16": (5e-2, 5e-2), "bf16": (1e-1, 1e-1), "int8": (2e-1, 2e-1),
-              "strongly-typed": (5e-2, 5e-2)}  # fmt: skip
+def build_checked_plan(
+    onnx_path: Path,
+    plan_path: Path,
+    options: BuildOptions,
+    *,
+    max_batch_size: int,
+    verify: bool = True,
+    reference: Path | None = None,
+    ranges: Mapping[str, tuple[int, int]] | None = None,
+    atol: float,
+    rtol: float,
+    trials: int = 2,
+    monitor: BuildMonitor | None = None,
+) -> tuple[Sidecar, Any]:
+    """What `smtriton convert tensorrt` and a recipe's tensorrt entry both do: build the plan and its
+    sidecar, record the max_batch_size it is served with (so `smtriton config` batches it the same
+    way), and check it against ONNX Runtime on ``reference`` (default: the source graph).
+
+    Returns (sidecar, :class:`smtriton.convert.parity.ParityReport` or None without ``verify``)."""
+    sidecar = build_plan(onnx_path, plan_path, options, monitor=monitor)
+    sidecar.max_batch_size = max_batch_size
+    write_sidecar(plan_path, sidecar)
+    if not verify:
+        return sidecar, None
+    report = verify_plan(plan_path, reference or onnx_path, ranges=ranges, atol=atol, rtol=rtol, trials=trials)
+    return sidecar, report
+
+
+def plan_config(name: str, plan_path: Path, options: Any) -> Any:
+    """The config of a plan: its I/O read from the engine itself, the rest from ``options``
+    (:class:`smtriton.convert.config.ConfigOptions`)."""
+    from smtriton.convert.config import signature_config
+
+    return signature_config(name, ("platform", "tensorrt_plan"), engine_signature(plan_path), options)
 
 
 def _atomic_write(path: Path, data: memoryview) -> None:

@@ -35,6 +35,7 @@ __all__ = [
     "PRECISIONS",
     "SIDECAR_FORMAT",
     "SIDECAR_SUFFIX",
+    "TOLERANCES",
     "AxisRange",
     "Profile",
     "ProfileError",
@@ -45,6 +46,7 @@ __all__ = [
     "check_compatibility",
     "input_shapes",
     "parse_profile",
+    "parse_size",
     "profile_batch_limits",
     "profile_from_axes",
     "read_sidecar",
@@ -54,6 +56,10 @@ __all__ = [
 ]
 
 Shape = tuple[int, ...]
+
+# Default verification tolerances (atol, rtol) per precision (TF32 is on by default for FP32 builds on Ampere+).
+TOLERANCES = {"fp32": (1e-3, 1e-2), "fp16": (5e-2, 5e-2), "bf16": (1e-1, 1e-1), "int8": (2e-1, 2e-1),
+              "strongly-typed": (5e-2, 5e-2)}  # fmt: skip
 
 
 class ProfileError(ToolUsageError, ValueError):
@@ -129,6 +135,18 @@ def input_shapes(name: str, shape: Sequence[int | str | None], profile: Profile)
         opts.append(r.opt)
         maxs.append(r.max)
     return tuple(mins), tuple(opts), tuple(maxs)
+
+
+_SIZE = re.compile(r"^(\d+(?:\.\d+)?)\s*([KMGT]i?B?|B)?$", re.IGNORECASE)
+
+
+def parse_size(text: str) -> int:
+    """``4GiB``, ``512MiB``, ``1G``, ``1073741824`` -> bytes (powers of 1024)."""
+    m = _SIZE.match(text.strip())
+    if not m:
+        raise ValueError(f"size {text!r}: write e.g. 4GiB, 512MiB or a number of bytes")
+    unit = (m.group(2) or "B").upper()[0]
+    return int(float(m.group(1)) * 1024 ** {"B": 0, "K": 1, "M": 2, "G": 3, "T": 4}[unit])
 
 
 def sha256_file(path: Path) -> str:

@@ -28,6 +28,7 @@ from typing import Any
 from smtriton import model_config
 from smtriton.errors import ToolUsageError
 from smtriton.model_config import CONFIG_FILE, ConfigParseError, ModelConfig
+from smtriton.repo import ensemble
 from smtriton.repo.validate import MODEL_NAME
 
 # 1980-01-01T00:00:00Z, as wheels and zip files use: tar tools warn about a zero ("implausibly old") time.
@@ -153,13 +154,13 @@ def _ensemble_members(repo: Path, name: str, seen: set[str] | None = None) -> li
     seen = seen if seen is not None else {name}
     config = _read_config(repo / name)
     members: list[str] = []
-    for step in config.ensemble_scheduling.step:
-        if step.model_name in seen:
+    for member in ensemble.step_models(config):
+        if member in seen:
             continue
-        if not (repo / step.model_name / CONFIG_FILE).is_file():
-            raise PackageError(f"{name}: ensemble step uses {step.model_name!r}, which is not in {repo}")
-        seen.add(step.model_name)
-        members += [step.model_name, *_ensemble_members(repo, step.model_name, seen)]
+        if not (repo / member / CONFIG_FILE).is_file():
+            raise PackageError(f"{name}: ensemble step uses {member!r}, which is not in {repo}")
+        seen.add(member)
+        members += [member, *_ensemble_members(repo, member, seen)]
     return sorted(set(members))
 
 

@@ -4,7 +4,8 @@ Checks what would otherwise surface as a failed load on the endpoint: layout (mo
 version directories), every config parses as Triton's ModelConfig, the artifact each platform loads is
 present, the config's inputs/outputs (names, dtypes, ranks, fixed dims) agree with the artifact's own
 signature (:mod:`smtriton.convert.artifacts`), max_batch_size agrees with the artifact's batch dimension,
-ensemble steps reference existing models, versions and tensors, TensorRT plans match their sidecar
+ensemble steps reference existing models and versions and their tensors agree (the rules are those of
+:mod:`smtriton.repo.ensemble`, which the recipe builder applies too), TensorRT plans match their sidecar
 (and the target TensorRT/GPU when given), and for a multi-model endpoint the model names are unique.
 The dimension rules are those of Triton's backends (the onnxruntime backend's CompareDimsSupported):
 a fixed artifact dimension must be stated exactly, a dynamic one accepts any config value.
@@ -39,6 +40,7 @@ from smtriton.convert.trt_plan import (
     sha256_file,
 )
 from smtriton.model_config import CONFIG_FILE, ConfigParseError, ModelConfig
+from smtriton.repo import ensemble
 
 # serve's rule for model names (docs/contract.md §2.4, loading a model), used for every repository.
 MODEL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,254}$")
@@ -385,53 +387,24 @@ def _compare_dims(kind: str, name: str, dims: Sequence[int], sig: TensorSig, mbs
 
 
 def _check_ensemble(model: _Model, by_dir: dict[str, _Model], problems: list[Problem]) -> None:
+    """The repository's side (step models and versions exist); the graph and the tensors are the
+    shared ensemble model's (:func:`smtriton.repo.ensemble.check`)."""
     config = model.config
     assert config is not None
 
     def add(message: str) -> None:
         problems.append(Problem(model.config_path, message))
 
-    steps = config.ensemble_scheduling.step
-    if not steps:
-        add("ensemble has no ensemble_scheduling steps")
-        return
-    inputs = {t.name: t for t in config.input}
-    produced: set[str] = set()
-    for step in steps:
-        produced.update(step.output_map.values())
-    for number, step in enumerate(steps, 1):
-        where = f"ensemble step {number} ({step.model_name})"
+    for number, step in enumerate(config.ensemble_scheduling.step, 1):
         member = by_dir.get(step.model_name)
-        if member is None:
+        where = f"ensemble {ensemble.step_label(number, step)}"
+        if step.model_name and member is None:
             add(f"{where}: references model {step.model_name!r}, which is not in the repository")
-            continue
-        if step.model_version not in (-1, 0) and str(step.model_version) not in member.versions:
+        elif member is not None and str(step.model_version) not in ("-1", "0", *member.versions):
             add(f"{where}: references version {step.model_version}, which {step.model_name} does not have")
-        if member.config is None:
-            continue
-        if config.max_batch_size > member.config.max_batch_size:
-            add(f"{where}: ensemble max_batch_size {config.max_batch_size} exceeds the model's "
-                f"{member.config.max_batch_size}")  # fmt: skip
-        member_in = {t.name: t for t in member.config.input}
-        member_out = {t.name for t in member.config.output}
-        for key, value in step.input_map.items():
-            if key not in member_in:
-                add(f"{where}: input_map key {key!r} is not an input of {step.model_name} "
-                    f"({', '.join(member_in) or 'none'})")  # fmt: skip
-            if value not in inputs and value not in produced:
-                add(f"{where}: tensor {value!r} is neither an ensemble input nor produced by a step")
-            elif value in inputs and key in member_in and inputs[value].data_type != member_in[key].data_type:
-                add(
-                    f"{where}: ensemble input {value!r} is {model_config.data_type_name(inputs[value].data_type)}, "
-                    f"{step.model_name} input {key!r} is {model_config.data_type_name(member_in[key].data_type)}"
-                )
-        for key in step.output_map:
-            if key not in member_out:
-                add(f"{where}: output_map key {key!r} is not an output of {step.model_name} "
-                    f"({', '.join(sorted(member_out)) or 'none'})")  # fmt: skip
-    for output in config.output:
-        if output.name not in produced:
-            add(f"ensemble output {output.name!r} is produced by no step")
+    members = {name: by_dir[name].config for name in ensemble.step_models(config) if name in by_dir}
+    for message in ensemble.check(config, members):
+        add(message)
 
 
 def _check_unique_names(models: Sequence[_Model], problems: list[Problem]) -> None:

@@ -74,8 +74,9 @@ def tune(
     Each trial serves the model locally (serve and Triton) with one candidate config.pbtxt and measures
     it with perf's engine. The search starts from the model's own config (trial 0) and tries one knob at
     a time: instance count, dynamic batching and its queue delay, max batch size, preferred batch sizes,
-    and the backend's own (ONNX Runtime threads and graph optimisation; PyTorch INFERENCE_MODE and
-    DISABLE_OPTIMIZED_EXECUTION; TensorRT CUDA graphs, and with --onnx precision and the profile's
+    and the backend's own (ONNX Runtime threads and graph optimisation; PyTorch INFERENCE_MODE,
+    DISABLE_OPTIMIZED_EXECUTION, ENABLE_JIT_EXECUTOR and ENABLE_JIT_PROFILING; TensorRT CUDA graphs, and
+    with --onnx precision and the profile's
     optimal batch size); on a GPU host, CPU against GPU instances too. A change is kept only if it beats
     the incumbent by --min-gain.
     """

@@ -174,6 +174,11 @@ def knobs_for(config: ModelConfig, max_instances: int = 2, *, gpu: bool = False)
         knobs.append(
             param_knob("torch_disable_optimized_execution", "DISABLE_OPTIMIZED_EXECUTION", ("false", "true"), "false")
         )
+        # The executor and its shape profiling change how TorchScript runs the graph, not what it computes.
+        # Weight sharing, cache cleaning, cuDNN and the backend-wide thread counts are not tried: they are
+        # safe only for some models, or do not act per model (the recipe's header says why, for each).
+        knobs.append(param_knob("torch_jit_executor", "ENABLE_JIT_EXECUTOR", ("true", "false"), "true"))
+        knobs.append(param_knob("torch_jit_profiling", "ENABLE_JIT_PROFILING", ("true", "false"), "true"))
     elif platform in ("tensorrt_plan", "tensorrt"):
         # Captured CUDA graphs of the plan's execution (TensorRT backend): less launch overhead per batch.
         knobs.append(Knob("trt_cuda_graphs", (False, True), _cuda_graphs, _set_cuda_graphs))

@@ -15,7 +15,7 @@ from onnx import TensorProto, helper
 from typer.testing import CliRunner
 
 from smtriton.cli import app
-from smtriton.convert.trt_plan import AxisRange, check_compatibility, read_sidecar
+from smtriton.convert.trt_plan import TOLERANCES, AxisRange, check_compatibility, read_sidecar
 
 pytestmark = pytest.mark.gpu
 
@@ -61,7 +61,7 @@ def test_plan_matches_onnx_runtime(tmp_path, precision):
                                      workspace_bytes=1 << 30)  # fmt: skip
     sidecar = trt_build.build_plan(source, plan, options)
     assert cache.stat().st_size > 0
-    atol, rtol = trt_build.TOLERANCES[precision]
+    atol, rtol = TOLERANCES[precision]
     report = trt_build.verify_plan(plan, source, ranges={"ids": (0, 100)}, atol=atol, rtol=rtol)
     assert report.passed, report.summary()
     assert check_compatibility(sidecar, trt_build.runtime_info()) == []
@@ -105,6 +105,37 @@ def test_demo_text_encoder_through_the_cli(tmp_path):
     assert sidecar.profiles[0]["input_ids"]["max"] == [16, 32]
     checked = runner.invoke(app, ["validate", str(repo), "--detect-runtime"])
     assert checked.exit_code == 0, checked.output
+
+
+def test_a_recipes_tensorrt_entry_is_built_checked_and_configured(tmp_path):
+    """build-repository with a format = "tensorrt" entry: the ONNX entry first, then the plan, its
+    sidecar matching this host, the parity check against ONNX Runtime, a config that validates."""
+    from smtriton.convert import trt_build
+    from smtriton.convert.build import build_repository
+    from smtriton.convert.recipe import DEFAULT_RECIPE
+    from smtriton.repo.validate import validate_repository
+
+    recipe = tmp_path / "recipe.toml"
+    recipe.write_text(
+        DEFAULT_RECIPE.read_text()
+        + '\n[[model]]\nname = "text_encoder_trt"\nformat = "tensorrt"\nonnx = "text_encoder"\n'
+        + 'tensorrt = { precision = "fp16", workspace = "2GiB" }\n'
+    )
+    out = tmp_path / "repo"
+    report = build_repository(recipe, out, models=["text_encoder_trt"])
+    assert [(r.name, r.status) for r in report.results] == [("text_encoder", "built"), ("text_encoder_trt", "built")], [
+        r.error for r in report.results
+    ]
+    parity = report.results[1].parity
+    assert parity is not None
+    assert parity.passed, parity.summary()
+    sidecar = read_sidecar(out / "text_encoder_trt" / "1" / "model.plan")
+    assert sidecar is not None
+    assert (sidecar.precision, sidecar.max_batch_size) == ("fp16", 16)
+    runtime = trt_build.runtime_info()
+    assert check_compatibility(sidecar, runtime) == []
+    assert validate_repository(out, runtime=runtime) == []
+    assert build_repository(recipe, out, models=["text_encoder_trt"]).up_to_date
 
 
 def test_serve_detects_the_runtime_the_builder_records():

@@ -1,4 +1,5 @@
-"""Builds the whole demo repository into a temporary directory: real exports, parity, configs, skip."""
+"""Builds the whole demo repository into a temporary directory: real exports, parity, configs, skip, and
+the image pipeline checked end to end against its eager reference."""
 
 from __future__ import annotations
 
@@ -67,6 +68,55 @@ def test_configs_follow_backend_conventions(built):
     assert upper.backend == "python"
     assert (built.output / "string_upper" / "1" / "model.py").is_file()
 
+    pipeline = model_config.read(built.output / "image_pipeline")
+    assert pipeline.platform == "ensemble"
+    assert pipeline.max_batch_size == 8
+    assert [(t.name, model_config.data_type_name(t.data_type), list(t.dims)) for t in pipeline.input] == [
+        ("IMAGE", "TYPE_STRING", [1])
+    ]
+    assert [(t.name, model_config.data_type_name(t.data_type), list(t.dims)) for t in pipeline.output] == [
+        ("CLASS_IDS", "TYPE_INT64", [5]),
+        ("SCORES", "TYPE_FP32", [5]),
+    ]
+    assert [s.model_name for s in pipeline.ensemble_scheduling.step] == [
+        "image_preprocess", "resnet_onnx", "image_postprocess"
+    ]  # fmt: skip
+
+
+def test_the_image_pipeline_matches_its_eager_reference_end_to_end(built):
+    result = next(r for r in built.results if r.name == "image_pipeline")
+    parity = result.parity
+    assert parity is not None
+    assert parity.passed, parity.summary()
+    spec = load_recipe().model("image_pipeline")
+    assert parity.cases == spec.parity.trials * len(spec.axes["batch"])
+    assert {o.name for o in parity.outputs} == {"CLASS_IDS", "SCORES"}
+    # Built after the models it runs.
+    order = [r.name for r in built.results]
+    assert order.index("image_pipeline") > max(order.index(m) for m in ("image_preprocess", "resnet_onnx"))
+
+
+def test_a_broken_pipeline_entry_fails_the_build_with_one_line(built, tmp_path):
+    recipe = tmp_path / "recipe.toml"
+    recipe.write_text(DEFAULT_RECIPE.read_text().replace('input_map = { LOGITS = "logits" }',
+                                                         'input_map = { LOGITS = "pixel_values" }'))  # fmt: skip
+    before = (built.output / "image_pipeline" / "config.pbtxt").read_text()
+    command = [sys.executable, "-c", "from smtriton.cli import main; main()", "build-repository", str(recipe)]
+    result = subprocess.run([*command, "--output", str(built.output)], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 1
+    output = result.stdout + result.stderr
+    assert "Traceback" not in output
+    failed = [line for line in output.splitlines() if "failed:" in line]
+    assert failed == [
+        "image_pipeline failed: model 'image_pipeline': ensemble step 3 (image_postprocess): tensor 'pixel_values' "
+        "is TYPE_FP32 [3, 224, 224] (output 'PIXEL_VALUES' of step 1 (image_preprocess)), image_postprocess input "
+        "'LOGITS' is TYPE_FP32 [1000]; ensemble step 2 (resnet_onnx): output 'logits' goes to tensor 'logits', "
+        "which no step reads and which is no ensemble output"
+    ]
+    # The models it uses were current, and the pipeline built before is still there.
+    assert "up to date" in output
+    assert (built.output / "image_pipeline" / "config.pbtxt").read_text() == before
+
 
 def test_second_build_is_skipped_as_up_to_date(built):
     again = build_repository(DEFAULT_RECIPE, built.output)
@@ -79,7 +129,7 @@ def test_cli_says_the_repository_is_up_to_date(built):
     command = [sys.executable, "-c", "from smtriton.cli import main; main()", "build-repository"]
     result = subprocess.run([*command, "--output", str(built.output)], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
-    assert "All 4 models up to date" in result.stderr
+    assert "All 7 models up to date" in result.stderr
 
 
 def test_reference_matches_the_built_onnx_artifact(built):
@@ -110,6 +160,18 @@ def test_both_image_models_hold_the_same_weights(built):
     with torch.no_grad():
         out = scripted(torch.from_numpy(pixels)).numpy()
     np.testing.assert_allclose(out, onnx_ref.run({"pixel_values": pixels})["logits"], atol=1e-4, rtol=1e-3)
+
+
+def test_the_pipeline_reference_chains_its_steps_references():
+    pipeline, pre, net, post = (load_reference(n) for n in ("image_pipeline", "image_preprocess", "resnet_onnx",
+                                                            "image_postprocess"))  # fmt: skip
+    inputs = pipeline.make_inputs(seed=5, batch=2)
+    assert inputs["IMAGE"].shape == (2, 1)
+    pixels = pre.run(inputs)["PIXEL_VALUES"]
+    want = post.run({"LOGITS": net.run({"pixel_values": pixels})["logits"]})
+    got = pipeline.run(inputs)
+    assert got["CLASS_IDS"].tolist() == want["CLASS_IDS"].tolist()
+    np.testing.assert_array_equal(got["SCORES"], want["SCORES"])
 
 
 def test_python_model_reference_upper_cases_bytes():

@@ -147,3 +147,139 @@ def test_cli_reports_up_to_date_and_recipe_errors(recipe, tmp_path):
     unknown = runner.invoke(app, ["build-repository", str(recipe), "-m", "nope"])
     assert unknown.exit_code == 2
     assert "no model named 'nope'" in " ".join(unknown.output.split())
+
+
+# --- ensembles --------------------------------------------------------------------------------------
+
+PIPELINE = (
+    RECIPE
+    + """
+[[model]]
+name = "shout"                # upper-cases twice through an intermediate tensor: a two-step pipeline
+format = "ensemble"
+max_batch_size = 8
+input = [{ name = "IN", dtype = "BYTES", shape = ["batch", 1] }]
+output = [{ name = "OUT" }]
+axes = { batch = [1, 2] }
+
+[[model.step]]
+model = "upper"
+input_map = { TEXT = "once" }
+output_map = { UPPER = "OUT" }
+
+[[model.step]]
+model = "upper"
+input_map = { TEXT = "IN" }
+output_map = { UPPER = "once" }
+"""
+)
+NUMBERS_MODEL = """
+[[model]]
+name = "post"
+format = "python"
+source = "post.py"
+max_batch_size = 8
+input = [{ name = "LOGITS", dtype = "FP32", shape = ["batch", 1000] }]
+output = [{ name = "CLASS_IDS", dtype = "INT64", shape = ["batch", 5] }]
+"""
+
+
+@pytest.fixture
+def pipeline(tmp_path) -> Path:
+    path = tmp_path / "recipe.toml"
+    path.write_text(PIPELINE)
+    return path
+
+
+def test_an_ensemble_is_built_after_its_steps_checked_and_run_against_its_reference(pipeline, tmp_path):
+    out = tmp_path / "repo"
+    report = build_repository(pipeline, out)
+    assert [(r.name, r.status) for r in report.results] == [("upper", "built"), ("shout", "built")]
+    config = model_config.read(out / "shout")
+    assert config.platform == "ensemble"
+    # The output's type and dims come from the step that writes it.
+    assert [(o.name, model_config.data_type_name(o.data_type), list(o.dims)) for o in config.output] == [
+        ("OUT", "TYPE_STRING", [1])
+    ]
+    assert [s.model_name for s in config.ensemble_scheduling.step] == ["upper", "upper"]
+    assert (out / "shout" / "1").is_dir()
+    parity = report.results[1].parity
+    assert parity is not None
+    assert parity.passed
+    assert parity.cases == 2 * 3  # batch sizes x trials
+    from smtriton.repo.validate import validate_repository
+
+    assert validate_repository(out) == []
+    assert build_repository(pipeline, out).up_to_date
+
+
+def test_a_changed_step_model_rebuilds_the_ensemble(pipeline, tmp_path):
+    out = tmp_path / "repo"
+    build_repository(pipeline, out)
+    pipeline.write_text(PIPELINE.replace("delay_microseconds = 100", "delay_microseconds = 10"))
+    assert [r.status for r in build_repository(pipeline, out).results] == ["built", "built"]
+
+
+def test_naming_the_ensemble_builds_its_steps_too(pipeline, tmp_path):
+    report = build_repository(pipeline, tmp_path / "repo", models=["shout"])
+    assert [(r.name, r.status) for r in report.results] == [("upper", "built"), ("shout", "built")]
+
+
+def test_a_tensor_of_the_wrong_type_fails_the_ensemble_with_one_line(pipeline, tmp_path):
+    pipeline.write_text(
+        PIPELINE.replace('model = "upper"\ninput_map = { TEXT = "once" }\noutput_map = { UPPER = "OUT" }',
+                         'model = "post"\ninput_map = { LOGITS = "once" }\noutput_map = { CLASS_IDS = "OUT" }')
+        + NUMBERS_MODEL
+    )  # fmt: skip
+    (tmp_path / "post.py").write_text("class TritonPythonModel:\n    pass\n")
+    report = build_repository(pipeline, tmp_path / "repo")
+    result = next(r for r in report.results if r.name == "shout")
+    assert result.status == "failed"
+    assert result.error is not None
+    assert result.error == (
+        "model 'shout': ensemble step 1 (post): tensor 'once' is TYPE_STRING [1] (output 'UPPER' of step 2 "
+        "(upper)), post input 'LOGITS' is TYPE_FP32 [1000]"
+    )
+    assert not (tmp_path / "repo" / "shout").exists()
+
+
+def test_a_pipeline_that_differs_from_its_reference_fails(pipeline, tmp_path, monkeypatch):
+    from smtriton.convert import pipeline as pipeline_module
+
+    def lower_case(spec, recipe, output):
+        return lambda inputs: {"OUT": np.array([[b"x"]] * len(inputs["IN"]), dtype=np.object_)}
+
+    monkeypatch.setattr(pipeline_module, "artifact_runner", lower_case)
+    report = build_repository(pipeline, tmp_path / "repo")
+    result = report.results[1]
+    assert result.status == "failed"
+    assert result.error is not None
+    assert result.error.startswith("model 'shout': the built pipeline differs from its eager reference\nparity FAILED")
+
+
+def test_an_ensemble_whose_step_model_failed_is_not_built(pipeline, tmp_path, monkeypatch):
+    real = build._build_into
+
+    def fail_upper(model_dir, spec, *rest):
+        if spec.name == "upper":
+            raise RuntimeError("broken")
+        return real(model_dir, spec, *rest)
+
+    monkeypatch.setattr(build, "_build_into", fail_upper)
+    report = build_repository(pipeline, tmp_path / "repo")
+    assert [(r.name, r.status, r.error) for r in report.results] == [
+        ("upper", "failed", "broken"),
+        ("shout", "failed", "model 'shout': built from 'upper', which failed"),
+    ]
+
+
+def test_cli_fails_a_broken_ensemble_with_one_line_and_no_traceback(pipeline, tmp_path):
+    pipeline.write_text(PIPELINE.replace('input_map = { TEXT = "IN" }', 'input_map = { TEXT = "INN" }'))
+    result = CliRunner().invoke(app, ["build-repository", str(pipeline), "--output", str(tmp_path / "repo")])
+    assert result.exit_code == 1
+    failed = [line for line in result.output.splitlines() if "failed:" in line]
+    assert failed == [
+        "shout failed: model 'shout': ensemble step 2 (upper): tensor 'INN' is neither an ensemble input nor "
+        "produced by a step; ensemble input 'IN' is read by no step"
+    ]
+    assert "Traceback" not in result.output

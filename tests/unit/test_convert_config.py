@@ -119,3 +119,18 @@ def test_misspelt_field_is_rejected_by_the_protobuf():
     with pytest.raises(ConfigError, match='no field named "dynamic_batchin"') as raised:
         build_config(data)
     assert "\n" not in str(raised.value)  # one line, as every tool error
+
+
+def test_every_pytorch_parameter_the_recipe_documents_is_one_the_backend_reads():
+    """The recipe's header documents the PyTorch backend's parameters; `smtriton config` warns about any
+    other key, so the two lists name the same parameters (the backend's own spelling)."""
+    from smtriton.convert.config import unknown_parameters
+    from smtriton.convert.recipe import DEFAULT_RECIPE
+
+    header = DEFAULT_RECIPE.read_text().split("\n[[model]]", 1)[0]
+    section = header.split("# PyTorch backend parameters", 1)[1]
+    documented = {word.strip(",") for line in section.splitlines() for word in line[1:].split()[:1]
+                  if word.strip(",").isupper() and "_" in word}  # fmt: skip
+    assert "ENABLE_WEIGHT_SHARING" in documented
+    assert unknown_parameters("pytorch_libtorch", dict.fromkeys(documented, "true")) == []
+    assert unknown_parameters("pytorch_libtorch", {"ENABLE_TENSOREXPR_FUSER": "false"}) != []

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
@@ -29,10 +30,16 @@ def parse(text: str, tmp_path: Path = Path("/nonexistent")):
     return parse_recipe(tomllib.loads(text), tmp_path / "recipe.toml")
 
 
-def test_demo_recipe_lists_the_four_demo_models():
+def test_demo_recipe_lists_the_demo_models_and_the_image_pipeline():
     recipe = load_recipe(DEFAULT_RECIPE)
-    assert recipe.names == ("resnet_onnx", "resnet_torchscript", "text_encoder", "string_upper")
-    assert [m.format for m in recipe.models] == ["onnx", "torchscript", "onnx", "python"]
+    assert recipe.names == ("resnet_onnx", "resnet_torchscript", "text_encoder", "string_upper",
+                            "image_preprocess", "image_postprocess", "image_pipeline")  # fmt: skip
+    assert [m.format for m in recipe.models] == ["onnx", "torchscript", "onnx", "python", "python", "python",
+                                                 "ensemble"]  # fmt: skip
+    pipeline = recipe.model("image_pipeline")
+    assert [s.model for s in pipeline.steps] == ["image_preprocess", "resnet_onnx", "image_postprocess"]
+    assert [t.name for t in pipeline.inputs] == ["IMAGE"]
+    assert pipeline.samples == "smtriton.demo.images:encoded_images"
 
 
 def test_demo_image_models_share_factory_and_seed_so_weights_match():
@@ -82,7 +89,7 @@ def test_unknown_model_name_lookup_lists_models():
         (('dtype = "FP32"', 'dtype = "FP33"'), "dtype must be one of"),
         (("max_batch_size = 8", "max_batch_size = 8\nfactory_typo = 1"), "unknown key"),
         (('shape = ["batch", 3', 'shape = [3, "batch"'), "must start with 'batch'"),
-        (('format = "onnx"', 'format = "tensorrt"'), "format must be one of"),
+        (('format = "onnx"', 'format = "tflite"'), "format must be one of"),
         (("smtriton.demo.models:resnet18", "smtriton.demo.models"), "package.module:function"),
         (('name = "img"', 'name = "../img"'), "name must match"),
         (("max_batch_size = 8", "max_batch_size = 8\naxes = { batch = [1, 16] }"), "must not exceed"),
@@ -158,3 +165,137 @@ def test_invalid_toml_names_the_file(tmp_path):
     path.write_text("[[model]\n")
     with pytest.raises(RecipeError, match=r"recipe\.toml: not valid TOML"):
         load_recipe(path)
+
+
+PIPELINE = """
+[[model]]
+name = "upper"
+format = "python"
+source = "smtriton.demo.triton_models.string_upper"
+max_batch_size = 8
+input = [{ name = "TEXT", dtype = "BYTES", shape = ["batch", 1] }]
+output = [{ name = "UPPER", dtype = "BYTES", shape = ["batch", 1] }]
+
+[[model]]
+name = "pipe"
+format = "ensemble"
+max_batch_size = 8
+input = [{ name = "IN", dtype = "BYTES", shape = ["batch", 1] }]
+output = [{ name = "OUT" }]
+
+[[model.step]]
+model = "upper"
+input_map = { TEXT = "IN" }
+output_map = { UPPER = "OUT" }
+"""
+
+
+def test_an_ensemble_entry_reads_its_steps_and_is_built_after_them():
+    recipe = parse(PIPELINE)
+    pipe = recipe.model("pipe")
+    assert pipe.format == "ensemble"
+    (step,) = pipe.steps
+    assert (step.model, dict(step.input_map), dict(step.output_map), step.version) == ("upper", {"TEXT": "IN"},
+                                                                                      {"UPPER": "OUT"}, -1)  # fmt: skip
+    assert pipe.outputs[0].declared is None  # its dtype and shape come from the step that writes it
+    assert pipe.axes == {"batch": (1, 4)}
+    assert [m.name for m in recipe.build_order(["pipe"])] == ["upper", "pipe"]
+    # Listed first, the ensemble is still built after its step's model.
+    moved = PIPELINE.split("\n[[model]]\n")
+    reordered = parse("\n[[model]]\n".join(["", moved[2], moved[1]]))
+    assert [m.name for m in reordered.build_order()] == ["upper", "pipe"]
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (('model = "upper"', 'model = "lower"'),
+         "model 'pipe': step 1 names model 'lower', which this recipe does not list (models: upper, pipe)"),
+        (('model = "upper"', 'model = "pipe"'), "model 'pipe': step 1 names the ensemble itself"),
+        (('input_map = { TEXT = "IN" }', "input_map = {}"),
+         "model 'pipe': step 1 (upper): `input_map` must be a non-empty table"),
+        (('output_map = { UPPER = "OUT" }', "output_map = { UPPER = 3 }"), "step 1 (upper): `output_map` must be"),
+        (('output_map = { UPPER = "OUT" }', 'output_map = { UPPER = "OUT" }\nversion = 0'), "step 1 (upper): version"),
+        (('output_map = { UPPER = "OUT" }', 'output_map = { UPPER = "OUT" }\nweight = 1'),
+         "model 'pipe': step 1: unknown key(s) weight"),
+        (('output = [{ name = "OUT" }]', 'output = [{ name = "OUT" }]\nfactory = "a.b:c"'),
+         "model 'pipe' (format ensemble): unknown key(s) factory"),
+        (('input = [{ name = "IN", dtype = "BYTES", shape = ["batch", 1] }]', 'input = [{ name = "IN" }]'),
+         "input 'IN': missing `dtype`"),
+        (('[[model.step]]\nmodel = "upper"\ninput_map = { TEXT = "IN" }\noutput_map = { UPPER = "OUT" }', ""),
+         "an ensemble needs at least one"),
+    ],
+)  # fmt: skip
+def test_ensemble_mistakes_are_one_line_naming_the_entry(change, message):
+    assert change[0] in PIPELINE
+    with pytest.raises(RecipeError, match=re.escape(message)) as info:
+        parse(PIPELINE.replace(*change))
+    assert "\n" not in str(info.value)
+
+
+def test_ensembles_that_use_each_other_in_a_circle_are_refused():
+    second = """
+[[model]]
+name = "pipe2"
+format = "ensemble"
+input = [{ name = "IN", dtype = "BYTES", shape = [1] }]
+output = [{ name = "OUT" }]
+step = [{ model = "pipe", input_map = { IN = "IN" }, output_map = { OUT = "OUT" } }]
+"""
+    text = PIPELINE.replace('model = "upper"', 'model = "pipe2"') + second
+    with pytest.raises(RecipeError, match="model 'pipe' is built from itself: pipe -> pipe2 -> pipe"):
+        parse(text)
+
+
+TRT = """
+[[model]]
+name = "img"
+format = "onnx"
+factory = "smtriton.demo.models:resnet18"
+max_batch_size = 8
+input = [{ name = "pixel_values", dtype = "FP32", shape = ["batch", 3, 224, 224] }]
+output = [{ name = "logits" }]
+dynamic_batching = { preferred_batch_size = [4, 8] }
+
+[[model]]
+name = "img_trt"
+format = "tensorrt"
+onnx = "img"
+tensorrt = { precision = "fp16", workspace = "2GiB" }
+"""
+
+
+def test_a_tensorrt_entry_takes_its_onnx_entrys_batching_and_precision_tolerances():
+    recipe = parse(TRT)
+    plan = recipe.model("img_trt")
+    assert (plan.onnx, plan.max_batch_size) == ("img", 8)
+    assert plan.tensorrt is not None
+    assert (plan.tensorrt.precision, plan.tensorrt.workspace) == ("fp16", "2GiB")
+    assert (plan.parity.atol, plan.parity.rtol, plan.parity.trials) == (5e-2, 5e-2, 2)
+    assert [(g.count, g.kind) for g in plan.instance_groups] == [(1, "KIND_GPU")]
+    assert plan.dynamic_batching is not None
+    assert [m.name for m in recipe.build_order(["img_trt"])] == ["img", "img_trt"]
+    own = parse(TRT.replace('onnx = "img"', 'onnx = "img"\nmax_batch_size = 4\ndynamic_batching = false'))
+    assert (own.model("img_trt").max_batch_size, own.model("img_trt").dynamic_batching) == (4, None)
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (('onnx = "img"', 'onnx = "other"'), "`onnx` must name an ONNX entry of this recipe (img), not 'other'"),
+        (('"fp16"', '"fp8"'), "precision must be one of fp32, fp16, bf16, int8, strongly-typed"),
+        (('"2GiB"', '"lots"'), "workspace size 'lots'"),
+        (('onnx = "img"', 'onnx = "img"\ninput = []'), "(format tensorrt): unknown key(s) input"),
+        (('workspace = "2GiB"', "optimization_level = 9"), "optimization_level is 0..5"),
+    ],
+)  # fmt: skip
+def test_tensorrt_mistakes_name_the_entry(change, message):
+    assert change[0] in TRT
+    with pytest.raises(RecipeError, match=re.escape(message)) as info:
+        parse(TRT.replace(*change))
+    assert "img_trt" in str(info.value)
+
+
+def test_samples_must_name_a_function():
+    with pytest.raises(RecipeError, match=re.escape("`samples` must be 'package.module:function'")):
+        parse(IMAGE + 'samples = "smtriton.demo.images"\n')

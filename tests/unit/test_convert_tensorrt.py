@@ -702,3 +702,130 @@ def test_cli_needs_a_profile_for_dynamic_axes(trt, tmp_path):
     result = CliRunner().invoke(app, ["convert", "tensorrt", str(source), "-o", str(tmp_path / "repo")])
     assert result.exit_code == 2
     assert "give --profile for the dynamic axes batch, sequence" in result.output
+
+
+# --- a recipe's tensorrt entry -----------------------------------------------------------------------
+
+
+def tiny_encoder() -> Any:
+    """ids[batch, sequence] INT64 -> hidden[batch, sequence, 4] FP32: the recipe tests' ONNX entry."""
+    import torch
+
+    class Encoder(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.table = torch.nn.Embedding(10, 4)
+            self.proj = torch.nn.Linear(4, 4, bias=False)
+
+        def forward(self, ids: torch.Tensor) -> torch.Tensor:
+            return self.proj(self.table(ids))
+
+    return Encoder().eval()
+
+
+PLAN_RECIPE = f"""
+[[model]]
+name = "enc"
+format = "onnx"
+factory = "{__name__}:tiny_encoder"
+max_batch_size = 8
+input = [{{ name = "ids", dtype = "INT64", shape = ["batch", "sequence"], range = [0, 10] }}]
+output = [{{ name = "hidden" }}]
+axes = {{ batch = [1, 2], sequence = [3, 5] }}
+parity = {{ trials = 1 }}
+
+[[model]]
+name = "enc_trt"
+format = "tensorrt"
+onnx = "enc"
+tensorrt = {{ precision = "fp16", workspace = "1GiB" }}
+"""
+
+
+@pytest.fixture
+def plan_recipe(tmp_path) -> Path:
+    path = tmp_path / "recipe.toml"
+    path.write_text(PLAN_RECIPE)
+    return path
+
+
+def test_recipe_entry_builds_the_plan_with_sidecar_parity_and_config(trt, plan_recipe, tmp_path):
+    from smtriton import model_config
+    from smtriton.convert.build import build_repository
+
+    out = tmp_path / "repo"
+    report = build_repository(plan_recipe, out, models=["enc_trt"])
+    assert [(r.name, r.status) for r in report.results] == [("enc", "built"), ("enc_trt", "built")], report.results
+    plan = out / "enc_trt" / "1" / "model.plan"
+    recorded = read_sidecar(plan)
+    assert recorded is not None
+    assert (recorded.precision, recorded.gpu_name, recorded.max_batch_size) == ("fp16", GPU.name, 8)
+    # The profile spans the ONNX entry's axes; the batch axis 1..max_batch_size, tuned for it.
+    assert recorded.profiles[0]["ids"] == {"min": [1, 3], "opt": [8, 5], "max": [8, 5]}
+    assert trt.built[-1]["pools"] == {"WORKSPACE": 1 << 30}
+    parity = report.results[1].parity
+    assert parity is not None
+    assert parity.passed
+    assert parity.cases == 3 * 2  # min, opt, max x 2 trials
+    config = model_config.read(out / "enc_trt")
+    assert (config.platform, config.max_batch_size) == ("tensorrt_plan", 8)
+    assert [(g.count, model_config.model_config_pb2.ModelInstanceGroup.Kind.Name(g.kind)) for g in
+            config.instance_group] == [(1, "KIND_GPU")]  # fmt: skip
+    assert [i.name for i in config.input] == ["ids"]
+    assert validate_repository(out) == []
+    assert build_repository(plan_recipe, out).up_to_date
+
+
+def test_a_plan_is_rebuilt_for_another_gpu(trt, plan_recipe, tmp_path, monkeypatch):
+    from smtriton.convert.build import build_repository
+
+    out = tmp_path / "repo"
+    build_repository(plan_recipe, out)
+    monkeypatch.setattr(trt_build, "gpu_info", lambda device=0, run=None: trt_build.GpuInfo("NVIDIA L4", "8.9"))
+    assert [r.status for r in build_repository(plan_recipe, out).results] == ["up to date", "built"]
+
+
+def test_without_tensorrt_the_entry_is_skipped_with_the_command_that_builds_it(plan_recipe, tmp_path, monkeypatch):
+    from smtriton.convert.build import build_repository
+
+    monkeypatch.setitem(sys.modules, "tensorrt", None)  # import fails, as on the development machines
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "repo" / "enc_trt" / "1").mkdir(parents=True)  # built elsewhere (in the image): left alone
+    report = build_repository(plan_recipe, tmp_path / "repo")
+    assert report.ok
+    skipped = report.results[1]
+    assert (skipped.name, skipped.status) == ("enc_trt", "skipped")
+    assert skipped.note == (
+        "TensorRT is not importable here; build the plan inside the serving image: "
+        "smtriton/convert/build_tensorrt_in_image.sh IMAGE repo repo/enc --recipe recipe.toml --model enc "
+        "--name enc_trt --max-batch-size 8 --precision fp16 --workspace 1GiB"
+    )
+    assert (tmp_path / "repo" / "enc_trt" / "1").is_dir()
+    result = CliRunner().invoke(app, ["build-repository", str(plan_recipe), "--output", str(tmp_path / "repo")])
+    assert result.exit_code == 0, result.output
+    lines = [line for line in result.output.splitlines() if "enc_trt skipped:" in line]
+    assert len(lines) == 1
+    assert "All 1 models up to date, 1 skipped" in result.output
+
+
+def test_a_pipeline_over_a_skipped_plan_is_skipped_too(plan_recipe, tmp_path, monkeypatch):
+    from smtriton.convert.build import build_repository
+
+    monkeypatch.setitem(sys.modules, "tensorrt", None)
+    plan_recipe.write_text(
+        PLAN_RECIPE
+        + """
+[[model]]
+name = "pipe"
+format = "ensemble"
+max_batch_size = 8
+input = [{ name = "ids", dtype = "INT64", shape = ["batch", "sequence"], range = [0, 10] }]
+output = [{ name = "hidden" }]
+step = [{ model = "enc_trt", input_map = { ids = "ids" }, output_map = { hidden = "hidden" } }]
+"""
+    )
+    report = build_repository(plan_recipe, tmp_path / "repo")
+    assert report.ok
+    assert [(r.name, r.status) for r in report.results] == [("enc", "built"), ("enc_trt", "skipped"),
+                                                            ("pipe", "skipped")]  # fmt: skip
+    assert report.results[2].note == "built from 'enc_trt', which is skipped here"

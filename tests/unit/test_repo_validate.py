@@ -168,24 +168,32 @@ def test_valid_ensemble(repo):
 
 
 @pytest.mark.parametrize(
-    ("edit", "message"),
+    ("edit", "messages"),
     [
         (('model_name: "clf"', 'model_name: "classifier"'),
-         "ensemble step 1 (classifier): references model 'classifier', which is not in the repository"),
+         ["ensemble step 1 (classifier): references model 'classifier', which is not in the repository"]),
         (('key: "x"', 'key: "input"'),
-         "ensemble step 1 (clf): input_map key 'input' is not an input of clf (x)"),
+         ["ensemble step 1 (clf): input_map key 'input' is not an input of clf (x)",
+          "ensemble step 1 (clf): clf input 'x' is not mapped (input_map)"]),
         (('value: "IMAGE"', 'value: "PIXELS"'),
-         "ensemble step 1 (clf): tensor 'PIXELS' is neither an ensemble input nor produced by a step"),
-        (('value: "SCORES"', 'value: "LOGITS"'), "ensemble output 'SCORES' is produced by no step"),
+         ["ensemble step 1 (clf): tensor 'PIXELS' is neither an ensemble input nor produced by a step",
+          "ensemble input 'IMAGE' is read by no step"]),
+        (('value: "SCORES"', 'value: "LOGITS"'),
+         ["ensemble output 'SCORES' is produced by no step",
+          "ensemble step 1 (clf): output 'y' goes to tensor 'LOGITS', which no step reads and which is no "
+          "ensemble output"]),
         (("model_version: -1", "model_version: 3"),
-         "ensemble step 1 (clf): references version 3, which clf does not have"),
+         ["ensemble step 1 (clf): references version 3, which clf does not have"]),
         (("max_batch_size: 8", "max_batch_size: 16"),
-         "ensemble step 1 (clf): ensemble max_batch_size 16 exceeds the model's 8"),
+         ["ensemble step 1 (clf): ensemble max_batch_size 16 exceeds the model's 8"]),
+        (("dims: [ 4 ]", "dims: [ 5 ]"),
+         ["ensemble step 1 (clf): tensor 'IMAGE' is TYPE_FP32 [5] (ensemble input 'IMAGE'), clf input 'x' is "
+          "TYPE_FP32 [4]"]),
     ],
 )  # fmt: skip
-def test_broken_ensemble_reference(repo, edit, message):
+def test_broken_ensemble_reference(repo, edit, messages):
     add_model(repo, "pipeline", ENSEMBLE.replace(*edit), artifact=False)
-    assert lines(repo) == [f"pipeline/config.pbtxt: error: {message}"]
+    assert lines(repo) == [f"pipeline/config.pbtxt: error: {message}" for message in messages]
 
 
 def test_layout_problems(repo):

@@ -28,7 +28,8 @@ def test_each_backend_is_offered_only_the_knobs_it_reads():
     assert names(BATCHING_ONNX) == ["instance_count", "dynamic_batching", "max_batch_size", "preferred_batch_size",
                                     "ort_intra_op_threads", "ort_graph_level"]  # fmt: skip
     # no batching knob for a model that cannot batch; PyTorch's own parameters instead of ORT's
-    assert names(TORCH) == ["instance_count", "torch_inference_mode", "torch_disable_optimized_execution"]
+    assert names(TORCH) == ["instance_count", "torch_inference_mode", "torch_disable_optimized_execution",
+                            "torch_jit_executor", "torch_jit_profiling"]  # fmt: skip
 
 
 def test_the_baseline_reads_back_its_own_values():
@@ -73,10 +74,24 @@ def test_batching_off_removes_the_batcher_and_preferences_then_mean_nothing():
 
 def test_pytorch_knobs_are_model_parameters():
     base = parse(TORCH)
-    changed = apply(base, {"torch_inference_mode": "false", "torch_disable_optimized_execution": "true"},
-                    knobs_for(base))  # fmt: skip
+    changes = {"torch_inference_mode": "false", "torch_disable_optimized_execution": "true",
+               "torch_jit_executor": "false", "torch_jit_profiling": "false"}  # fmt: skip
+    changed = apply(base, changes, knobs_for(base))
     assert changed.parameters["INFERENCE_MODE"].string_value == "false"
     assert changed.parameters["DISABLE_OPTIMIZED_EXECUTION"].string_value == "true"
+    assert changed.parameters["ENABLE_JIT_EXECUTOR"].string_value == "false"
+    assert changed.parameters["ENABLE_JIT_PROFILING"].string_value == "false"
+
+
+def test_only_the_pytorch_parameters_that_are_safe_for_every_model_are_tried():
+    tried = {k.name for k in knobs_for(parse(TORCH), gpu=True) if k.name.startswith("torch_")}
+    assert tried == {"torch_inference_mode", "torch_disable_optimized_execution", "torch_jit_executor",
+                     "torch_jit_profiling"}  # fmt: skip
+    # Unset, each reads as the backend's default, so the baseline is not counted as a change.
+    assert {k.name: k.read(parse(TORCH)) for k in knobs_for(parse(TORCH)) if k.name.startswith("torch_jit")} == {
+        "torch_jit_executor": "true",
+        "torch_jit_profiling": "true",
+    }
 
 
 def test_a_candidate_has_one_key_whatever_the_order():
