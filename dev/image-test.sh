@@ -26,7 +26,6 @@ PULLED_BASE=docker.io/library/python:3.11-slim-bookworm
 DEBIAN_STAND_IN=localhost/smtriton-stand-in-base:bookworm
 TRITON_STAND_IN=localhost/smtriton-stand-in-tritonserver
 STAND_IN_DIR=dev/tritonserver-stand-in
-began=$(date +%s)
 scratch=$(mktemp -d /var/tmp/smtriton-image-test.XXXXXX)
 trap 'rm -rf "$scratch"' EXIT
 say() { echo "image-test: $*" >&2; }
@@ -35,6 +34,7 @@ for target in $TARGETS; do
 done
 # The checks run from the project's environment (a no-op when it is set up).
 if [[ $VENV == .venv ]]; then bash dev/setup.sh; fi
+began=$(date +%s)
 
 install_podman() {
   # Debian's podman, as root; quiet and idempotent.
@@ -90,7 +90,8 @@ debian_stand_in() {
     exit 1
   fi
   say "building the stand-in base $DEBIAN_STAND_IN with debootstrap"
-  local root=$scratch/rootfs
+  local root=$scratch/rootfs started
+  started=$(date +%s)
   debootstrap --variant=minbase \
     --include=python3,python3-venv,python3-pip,libpython3.11,ca-certificates \
     bookworm "$root" http://deb.debian.org/debian >/dev/null
@@ -104,6 +105,7 @@ debian_stand_in() {
     --change 'ENV UV_NATIVE_TLS=1' \
     --change 'CMD ["python3"]' - "$DEBIAN_STAND_IN" >/dev/null
   rm -rf "$root"
+  say "built $DEBIAN_STAND_IN in $(($(date +%s) - started)) s"
 }
 
 triton_stand_in() {
@@ -121,8 +123,11 @@ triton_stand_in() {
     return
   fi
   say "building $triton_base, a stand-in for NVIDIA's Triton image ($(grep ^nvidia-pytriton "$context/constraints.txt"))"
+  local started
+  started=$(date +%s)
   "${build[@]}" --build-arg "DEBIAN_BASE=$DEBIAN_STAND_IN" -t "$triton_base" "$context" >"$scratch/stand-in.log" 2>&1 \
     || { tail -n 40 "$scratch/stand-in.log" >&2; say "building the Triton stand-in failed"; exit 1; }
+  say "built $triton_base in $(($(date +%s) - started)) s ($(("$("$ENGINE" image inspect --format '{{.Size}}' "$triton_base")" / 1000000)) MB)"
   # Stand-ins of earlier inputs are not used again.
   local old
   for old in $("$ENGINE" images --format '{{.Repository}}:{{.Tag}}'); do
