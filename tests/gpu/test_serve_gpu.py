@@ -99,7 +99,9 @@ class Encoder:
             [numpy_helper.from_array(a, n) for n, a in (("table", self.table), ("w1", self.w1), ("w2", self.w2))],
         )
         (model_dir / "1").mkdir(parents=True)
-        save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(model_dir / "1" / "model.onnx"))
+        # IR version 8 (what opset 17 needs): the ONNX Runtime of an older Triton image refuses newer ones.
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+        save(model, str(model_dir / "1" / "model.onnx"))
         (model_dir / "config.pbtxt").write_text(
             f'name: "{model_dir.name}"\nplatform: "onnxruntime_onnx"\nmax_batch_size: 0\n'
             'input [{ name: "ids", data_type: TYPE_INT64, dims: [-1, -1] }]\n'
