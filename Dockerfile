@@ -15,8 +15,9 @@
 #
 # Python dependencies are installed with the versions locked in requirements.lock
 # (uv pip compile, see its header). The base's own python3 runs `serve`: Triton's Python backend stub
-# embeds that interpreter, so Python models see the same packages. It must be 3.11 or 3.12, which
-# NVIDIA's images have from 24.12 on (Ubuntu 24.04).
+# embeds that interpreter, so Python models see the same packages. It must be 3.10 to 3.12 (what
+# requirements.lock covers): NVIDIA's releases on Ubuntu 22.04 have 3.10, those on Ubuntu 24.04 (after
+# 24.10) have 3.12. Which release the default pins, and why: docs/deployment.md, "The base image".
 #
 # SageMaker runs `docker run IMAGE serve`, as root; the image works as any other user too
 # (`docker run --user 1000:1000 ...`): nothing in it needs to be written, scratch goes to /tmp.

@@ -1,7 +1,9 @@
-"""GPU tests (marked ``gpu``) run only where TensorRT, cuda-python and an NVIDIA GPU are all present.
+"""GPU tests (marked ``gpu``) run only where an NVIDIA GPU is visible; those also marked ``tensorrt`` need
+the TensorRT Python package and cuda-python too.
 
 Elsewhere each is skipped with the reason, so the suite passes on CPU-only hosts and CI. To run them:
-inside the serving image on a GPU host, ``pip install -e '.[tensorrt,test]'`` then ``pytest tests/gpu``.
+inside the serving image on a GPU host, which is what ``bash dev/gpu-proof.sh`` does (it installs
+``.[tensorrt,convert,test]`` with the TensorRT package matching the image, then runs ``pytest tests/gpu``).
 """
 
 from __future__ import annotations
@@ -16,11 +18,7 @@ import pytest
 
 @cache
 def gpu_unavailable() -> str | None:
-    """Why the GPU tests cannot run here, or None when they can."""
-    if importlib.util.find_spec("tensorrt") is None:
-        return "the tensorrt Python package is not installed"
-    if importlib.util.find_spec("cuda") is None:
-        return "cuda-python is not installed (pip install 'smtriton[tensorrt]')"
+    """Why no GPU test can run here, or None when they can."""
     if shutil.which("nvidia-smi") is None:
         return "no NVIDIA driver (nvidia-smi) on this host"
     probe = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30, check=False)
@@ -29,10 +27,19 @@ def gpu_unavailable() -> str | None:
     return None
 
 
+@cache
+def tensorrt_unavailable() -> str | None:
+    """Why the TensorRT builds cannot run here (given a GPU), or None when they can."""
+    if importlib.util.find_spec("tensorrt") is None:
+        return "the tensorrt Python package is not installed"
+    if importlib.util.find_spec("cuda") is None:
+        return "cuda-python is not installed (pip install 'smtriton[tensorrt]')"
+    return None
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    reason = None
     for item in items:
         if "gpu" in item.keywords:
-            reason = reason or gpu_unavailable()
+            reason = gpu_unavailable() or ("tensorrt" in item.keywords and tensorrt_unavailable()) or None
             if reason:
                 item.add_marker(pytest.mark.skip(reason=f"GPU test: {reason}"))

@@ -1,7 +1,7 @@
 """Real TensorRT builds on a real GPU: plans match ONNX Runtime, sidecars match the host, configs validate.
 
 Skipped (tests/gpu/conftest.py) unless tensorrt, cuda-python and an NVIDIA GPU are present. Run them
-inside the serving image, where the TensorRT Python package matches the Triton runtime.
+inside the serving image, where the TensorRT Python package matches the Triton runtime (dev/gpu-proof.sh).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 from smtriton.cli import app
 from smtriton.convert.trt_plan import TOLERANCES, AxisRange, check_compatibility, read_sidecar
 
-pytestmark = pytest.mark.gpu
+pytestmark = [pytest.mark.gpu, pytest.mark.tensorrt]
 
 PROFILE = {"batch": AxisRange(1, 4, 8), "sequence": AxisRange(1, 16, 64)}
 

