@@ -20,9 +20,9 @@ import logging
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable
 from typing import TYPE_CHECKING, Any
 
-from smtriton.serve import codec, guard, transcode
+from smtriton.serve import codec, guard, images, transcode
 from smtriton.serve.channel import STARTING, Channel, EndpointState, Message
-from smtriton.serve.errors import BadRequest, ModelNotFound, NotReady, ServeError
+from smtriton.serve.errors import BadRequest, ModelNotFound, NotReady, ServeError, UnsupportedMediaType
 from smtriton.serve.metrics import Metrics
 from smtriton.serve.records import ModelRecord
 from smtriton.serve.settings import Settings
@@ -84,6 +84,7 @@ class DataPlane:
         self._stream_client: StreamClient | None = None
         self._pool_size = pool_size
         self.models: dict[str, Invocable] = {}
+        self._image_inputs: dict[str, images.ImageInput | ServeError] = {}  # Triton name -> where an image goes
 
     # ----- what the owner tells -------------------------------------------------------------------
     def handle(self, op: str, message: Message) -> Awaitable[None] | None:
@@ -94,6 +95,7 @@ class DataPlane:
         if op == "model_added":
             record = ModelRecord.from_wire(message["record"])
             self.models[record.model_name] = Invocable(record)
+            self._image_inputs.pop(record.triton_name, None)
         elif op == "model_draining":
             return self._drain_model(str(message["name"]), float(message["seconds"]))
         elif op == "model_removed":
@@ -109,6 +111,7 @@ class DataPlane:
         self.state = state
         closing: list[TritonClient | StreamClient] = []
         if state.http_port != old.http_port:
+            self._image_inputs.clear()  # Triton restarted: models may have been loaded anew
             if self.client is not None:
                 closing.append(self.client)
             self.client = None
@@ -167,9 +170,14 @@ class DataPlane:
     async def infer(
         self, triton_name: str, body: bytes, content_type: str | None, custom_attributes: str | None = None
     ) -> UpstreamResponse:
-        """One SageMaker-encoded inference request to a Triton model."""
-        header_length = codec.request_header_length(content_type, len(body))
+        """One SageMaker-encoded inference request to a Triton model (an encoded image too, for a model
+        that takes one: :mod:`smtriton.serve.images`)."""
         client = self._ready_client()
+        header_length: int | None
+        if images.is_image(content_type):
+            body, header_length = images.request(body, await self._image_input(client, triton_name))
+        else:
+            header_length = codec.request_header_length(content_type, len(body))
         if header_length is None and 0 < self.settings.transcode_json_min_bytes <= len(body):
             binary = transcode.to_binary(body)  # also refuses a body nested too deep
             if binary is not None:
@@ -180,6 +188,19 @@ class DataPlane:
         if custom_attributes is not None:
             body, header_length = codec.add_request_parameter(body, header_length, CUSTOM_ATTRIBUTES, custom_attributes)
         return await client.infer(triton_name, body, header_length)
+
+    async def _image_input(self, client: TritonClient, triton_name: str) -> images.ImageInput:
+        """Where an image goes in ``triton_name`` (asked of Triton once, until the model changes)."""
+        known = self._image_inputs.get(triton_name)
+        if known is None:
+            try:
+                known = images.image_input(triton_name, await client.model_metadata(triton_name))
+            except UnsupportedMediaType as exc:
+                known = exc
+            self._image_inputs[triton_name] = known
+        if isinstance(known, ServeError):
+            raise known
+        return known
 
     async def generate(self, model: str, body: bytes) -> UpstreamResponse:
         client = self._ready_client()
@@ -207,6 +228,8 @@ class DataPlane:
         """A decoupled model's responses, one KServe JSON response each, as Triton streams them."""
         from smtriton.serve import streaming  # gRPC and numpy only for endpoints that stream
 
+        if images.is_image(content_type):
+            raise UnsupportedMediaType("a model that streams its answer takes JSON or binary+json, not an image body")
         header_length = codec.request_header_length(content_type, len(body))
         extra = {CUSTOM_ATTRIBUTES: custom_attributes} if custom_attributes is not None else None
         request = streaming.build_request(triton_name, body, header_length, extra)

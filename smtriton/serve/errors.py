@@ -71,6 +71,12 @@ class UnsupportedEncoding(ServeError):
     status = 415
 
 
+class UnsupportedMediaType(ServeError):
+    """A body of a type the model cannot take (an image for a model without one BYTES input)."""
+
+    status = 415
+
+
 class RequestTimeout(ServeError):
     """The client took too long to send its request's headers, or paused its body too long."""
 

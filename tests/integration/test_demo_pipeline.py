@@ -2,9 +2,8 @@
 the recipe) served by the real serve + Triton, single-model and multi-model, invoked with a JPEG and a PNG
 made here and compared with the eager reference's top-5.
 
-Each encoding a client may use is a value of ``ENCODINGS``; :func:`image_request` builds its body. The
-raw image body (``Content-Type: image/jpeg``) is listed and skipped until serve accepts image bodies
-(issue 28, item 5): removing its skip mark runs it through every test here.
+Each encoding a client may use is a value of ``ENCODINGS``; :func:`image_request` builds its body: a
+KServe tensor (binary+json or JSON), or the image itself as the body (``Content-Type: image/jpeg``).
 """
 
 from __future__ import annotations
@@ -14,6 +13,7 @@ import io
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -45,7 +45,7 @@ CONTENT_TYPES = {"JPEG": "image/jpeg", "PNG": "image/png"}
 ENCODINGS = [
     "binary+json",  # tritonclient's binary tensor extension: the image bytes as they are
     "json",  # KServe JSON: BYTES elements are text, so the image travels as base64
-    pytest.param("raw", marks=pytest.mark.skip(reason="serve does not accept image bodies yet (issue 28, item 5)")),
+    "raw",  # the image itself, Content-Type image/jpeg or image/png: serve makes it the IMAGE element
 ]
 
 
@@ -133,6 +133,7 @@ def mme(demo_repository: Path, tmp_path_factory: pytest.TempPathFactory) -> Iter
     with tarfile.open(archive.path) as tar:
         tar.extractall(url, filter="data")
     server = start_serve(tmp, None, None, args=["--multi-model", "--model-root", str(tmp / "models")])
+    server.root = tmp / "models"
     try:
         r = requests.post(
             f"{server.url}/models",
@@ -214,6 +215,17 @@ def test_the_readme_curl_example(sme, images, tmp_path):
     np.testing.assert_allclose(outputs["SCORES"], expected["SCORES"].reshape(-1), atol=ATOL, rtol=RTOL)
 
 
+def test_the_readme_raw_image_example(sme, images, tmp_path):
+    curl = readme_block("curl -s http://localhost:8080/invocations -H 'Content-Type: image/jpeg'")
+    (tmp_path / "cat.jpg").write_bytes(images["JPEG"])
+    command = curl.replace("http://localhost:8080", sme.url)
+    done = subprocess.run(["bash", "-c", command], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    outputs = {o["name"]: o["data"] for o in json.loads(done.stdout)["outputs"]}
+    expected = load_reference(PIPELINE).run({"IMAGE": column([images["JPEG"]])})
+    assert outputs["CLASS_IDS"] == expected["CLASS_IDS"].reshape(-1).tolist()
+
+
 @pytest.mark.parametrize("kind", ["sme", "mme"])
 def test_the_readme_boto3_example(demo_repository, images, tmp_path, kind):
     commands = [line.split("#", 1)[0].split() for line in readme_block("smtriton local-endpoint").splitlines()]
@@ -252,3 +264,27 @@ def test_the_readme_boto3_example(demo_repository, images, tmp_path, kind):
     printed_ids, printed_scores = json.loads(printed.group(1)), json.loads(printed.group(2))
     assert printed_ids == expected["CLASS_IDS"].tolist()
     np.testing.assert_allclose(printed_scores, expected["SCORES"], atol=ATOL, rtol=RTOL)
+
+
+@pytest.mark.parametrize("content_type", ["image/jpeg", "image/png", "application/x-image"])
+def test_an_image_body_to_a_model_without_one_bytes_input_is_415_saying_what_it_takes(
+    mme, demo_repository, images, content_type
+):
+    """resnet_onnx on its own takes FP32 pixels, not an encoded image: 415, the model stays healthy."""
+    url = mme.root / "resnethash" / "model"
+    if not url.exists():
+        shutil.copytree(demo_repository / "resnet_onnx", url)
+        load = {"model_name": "resnethash", "url": str(url)}
+        assert requests.post(f"{mme.url}/models", json=load, timeout=300).status_code == 200
+    r = requests.post(
+        f"{mme.url}/models/resnethash/invoke", data=images["JPEG"], headers={"Content-Type": content_type}, timeout=60
+    )
+    assert r.status_code == 415
+    assert r.json()["error"].startswith("model 'resnethash' does not take an image body: that needs one BYTES input")
+    assert "pixel_values (FP32 [-1, 3, 224, 224])" in r.json()["error"]
+    pixels = np.zeros((1, 3, 224, 224), dtype=np.float32)
+    tensor = httpclient.InferInput("pixel_values", list(pixels.shape), "FP32")
+    tensor.set_data_from_numpy(pixels, binary_data=True)
+    body, size = httpclient.InferenceServerClient.generate_request_body([tensor])
+    tensor_type = f"application/vnd.sagemaker-triton.binary+json;json-header-size={size}"
+    assert post(f"{mme.url}/models/resnethash/invoke", body, tensor_type).status_code == 200

@@ -11,7 +11,7 @@ import pytest
 
 from smtriton.serve.channel import STARTING, EndpointState
 from smtriton.serve.dataplane import DataPlane
-from smtriton.serve.errors import BadRequest, ModelNotFound, NotReady
+from smtriton.serve.errors import BadRequest, ModelNotFound, NotReady, UnsupportedMediaType
 from smtriton.serve.metrics import Metrics
 from smtriton.serve.records import ModelRecord
 from smtriton.serve.settings import Settings
@@ -139,3 +139,43 @@ def test_the_mme_api_is_the_owners_and_an_sme_has_none():
             await plane.describe("m")
 
     run(alone, default_model=None)
+
+
+def test_an_image_body_becomes_the_one_element_of_a_bytes_input_and_is_asked_for_once():
+    async def scenario(triton: TritonStandIn, plane: DataPlane) -> None:
+        triton.inputs["m"] = [{"name": "IMAGE", "datatype": "BYTES", "shape": [-1, 1]}]
+        jpeg = b"\xff\xd8\xff\xe0 not really a JPEG"
+        for _ in range(2):
+            assert (await plane.infer("m", jpeg, "image/jpeg", custom_attributes="a=1")).status == 200
+        _, sent, headers = triton.requests[-1]
+        size = int(headers[HEADER_LENGTH])
+        header = orjson.loads(sent[:size])
+        assert header["inputs"] == [
+            {"name": "IMAGE", "shape": [1, 1], "datatype": "BYTES", "parameters": {"binary_data_size": 4 + len(jpeg)}}
+        ]
+        assert header["parameters"] == {"sagemaker_custom_attributes": "a=1"}
+        assert sent[size:] == len(jpeg).to_bytes(4, "little") + jpeg
+        assert sum(1 for path, _, _ in triton.requests if path == "/v2/models/m") == 1  # metadata asked once
+
+    run(scenario)
+
+
+@pytest.mark.parametrize(
+    "inputs",
+    [
+        [{"name": "INPUT0", "datatype": "INT32", "shape": [-1, 16]}],
+        [{"name": "A", "datatype": "BYTES", "shape": [1]}, {"name": "B", "datatype": "BYTES", "shape": [1]}],
+        [{"name": "TEXTS", "datatype": "BYTES", "shape": [-1, 3]}],
+    ],
+    ids=["not-bytes", "two-inputs", "three-elements"],
+)
+def test_an_image_body_to_a_model_that_cannot_take_it_is_415_saying_what_it_takes(inputs):
+    async def scenario(triton: TritonStandIn, plane: DataPlane) -> None:
+        triton.inputs["m"] = inputs
+        with pytest.raises(UnsupportedMediaType) as refused:
+            await plane.infer("m", b"\x89PNG...", "image/png")
+        assert refused.value.status == 415
+        assert f"({inputs[0]['datatype']} {inputs[0]['shape']})" in refused.value.message
+        assert not [path for path, _, _ in triton.requests if path.endswith("/infer")]
+
+    run(scenario)

@@ -36,6 +36,10 @@ class TritonStandIn:
         self.answer: tuple[int, bytes] | None = None  # infer: this answer (status, JSON body) instead of the echo
         self.infer_delay_s = 0.0  # infer: how long Triton takes to answer
         self.load_error: str | None = None  # load: refused with this message
+        # metadata: each model's inputs as Triton describes them (name, datatype, shape)
+        self.inputs: dict[str, list[dict[str, object]]] = {
+            "m": [{"name": "INPUT0", "datatype": "INT32", "shape": [-1, 16]}]
+        }
         self.decoupled: set[str] = set()
         self.port = 0
         self._runner: web.AppRunner | None = None
@@ -51,6 +55,7 @@ class TritonStandIn:
                 web.post("/v2/models/{model}/generate_stream", self._generate_stream),
                 web.get("/v2/models/{model}/config", self._config),
                 web.get("/v2/models/{model}/ready", self._ready),
+                web.get("/v2/models/{model}", self._metadata),
                 web.post("/v2/repository/index", self._index),
                 web.post("/v2/repository/models/{model}/load", self._load),
                 web.post("/v2/repository/models/{model}/unload", self._unload),
@@ -120,6 +125,13 @@ class TritonStandIn:
         if model in self.decoupled:
             config["model_transaction_policy"] = {"decoupled": True}
         return web.json_response(config)
+
+    async def _metadata(self, request: web.Request) -> web.Response:
+        await self._record(request)
+        model = request.match_info["model"]
+        if model not in self.models:
+            return web.json_response({"error": f"Request for unknown model: '{model}' is not found"}, status=400)
+        return web.json_response({"name": model, "versions": ["1"], "inputs": self.inputs.get(model, [])})
 
     async def _ready(self, request: web.Request) -> web.Response:
         return web.Response(status=200 if self.models.get(request.match_info["model"]) == "READY" else 400)

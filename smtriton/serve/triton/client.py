@@ -148,6 +148,16 @@ class TritonClient:
                 config: dict[str, object] = orjson.loads(body)
                 return config
 
+    async def model_metadata(self, model: str) -> dict[str, object]:
+        """The model's inputs and outputs as Triton describes them (``GET /v2/models/<model>``)."""
+        with _calling(TritonUnavailable("Triton did not answer in time")):
+            async with self._session.get(self._model_url(model, ""), timeout=self._probe_timeout) as resp:
+                body = await resp.read()
+                if resp.status != 200:
+                    raise UpstreamError(resp.status, error_text(body))
+                metadata: dict[str, object] = orjson.loads(body)
+                return metadata
+
     async def is_decoupled(self, model: str) -> bool:
         """Whether a loaded model answers with a stream of responses (decoupled transaction policy)."""
         try:
