@@ -38,7 +38,7 @@ BuildArgOpt = Annotated[
 ]
 RegionOpt = Annotated[
     Optional[str],  # noqa: UP045
-    typer.Option(help="AWS region [default: the boto3 session's]"),
+    typer.Option(help="AWS region [default: $AWS_REGION, else the boto3 session's]"),
 ]
 ProfileOpt = Annotated[
     Optional[str],  # noqa: UP045
@@ -92,12 +92,9 @@ def parse_input(text: str, default_dtype: str) -> tuple[str, Any]:
 
 
 def _session(region: str | None, profile: str | None):
-    import boto3
+    from smtriton.aws.session import aws_session
 
-    session = boto3.Session(region_name=region, profile_name=profile)
-    if not session.region_name:
-        raise _fail("no AWS region: pass --region or configure one (AWS_REGION, ~/.aws/config)")
-    return session
+    return aws_session(region, profile)
 
 
 def _build_spec(tag: str, target: str, base_image: str | None, platform: str, build_arg: list[str] | None) -> BuildSpec:

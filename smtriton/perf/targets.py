@@ -171,11 +171,13 @@ class EndpointTarget:
         region: str | None,
         workers: int,
     ) -> None:
-        import boto3
         from botocore.config import Config
 
+        from smtriton.aws.session import aws_session
+
         config = Config(max_pool_connections=workers, retries={"total_max_attempts": 1, "mode": "standard"})
-        self.client = boto3.client("sagemaker-runtime", endpoint_url=endpoint_url, region_name=region, config=config)
+        session = aws_session(region)  # no region or no credentials: one line, before any request
+        self.client = session.client("sagemaker-runtime", endpoint_url=endpoint_url, config=config)
         self.executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="perf-invoke")
         self.bodies = list(bodies)
         self.kwargs: list[dict[str, Any]] = []

@@ -238,3 +238,36 @@ def test_each_json_input_may_name_its_dtype():
         parse_input("x=[1]:INT65", "float32")
     with pytest.raises(typer.BadParameter, match=r"NAME=FILE\.npy or NAME=JSON"):
         parse_input("[1,2]", "float32")
+
+
+# --- issue 26: a newcomer's mistakes with the AWS-facing commands, one line each --------------------
+
+NO_AWS = {
+    "AWS_REGION": None, "AWS_DEFAULT_REGION": None, "AWS_PROFILE": None, "AWS_ACCESS_KEY_ID": None,
+    "AWS_SECRET_ACCESS_KEY": None, "AWS_SESSION_TOKEN": None, "AWS_ENDPOINT_URL": None,
+    "AWS_CONFIG_FILE": "/nonexistent", "AWS_SHARED_CREDENTIALS_FILE": "/nonexistent",
+    "AWS_EC2_METADATA_DISABLED": "true", "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI": None,
+    "AWS_CONTAINER_CREDENTIALS_FULL_URI": None, "AWS_WEB_IDENTITY_TOKEN_FILE": None,
+}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "args",
+    [("invoke", "demo", "--input", "x=[1]"), ("delete-endpoint", "demo")],
+    ids=["invoke", "delete-endpoint"],
+)
+@pytest.mark.parametrize(
+    ("env", "line"),
+    [
+        ({}, "error: no AWS region: pass --region or set AWS_REGION"),
+        ({"AWS_REGION": "us-east-1"}, "error: no AWS credentials found"),
+        ({"AWS_PROFILE": "nobody"}, "error: The config profile (nobody) could not be found"),
+    ],
+    ids=["no region", "no credentials", "unknown profile"],
+)
+def test_aws_commands_without_region_or_credentials_say_so_in_one_line(args, env, line):
+    result = CliRunner().invoke(cli.app, list(args), env=NO_AWS | env)
+    assert result.exit_code in (1, 2), result.output
+    assert result.stdout == ""
+    (error,) = result.stderr.strip().splitlines()
+    assert error.startswith(line), error
