@@ -103,6 +103,10 @@ def model_spec(
     from smtriton.convert.recipe import load_recipe, model_from_table
 
     if factory is not None:
+        # The recipe's rule (a [[model.input]] and a [[model.output]] at least), in the words of the flags.
+        if not inputs or not outputs:
+            wanted = [flag for flag, given in (("--input", inputs), ("--output-tensor", outputs)) if not given]
+            raise RecipeError(f"--factory needs at least one {' and at least one '.join(wanted)}, one per tensor")
         table: dict[str, Any] = {
             "name": name or factory.rsplit(":", 1)[-1],
             "factory": factory,
