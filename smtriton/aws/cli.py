@@ -308,11 +308,19 @@ def invoke_command(
         Optional[Path],  # noqa: UP045
         typer.Option(help="Write every output to DIR/<name>.npy"),
     ] = None,
+    endpoint_url: Annotated[
+        Optional[str],  # noqa: UP045
+        typer.Option(
+            help="SageMaker Runtime API to call instead of AWS's, as the AWS CLI's --endpoint-url "
+            "(e.g. smtriton local-endpoint's http://127.0.0.1:8090)"
+        ),
+    ] = None,
     region: RegionOpt = None,
     profile: ProfileOpt = None,
 ) -> None:
     """Invoke an endpoint through boto3's sagemaker-runtime; print (and optionally save) the outputs."""
     import numpy as np
+    from botocore.exceptions import BotoCoreError, ClientError
 
     from smtriton.aws.invoke import JSON, encode_request, invoke_raw
 
@@ -324,7 +332,7 @@ def invoke_command(
         arrays = dict(parse_input(text, dtype) for text in input or ())
         body, content_type = encode_request(arrays, binary=binary, outputs=output)
     session = _session(region, profile)
-    client = session.client("sagemaker-runtime")
+    client = session.client("sagemaker-runtime", endpoint_url=endpoint_url)
     try:
         result = invoke_raw(client, endpoint_name, body, content_type, target_model=target_model)
     except client.exceptions.ModelError as exc:
@@ -332,6 +340,11 @@ def invoke_command(
         raise _fail(
             f"the container answered {response.get('OriginalStatusCode')}: {response.get('OriginalMessage')}"
         ) from None
+    except ClientError as exc:  # SageMaker's own refusal: no such endpoint, a bad TargetModel, throttling
+        error = exc.response.get("Error", {})
+        raise _fail(f"{error.get('Code', 'error')}: {error.get('Message', exc)}") from None
+    except BotoCoreError as exc:  # no answer at all: a wrong --endpoint-url, no network
+        raise _fail(str(exc)) from None
     table = Table(title=f"{result.model_name} (version {result.model_version})", title_justify="left")
     for column in ("output", "dtype", "shape", "values"):
         table.add_column(column)

@@ -271,3 +271,14 @@ def test_aws_commands_without_region_or_credentials_say_so_in_one_line(args, env
     assert result.stdout == ""
     (error,) = result.stderr.strip().splitlines()
     assert error.startswith(line), error
+
+
+def test_invoke_at_an_endpoint_url_where_nothing_listens_is_one_line():
+    env = NO_AWS | {"AWS_REGION": "us-east-1", "AWS_ACCESS_KEY_ID": "k", "AWS_SECRET_ACCESS_KEY": "s",
+                    "AWS_MAX_ATTEMPTS": "1"}  # fmt: skip
+    result = CliRunner().invoke(cli.app, ["invoke", "demo", "--endpoint-url", "http://127.0.0.1:1", "--input", "x=[1]"],
+                                env=env)  # fmt: skip
+    assert result.exit_code == 1, result.output
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith("error: "), line
+    assert "http://127.0.0.1:1" in line, line
