@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -11,6 +14,7 @@ from typer.testing import CliRunner
 from smtriton import cli
 
 ADDSUB = Path(__file__).resolve().parents[1] / "integration" / "models" / "addsub"
+SMTRITON = str(Path(sys.executable).parent / "smtriton")
 
 
 def perf(*args: str):
@@ -102,6 +106,25 @@ def test_aws_region_is_read_as_the_aws_sdks_read_it():
     last = result.stderr.strip().splitlines()[-1]
     assert last.startswith('error: no request succeeded (errors by status: {"connection"'), last
     assert "client may be the limit" not in result.stderr
+
+
+@pytest.mark.parametrize("columns", [80, 60])
+def test_the_table_is_whole_on_a_narrow_terminal(columns: int):
+    """Through the entry point at the terminal width a user has: every header whole, nothing cut off."""
+    env = {**os.environ, "COLUMNS": str(columns)}
+    done = subprocess.run(
+        [SMTRITON, "perf", "http://127.0.0.1:1", "--model-dir", str(ADDSUB), "--concurrency", "1,16",
+         "--warmup", "0", "--duration", "0.3"],
+        capture_output=True, text=True, timeout=120, env=env,
+    )  # fmt: skip
+    assert done.returncode == 1, done.stderr
+    table = done.stderr.split("smtriton perf: ", 1)[1].split("error: ", 1)[0]
+    assert "…" not in table
+    words = table.split()
+    for header in ("step", "req/s", "p50", "p90", "p99", "p99.9", "ms", "errors", "client", "CPU"):
+        assert header in words, (header, table)
+    assert any(word.startswith("c=16") for word in words)
+    assert "connection:" in words
 
 
 def test_the_live_line_shows_the_current_rate_and_restarts_with_each_step():
