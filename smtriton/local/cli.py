@@ -115,10 +115,11 @@ def local_endpoint(
 ) -> None:
     """Serve the SageMaker Runtime InvokeEndpoint API locally, in front of a real `serve` + Triton.
 
-    Call it with boto3 exactly as a real endpoint:
+    Call it with boto3 exactly as a real endpoint (GET /ping answers 200 once serve is ready):
+
+    \b
     boto3.client("sagemaker-runtime", endpoint_url="http://127.0.0.1:8090").invoke_endpoint(
-    EndpointName="local", Body=..., ContentType=..., TargetModel="model.tar.gz").
-    GET /ping answers 200 once serve is ready.
+        EndpointName="local", Body=..., ContentType=..., TargetModel="model.tar.gz")
     """
     if (models is None) == (model_data is None):
         raise typer.BadParameter("give exactly one of --models (multi-model) or --model-data (single model)")

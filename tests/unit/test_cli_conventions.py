@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import re
 import subprocess
 import sys
@@ -282,3 +283,44 @@ def test_invoke_at_an_endpoint_url_where_nothing_listens_is_one_line():
     (line,) = result.stderr.strip().splitlines()
     assert line.startswith("error: "), line
     assert "http://127.0.0.1:1" in line, line
+
+
+# --- issue 26: help reads as written: paragraphs flow to the terminal's width, brackets are shown ----
+
+
+def _help_lines(*path: str) -> list[str]:
+    """The help of a command at a width nothing needs wrapping at, one normalized string per line."""
+    result = CliRunner().invoke(cli.app, [*path, "--help"], env={"COLUMNS": "1000", "TERMINAL_WIDTH": None})
+    assert result.exit_code == 0, result.output
+    return [" ".join(line.replace("│", " ").split()) for line in result.output.splitlines()]
+
+
+def _command(path: tuple[str, ...]):
+    group = get_command(cli.app)
+    ctx = group.make_context("smtriton", ["--help"], resilient_parsing=True)
+    command = group
+    for name in path:
+        command = command.get_command(ctx, name)
+    return command
+
+
+LEAVES = [path for path in COMMANDS if path and not getattr(_command(path), "commands", None)]
+
+
+@pytest.mark.parametrize("path", LEAVES, ids=lambda path: " ".join(path))
+def test_help_paragraphs_and_option_help_are_shown_whole(path):
+    """A docstring's paragraph is one flowing line where the terminal is wide enough (not the source's
+    line breaks), and an option's help keeps its bracketed text ("[default: ...]" is no markup tag)."""
+    lines = _help_lines(*path)
+    command = _command(path)
+    docstring = inspect.cleandoc(command.callback.__doc__ or "")
+    for paragraph in docstring.split("\n\n"):
+        # A paragraph marked \b (click's mark) keeps its lines; any other flows as one line.
+        kept = paragraph.startswith("\b")
+        for part in paragraph.lstrip("\b\n").splitlines() if kept else [paragraph]:
+            text = " ".join(part.split())
+            assert any(text in line for line in lines), (text, lines)
+    for param in command.params:
+        if getattr(param, "help", None) and not getattr(param, "hidden", False):
+            text = " ".join(param.help.replace("\\[", "[").split())
+            assert any(text in line for line in lines), (param.name, text)
