@@ -76,7 +76,10 @@ def parse_input(text: str, default_dtype: str) -> tuple[str, Any]:
     if not sep or not name:
         raise typer.BadParameter(f"{text!r}: write NAME=FILE.npy or NAME=JSON[:DTYPE], e.g. ids=[[1,2]]:INT64")
     if value.endswith(".npy"):
-        return name, np.load(value, allow_pickle=False)
+        try:
+            return name, np.load(value, allow_pickle=False)
+        except (OSError, ValueError) as exc:
+            raise typer.BadParameter(f"{text!r}: {exc}") from None
     dtype = default_dtype
     head, colon, tail = value.rpartition(":")
     if colon and tail and not tail.endswith(("]", "}", '"')):
@@ -293,7 +296,9 @@ def invoke_command(
     dtype: Annotated[str, typer.Option(help="dtype of JSON inputs that name none (Triton or numpy name)")] = "float32",
     request: Annotated[
         Optional[Path],  # noqa: UP045
-        typer.Option(help="A complete KServe v2 JSON request file, sent as is (instead of --input)"),
+        typer.Option(
+            help="A complete KServe v2 JSON request file, sent as is (instead of --input)", exists=True, dir_okay=False
+        ),
     ] = None,
     output: Annotated[
         Optional[list[str]],  # noqa: UP045

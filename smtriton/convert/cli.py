@@ -552,7 +552,13 @@ class InstanceKind(str, Enum):
 
 def config_command(
     model_dir: Annotated[
-        Path, typer.Argument(metavar="MODEL_DIR", help="Model directory: <repo>/<name> with <version>/model.*.")
+        Path,
+        typer.Argument(
+            metavar="MODEL_DIR",
+            help="Model directory: <repo>/<name> with <version>/model.*.",
+            exists=True,
+            file_okay=False,
+        ),
     ],
     name: Annotated[str | None, typer.Option(help="Model name (default: the directory's).")] = None,
     version: Annotated[str | None, typer.Option(help="Version whose artifact to read (default: highest).")] = None,

@@ -125,6 +125,8 @@ def local_endpoint(
         raise typer.BadParameter("give exactly one of --models (multi-model) or --model-data (single model)")
     if model_data is not None and not model_data.exists():
         raise typer.BadParameter(f"{model_data} does not exist", param_hint="--model-data")
+    if models is not None and not models.startswith("s3://") and not Path(models).is_dir():
+        raise typer.BadParameter(f"{models} is not a folder (nor an s3:// prefix)", param_hint="--models")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if work_dir is not None:
         work_dir.mkdir(parents=True, exist_ok=True)

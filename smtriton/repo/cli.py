@@ -126,7 +126,9 @@ RepoArg = Annotated[
 @package_app.command("sme")
 def package_sme_command(
     repo: RepoArg,
-    output: Annotated[Path, typer.Option("--output", "-o", help="Archive to write.")] = Path("model.tar.gz"),
+    output: Annotated[Path, typer.Option("--output", "-o", help="Archive to write.", dir_okay=False)] = Path(
+        "model.tar.gz"
+    ),
     model: ModelsOpt = None,
     rename: RenameOpt = None,
     s3: S3Opt = None,
@@ -150,7 +152,9 @@ def package_sme_command(
 @package_app.command("mme")
 def package_mme_command(
     repo: RepoArg,
-    output: Annotated[Path, typer.Option("--output", "-o", help="Directory for <model>.tar.gz files.")] = Path("."),
+    output: Annotated[
+        Path, typer.Option("--output", "-o", help="Directory for <model>.tar.gz files.", file_okay=False)
+    ] = Path("."),
     model: ModelsOpt = None,
     rename: RenameOpt = None,
     s3: S3Opt = None,

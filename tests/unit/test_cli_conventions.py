@@ -324,3 +324,31 @@ def test_help_paragraphs_and_option_help_are_shown_whole(path):
         if getattr(param, "help", None) and not getattr(param, "hidden", False):
             text = " ".join(param.help.replace("\\[", "[").split())
             assert any(text in line for line in lines), (param.name, text)
+
+
+# --- issue 26: no traceback for a path a user mistyped -----------------------------------------------
+
+REPO = ROOT / "tests" / "integration" / "models"
+MISTAKES = {
+    "config: no such folder": ["config", "{tmp}/missing"],
+    "config: a file": ["config", "{tmp}/file.txt"],
+    "package sme -o: a folder": ["package", "sme", str(REPO), "-o", "{tmp}", "--no-validate"],
+    "package mme -o: a file": ["package", "mme", str(REPO), "-o", "{tmp}/file.txt", "--no-validate"],
+    "invoke --request: no such file": ["invoke", "demo", "--request", "{tmp}/missing.json"],
+    "invoke --input: no such .npy": ["invoke", "demo", "--input", "x={tmp}/missing.npy"],
+    "local-endpoint --models: no such folder": ["local-endpoint", "--models", "{tmp}/missing"],
+}
+
+
+@pytest.mark.parametrize("args", list(MISTAKES.values()), ids=list(MISTAKES))
+def test_a_mistyped_path_is_one_line_naming_it(tmp_path, args):
+    (tmp_path / "file.txt").write_text("not what was asked for")
+    argv = [a.format(tmp=tmp_path) for a in args]
+    env = NO_AWS | {"AWS_REGION": "us-east-1", "AWS_ACCESS_KEY_ID": "k", "AWS_SECRET_ACCESS_KEY": "s"}
+    result = CliRunner().invoke(cli.app, argv, env=env)
+    assert isinstance(result.exception, SystemExit), result.exception  # not an exception's traceback
+    assert result.exit_code in (1, 2)
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith("error: "), line
+    named = next(a for a in argv if str(tmp_path) in a)
+    assert named.split("=")[-1] in line, line
