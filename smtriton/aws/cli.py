@@ -337,7 +337,10 @@ def invoke_command(
         arrays = dict(parse_input(text, dtype) for text in input or ())
         body, content_type = encode_request(arrays, binary=binary, outputs=output)
     session = _session(region, profile)
-    client = session.client("sagemaker-runtime", endpoint_url=endpoint_url)
+    try:
+        client = session.client("sagemaker-runtime", endpoint_url=endpoint_url)
+    except ValueError as exc:  # botocore's refusal of a URL it cannot use
+        raise typer.BadParameter(str(exc), param_hint="--endpoint-url") from None
     try:
         result = invoke_raw(client, endpoint_name, body, content_type, target_model=target_model)
     except client.exceptions.ModelError as exc:

@@ -377,7 +377,10 @@ def _calibration_batches(path: Path) -> Callable[[], Iterator[dict[str, Any]]]:
 @convert_app.command("tensorrt")
 def convert_tensorrt(
     source: Annotated[
-        Path, typer.Argument(metavar="SOURCE", help="model.onnx, or a model directory holding one (highest version).")
+        Path,
+        typer.Argument(
+            metavar="SOURCE", help="model.onnx, or a model directory holding one (highest version).", exists=True
+        ),
     ],
     output: OutputOpt = Path("model_repository"),
     name: Annotated[str | None, typer.Option(help="Model name (default: the source model's, with _trt).")] = None,

@@ -177,7 +177,10 @@ class EndpointTarget:
 
         config = Config(max_pool_connections=workers, retries={"total_max_attempts": 1, "mode": "standard"})
         session = aws_session(region)  # no region or no credentials: one line, before any request
-        self.client = session.client("sagemaker-runtime", endpoint_url=endpoint_url, config=config)
+        try:
+            self.client = session.client("sagemaker-runtime", endpoint_url=endpoint_url, config=config)
+        except ValueError as exc:  # botocore's refusal of a URL it cannot use
+            raise ToolUsageError(f"--endpoint-url {endpoint_url}: {exc}") from None
         self.executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="perf-invoke")
         self.bodies = list(bodies)
         self.kwargs: list[dict[str, Any]] = []

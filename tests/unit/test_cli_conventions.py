@@ -337,6 +337,16 @@ MISTAKES = {
     "invoke --request: no such file": ["invoke", "demo", "--request", "{tmp}/missing.json"],
     "invoke --input: no such .npy": ["invoke", "demo", "--input", "x={tmp}/missing.npy"],
     "local-endpoint --models: no such folder": ["local-endpoint", "--models", "{tmp}/missing"],
+    "convert tensorrt: no such file": ["convert", "tensorrt", "{tmp}/missing.onnx"],
+    "invoke --endpoint-url: no URL": ["invoke", "demo", "--endpoint-url", "{tmp}/not-a-url", "--input", "x=[1]"],
+    "perf --endpoint-url: no URL": [
+        "perf",
+        "demo",
+        "--endpoint-url",
+        "{tmp}/not-a-url",
+        "--model-dir",
+        str(REPO / "addsub"),
+    ],
 }
 
 
