@@ -19,7 +19,7 @@ import tarfile
 import tempfile
 import zlib
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -87,20 +87,26 @@ def _member_check(root: Path, label: str) -> Callable[[tarfile.TarInfo, str], ta
 
 
 def _extract_into(archive: Path, root: Path, label: str) -> None:
-    """Extract the (already checked) gzip stream's tar into the empty folder ``root``."""
+    """Extract the (already checked) gzip stream's tar into the empty folder ``root``, in one pass.
+
+    Each member is checked as it comes, before it is written (a symlink extracted earlier is followed
+    when a later member's path is resolved), by the filter ``extractall`` applies to every member.
+    """
     check = _member_check(root, label)
+    count = 0
+
+    def counted(tar: tarfile.TarFile) -> Iterator[tarfile.TarInfo]:
+        nonlocal count
+        for member in tar:
+            count += 1
+            yield member
+
     try:
         with tarfile.open(archive, "r|gz") as tar:
-            count = 0
-            for member in tar:
-                count += 1
-                # One member at a time, each checked before it is written (a symlink extracted earlier
-                # is followed when a later member's path is resolved).
-                checked = check(member, str(root))
-                if hasattr(tarfile, "data_filter"):
-                    tar.extract(checked, root, filter="fully_trusted")  # checked above, data filter included
-                else:  # pragma: no cover - Python builds without extraction filters
-                    tar.extract(checked, root)
+            if hasattr(tarfile, "data_filter"):
+                tar.extractall(root, members=counted(tar), filter=check)
+            else:  # pragma: no cover - Python builds without extraction filters
+                tar.extractall(root, members=(check(m, str(root)) for m in counted(tar)))
     except tarfile.ReadError as exc:
         if "unexpected end of data" in str(exc):
             raise ArchiveError(f"{label} is truncated: its tar data ends inside a file ({AGAIN})") from None

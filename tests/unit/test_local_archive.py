@@ -119,3 +119,19 @@ def test_local_endpoint_with_a_broken_model_data_archive_says_why_in_one_line(tm
     assert line.startswith(f"error: {archive} "), line
     assert SAYS[kind] in line, line
     assert list(work.iterdir()) == []
+
+
+def test_a_read_only_folder_in_the_archive_still_gets_its_files_and_stays_readable(tmp_path: Path):
+    """tarfile's data filter ignores folders' modes (and extractall would set them last anyway)."""
+    archive = tmp_path / "model.tar.gz"
+    with tarfile.open(archive, "w:gz") as tar:
+        folder = tarfile.TarInfo("m")
+        folder.type, folder.mode = tarfile.DIRTYPE, 0o555
+        tar.addfile(folder)
+        info = tarfile.TarInfo("m/config.pbtxt")
+        info.size = 3
+        tar.addfile(info, io.BytesIO(b"x=1"))
+    target = tmp_path / "out" / "model"
+    safe_extract(archive, target)
+    assert (target / "m" / "config.pbtxt").read_bytes() == b"x=1"
+    assert (target / "m").stat().st_mode & 0o755 == 0o755
