@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Set everything up, build the demo model repository (skipped when up to date) and serve it:
-# the front server on :8080 (PORT), embedded Triton on loopback, no Docker, no GPU.
+# the front server on 127.0.0.1:8080 (HOST=0.0.0.0 opens it to the network; PORT moves it),
+# embedded Triton on loopback, no Docker, no GPU.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash dev/setup.sh
@@ -8,4 +9,4 @@ bash dev/setup.sh
 # Plain log lines for a person at a terminal; the container keeps JSON lines for CloudWatch.
 export SMTRITON_LOG_FORMAT=${SMTRITON_LOG_FORMAT:-text}
 exec .venv/bin/serve --model-repository model_repository \
-  --default-model "${DEMO_MODEL:-text_encoder}" --port "${PORT:-8080}" "$@"
+  --default-model "${DEMO_MODEL:-text_encoder}" --host "${HOST:-127.0.0.1}" --port "${PORT:-8080}" "$@"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import importlib
 import importlib.util
+import inspect
 import sys
 from collections.abc import Callable, Sequence
 from importlib.metadata import PackageNotFoundError, version
@@ -64,11 +65,32 @@ def _usage_message(exc: ClickException) -> str:
     return " ".join(message.replace("Value error, ", "").split())
 
 
+def _flowing(text: str) -> str:
+    """Help text as rich panels should get it: each paragraph one line (the terminal wraps it, not the
+    docstring's line breaks), ``\\b`` paragraphs kept line by line (click's mark), markup brackets
+    escaped so that ``[default: ...]`` is shown, not taken for a style."""
+    paragraphs = []
+    for paragraph in inspect.cleandoc(text).split("\n\n"):
+        if paragraph.startswith("\b"):
+            paragraphs.append(escape(paragraph.lstrip("\b\n")))
+        else:
+            paragraphs.append(escape(" ".join(paragraph.split())))
+    return "\n\n".join(paragraphs)
+
+
 def _plain_flags(command: Command) -> None:
-    """An on/off flag takes no value, so its help shows none (typer would print ``<bool>``)."""
+    """An on/off flag takes no value, so its help shows none (typer would print ``<bool>``); help text
+    flows to the terminal's width and shows its brackets (see :func:`_flowing`)."""
+    if command.help and not getattr(command, "_flowing", False):
+        command.help = _flowing(command.help)
+        command._flowing = True  # type: ignore[attr-defined]  # once: escaping twice would show backslashes
     for param in command.params:
         if isinstance(param, TyperOption) and param.is_flag:
             param.metavar = ""
+        help_text = getattr(param, "help", None)
+        if help_text and not getattr(param, "_flowing", False):
+            param.help = _flowing(help_text)  # type: ignore[attr-defined]
+            param._flowing = True  # type: ignore[attr-defined]
     make_help_option = command.get_help_option
 
     def help_option(ctx: Context) -> Any:

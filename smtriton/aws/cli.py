@@ -38,7 +38,7 @@ BuildArgOpt = Annotated[
 ]
 RegionOpt = Annotated[
     Optional[str],  # noqa: UP045
-    typer.Option(help="AWS region [default: the boto3 session's]"),
+    typer.Option(help="AWS region [default: $AWS_REGION, else the boto3 session's]"),
 ]
 ProfileOpt = Annotated[
     Optional[str],  # noqa: UP045
@@ -76,7 +76,10 @@ def parse_input(text: str, default_dtype: str) -> tuple[str, Any]:
     if not sep or not name:
         raise typer.BadParameter(f"{text!r}: write NAME=FILE.npy or NAME=JSON[:DTYPE], e.g. ids=[[1,2]]:INT64")
     if value.endswith(".npy"):
-        return name, np.load(value, allow_pickle=False)
+        try:
+            return name, np.load(value, allow_pickle=False)
+        except (OSError, ValueError) as exc:
+            raise typer.BadParameter(f"{text!r}: {exc}") from None
     dtype = default_dtype
     head, colon, tail = value.rpartition(":")
     if colon and tail and not tail.endswith(("]", "}", '"')):
@@ -92,12 +95,9 @@ def parse_input(text: str, default_dtype: str) -> tuple[str, Any]:
 
 
 def _session(region: str | None, profile: str | None):
-    import boto3
+    from smtriton.aws.session import aws_session
 
-    session = boto3.Session(region_name=region, profile_name=profile)
-    if not session.region_name:
-        raise _fail("no AWS region: pass --region or configure one (AWS_REGION, ~/.aws/config)")
-    return session
+    return aws_session(region, profile)
 
 
 def _build_spec(tag: str, target: str, base_image: str | None, platform: str, build_arg: list[str] | None) -> BuildSpec:
@@ -296,7 +296,9 @@ def invoke_command(
     dtype: Annotated[str, typer.Option(help="dtype of JSON inputs that name none (Triton or numpy name)")] = "float32",
     request: Annotated[
         Optional[Path],  # noqa: UP045
-        typer.Option(help="A complete KServe v2 JSON request file, sent as is (instead of --input)"),
+        typer.Option(
+            help="A complete KServe v2 JSON request file, sent as is (instead of --input)", exists=True, dir_okay=False
+        ),
     ] = None,
     output: Annotated[
         Optional[list[str]],  # noqa: UP045
@@ -311,11 +313,19 @@ def invoke_command(
         Optional[Path],  # noqa: UP045
         typer.Option(help="Write every output to DIR/<name>.npy"),
     ] = None,
+    endpoint_url: Annotated[
+        Optional[str],  # noqa: UP045
+        typer.Option(
+            help="SageMaker Runtime API to call instead of AWS's, as the AWS CLI's --endpoint-url "
+            "(e.g. smtriton local-endpoint's http://127.0.0.1:8090)"
+        ),
+    ] = None,
     region: RegionOpt = None,
     profile: ProfileOpt = None,
 ) -> None:
     """Invoke an endpoint through boto3's sagemaker-runtime; print (and optionally save) the outputs."""
     import numpy as np
+    from botocore.exceptions import BotoCoreError, ClientError
 
     from smtriton.aws.invoke import JSON, encode_request, invoke_raw
 
@@ -327,7 +337,10 @@ def invoke_command(
         arrays = dict(parse_input(text, dtype) for text in input or ())
         body, content_type = encode_request(arrays, binary=binary, outputs=output)
     session = _session(region, profile)
-    client = session.client("sagemaker-runtime")
+    try:
+        client = session.client("sagemaker-runtime", endpoint_url=endpoint_url)
+    except ValueError as exc:  # botocore's refusal of a URL it cannot use
+        raise typer.BadParameter(str(exc), param_hint="--endpoint-url") from None
     try:
         result = invoke_raw(client, endpoint_name, body, content_type, target_model=target_model)
     except client.exceptions.ModelError as exc:
@@ -335,6 +348,11 @@ def invoke_command(
         raise _fail(
             f"the container answered {response.get('OriginalStatusCode')}: {response.get('OriginalMessage')}"
         ) from None
+    except ClientError as exc:  # SageMaker's own refusal: no such endpoint, a bad TargetModel, throttling
+        error = exc.response.get("Error", {})
+        raise _fail(f"{error.get('Code', 'error')}: {error.get('Message', exc)}") from None
+    except BotoCoreError as exc:  # no answer at all: a wrong --endpoint-url, no network
+        raise _fail(str(exc)) from None
     table = Table(title=f"{result.model_name} (version {result.model_version})", title_justify="left")
     for column in ("output", "dtype", "shape", "values"):
         table.add_column(column)

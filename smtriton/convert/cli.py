@@ -103,6 +103,10 @@ def model_spec(
     from smtriton.convert.recipe import load_recipe, model_from_table
 
     if factory is not None:
+        # The recipe's rule (a [[model.input]] and a [[model.output]] at least), in the words of the flags.
+        if not inputs or not outputs:
+            wanted = [flag for flag, given in (("--input", inputs), ("--output-tensor", outputs)) if not given]
+            raise RecipeError(f"--factory needs at least one {' and at least one '.join(wanted)}, one per tensor")
         table: dict[str, Any] = {
             "name": name or factory.rsplit(":", 1)[-1],
             "factory": factory,
@@ -361,7 +365,10 @@ def _calibration_batches(path: Path) -> Callable[[], Iterator[dict[str, Any]]]:
 @convert_app.command("tensorrt")
 def convert_tensorrt(
     source: Annotated[
-        Path, typer.Argument(metavar="SOURCE", help="model.onnx, or a model directory holding one (highest version).")
+        Path,
+        typer.Argument(
+            metavar="SOURCE", help="model.onnx, or a model directory holding one (highest version).", exists=True
+        ),
     ],
     output: OutputOpt = Path("model_repository"),
     name: Annotated[str | None, typer.Option(help="Model name (default: the source model's, with _trt).")] = None,
@@ -530,7 +537,13 @@ class InstanceKind(str, Enum):
 
 def config_command(
     model_dir: Annotated[
-        Path, typer.Argument(metavar="MODEL_DIR", help="Model directory: <repo>/<name> with <version>/model.*.")
+        Path,
+        typer.Argument(
+            metavar="MODEL_DIR",
+            help="Model directory: <repo>/<name> with <version>/model.*.",
+            exists=True,
+            file_okay=False,
+        ),
     ],
     name: Annotated[str | None, typer.Option(help="Model name (default: the directory's).")] = None,
     version: Annotated[str | None, typer.Option(help="Version whose artifact to read (default: highest).")] = None,

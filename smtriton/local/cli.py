@@ -115,15 +115,18 @@ def local_endpoint(
 ) -> None:
     """Serve the SageMaker Runtime InvokeEndpoint API locally, in front of a real `serve` + Triton.
 
-    Call it with boto3 exactly as a real endpoint:
+    Call it with boto3 exactly as a real endpoint (GET /ping answers 200 once serve is ready):
+
+    \b
     boto3.client("sagemaker-runtime", endpoint_url="http://127.0.0.1:8090").invoke_endpoint(
-    EndpointName="local", Body=..., ContentType=..., TargetModel="model.tar.gz").
-    GET /ping answers 200 once serve is ready.
+        EndpointName="local", Body=..., ContentType=..., TargetModel="model.tar.gz")
     """
     if (models is None) == (model_data is None):
         raise typer.BadParameter("give exactly one of --models (multi-model) or --model-data (single model)")
     if model_data is not None and not model_data.exists():
         raise typer.BadParameter(f"{model_data} does not exist", param_hint="--model-data")
+    if models is not None and not models.startswith("s3://") and not Path(models).is_dir():
+        raise typer.BadParameter(f"{models} is not a folder (nor an s3:// prefix)", param_hint="--models")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if work_dir is not None:
         work_dir.mkdir(parents=True, exist_ok=True)

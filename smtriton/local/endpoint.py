@@ -11,13 +11,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gzip
 import hashlib
 import logging
 import shutil
 import tarfile
 import tempfile
+import zlib
 from collections import OrderedDict
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -38,26 +40,102 @@ class ArchiveError(ToolUsageError, ValueError):
     """An archive that cannot be extracted safely, or that does not exist."""
 
 
-def safe_extract(archive: Path, destination: Path) -> None:
-    """Extract a model.tar.gz refusing absolute paths, '..', links out of it and device files."""
-    destination.mkdir(parents=True, exist_ok=True)
-    root = destination.resolve()
-    with tarfile.open(archive, "r:*") as tar:
-        members = tar.getmembers()
-        for member in members:
-            target = (root / member.name).resolve()
-            if member.name.startswith("/") or (target != root and root not in target.parents):
-                raise ArchiveError(f"{archive.name}: entry '{member.name}' leaves the archive")
-            if not (member.isfile() or member.isdir() or member.issym()):
-                raise ArchiveError(f"{archive.name}: entry '{member.name}' is not a file, directory or symlink")
-            if member.issym():
-                link = (target.parent / member.linkname).resolve()
-                if link != root and root not in link.parents:
-                    raise ArchiveError(f"{archive.name}: symlink '{member.name}' points outside the archive")
-        if hasattr(tarfile, "data_filter"):
-            tar.extractall(root, members=members, filter="data")
-        else:  # pragma: no cover - Python builds without extraction filters; members were checked above
-            tar.extractall(root, members=members)
+GZIP_MAGIC = b"\x1f\x8b"
+AGAIN = "copy or upload it again"
+
+
+def _check_gzip(archive: Path, label: str) -> None:
+    """Read the whole gzip stream once: a cut or damaged archive is found before anything is written.
+
+    tarfile stops at the tar's end marker and never reads the gzip trailer, so on its own it neither
+    notices a missing end nor checks the CRC: a damaged weights file would be extracted as if whole.
+    """
+    with archive.open("rb") as raw:
+        head = raw.read(2)
+    if not head:
+        raise ArchiveError(f"{label} is empty")
+    if head != GZIP_MAGIC:
+        raise ArchiveError(f"{label} is not gzip-compressed: a model archive is a .tar.gz (as smtriton package writes)")
+    try:
+        with gzip.open(archive, "rb") as stream:
+            while stream.read(1 << 20):
+                pass
+    except EOFError:
+        raise ArchiveError(f"{label} is truncated: its gzip data ends early ({AGAIN})") from None
+    except (gzip.BadGzipFile, zlib.error) as exc:
+        raise ArchiveError(f"{label} is corrupt: {exc} ({AGAIN})") from None
+
+
+def _member_check(root: Path, label: str) -> Callable[[tarfile.TarInfo, str], tarfile.TarInfo]:
+    """An extraction filter: refuses what could land outside ``root`` or is no plain file, folder or
+    symlink, naming the member; then applies tarfile's own ``data`` filter where Python has it."""
+    data_filter = getattr(tarfile, "data_filter", None)
+
+    def check(member: tarfile.TarInfo, path: str) -> tarfile.TarInfo:
+        target = (root / member.name).resolve()
+        if member.name.startswith("/") or (target != root and root not in target.parents):
+            raise ArchiveError(f"{label} has an unsafe member path: '{member.name}' leaves the archive")
+        if not (member.isfile() or member.isdir() or member.issym()):
+            raise ArchiveError(f"{label} has an unsafe member: '{member.name}' is not a file, directory or symlink")
+        if member.issym():
+            link = (target.parent / member.linkname).resolve()
+            if link != root and root not in link.parents:
+                raise ArchiveError(f"{label} has an unsafe member: symlink '{member.name}' points outside the archive")
+        return data_filter(member, path) if data_filter is not None else member
+
+    return check
+
+
+def _extract_into(archive: Path, root: Path, label: str) -> None:
+    """Extract the (already checked) gzip stream's tar into the empty folder ``root``, in one pass.
+
+    Each member is checked as it comes, before it is written (a symlink extracted earlier is followed
+    when a later member's path is resolved), by the filter ``extractall`` applies to every member.
+    """
+    check = _member_check(root, label)
+    count = 0
+
+    def counted(tar: tarfile.TarFile) -> Iterator[tarfile.TarInfo]:
+        nonlocal count
+        for member in tar:
+            count += 1
+            yield member
+
+    try:
+        with tarfile.open(archive, "r|gz") as tar:
+            if hasattr(tarfile, "data_filter"):
+                tar.extractall(root, members=counted(tar), filter=check)
+            else:  # pragma: no cover - Python builds without extraction filters
+                tar.extractall(root, members=(check(m, str(root)) for m in counted(tar)))
+    except tarfile.ReadError as exc:
+        if "unexpected end of data" in str(exc):
+            raise ArchiveError(f"{label} is truncated: its tar data ends inside a file ({AGAIN})") from None
+        raise ArchiveError(f"{label} is not a tar archive: its gzip data holds no tar entries ({exc})") from None
+    except tarfile.TarError as exc:  # a FilterError: tarfile's own data filter refused a member
+        raise ArchiveError(f"{label} has an unsafe member: {exc}") from None
+    if count == 0:
+        raise ArchiveError(f"{label} holds no files")
+
+
+def safe_extract(archive: Path, destination: Path, *, name: str | None = None) -> None:
+    """Extract a model.tar.gz into ``destination`` (which must not exist yet), whole or not at all.
+
+    Refused, as an :class:`ArchiveError` of one line naming the archive (``name``, else its path): an
+    empty, non-gzip, truncated or corrupt file, one that is no tar, and members with absolute paths,
+    '..', links out of it or device files. The archive is extracted into a fresh folder beside
+    ``destination`` and renamed into place only when complete, so a failure leaves nothing behind.
+    """
+    label = name or str(archive)
+    _check_gzip(archive, label)
+    destination.parent.mkdir(parents=True, exist_ok=True)
+    partial = Path(tempfile.mkdtemp(prefix=f".{destination.name}-", dir=destination.parent))
+    try:
+        partial.chmod(0o755)  # mkdtemp's 0700 would hide the model from a container running as another user
+        _extract_into(archive, partial.resolve(), label)
+        partial.rename(destination)
+    except BaseException:
+        shutil.rmtree(partial, ignore_errors=True)
+        raise
 
 
 def model_hash(target_model: str) -> str:
@@ -162,14 +240,20 @@ class _Placement:
         return True
 
     async def _extract(self, target: str, model_dir: Path) -> Response | None:
-        """Fetch and extract the archive into ``model_dir``; a 400 answer if it cannot be."""
+        """Fetch and extract the archive into ``model_dir`` (afresh: a corrected archive is read again);
+        the ValidationError answer, logged as one line, if it cannot be."""
+        shutil.rmtree(model_dir.parent, ignore_errors=True)
         try:
             with tempfile.TemporaryDirectory(dir=self.work_dir) as scratch:
-                archive = await asyncio.to_thread(self.source.fetch, target, Path(scratch))
-                await asyncio.to_thread(safe_extract, archive, model_dir)
-        except (ArchiveError, tarfile.TarError, OSError) as exc:
+                try:
+                    archive = await asyncio.to_thread(self.source.fetch, target, Path(scratch))
+                except (ArchiveError, OSError) as exc:
+                    raise ArchiveError(f"Failed to download model data: {exc}") from None
+                await asyncio.to_thread(safe_extract, archive, model_dir, name=target)
+        except (ArchiveError, OSError) as exc:
             shutil.rmtree(model_dir.parent, ignore_errors=True)
-            return _service_error(400, "ValidationError", f"Failed to download model data: {exc}")
+            log.warning("TargetModel %s refused: %s", target, exc)
+            return _service_error(400, "ValidationError", str(exc))
         return None
 
     async def _load(self, serve: _Serve, name: str, target: str, model_dir: Path) -> Response | None:
@@ -197,12 +281,13 @@ class _Placement:
             if name in self.loaded.order:
                 return name
             model_dir = self.model_root / name / "model"
-            if not model_dir.exists() and (refused := await self._extract(target, model_dir)) is not None:
+            if (refused := await self._extract(target, model_dir)) is not None:
                 return refused
             while len(self.loaded.order) >= self.loaded.capacity and await self._unload_lru(serve):
                 pass
             failed = await self._load(serve, name, target, model_dir)
             if failed is not None:
+                shutil.rmtree(model_dir.parent, ignore_errors=True)  # the next request fetches the archive again
                 return failed
             self.loaded.order[name] = target
             self.loaded.loads += 1

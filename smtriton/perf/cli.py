@@ -108,7 +108,10 @@ def perf(
         Optional[str],  # noqa: UP045
         typer.Option(help="SageMaker Runtime URL for an endpoint name (e.g. smtriton local-endpoint's)"),
     ] = None,
-    region: Annotated[Optional[str], typer.Option(help="AWS region of the endpoint")] = None,  # noqa: UP045
+    region: Annotated[
+        Optional[str],  # noqa: UP045
+        typer.Option(help="AWS region of the endpoint [default: $AWS_REGION, else boto3's own]"),
+    ] = None,
     json_out: Annotated[Optional[Path], typer.Option("--json", help="Write the results as JSON")] = None,  # noqa: UP045
     csv_out: Annotated[Optional[Path], typer.Option("--csv", help="Write the results as CSV")] = None,  # noqa: UP045
     chart: Annotated[

@@ -57,20 +57,61 @@ def write_csv(results: Sequence[StepResult], path: Path) -> None:
         writer.writerows(rows)
 
 
-def table(results: Sequence[StepResult], title: str) -> Any:
-    from rich import box
-    from rich.table import Table
+class StepTable:
+    """The table of a run, laid out for the width it is printed at, never cut off.
 
-    t = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD)
-    t.add_column("step", no_wrap=True)
-    for name in ("req/s", *(f"{k} ms" for k in LATENCY_KEYS), "errors", "client CPU"):
-        t.add_column(name, justify="right", no_wrap=True)
-    for r in results:
-        lat = [("-" if r.latency_ms[k] is None else f"{r.latency_ms[k]:.2f}") for k in LATENCY_KEYS]
-        errors = ", ".join(f"{k}: {v}" for k, v in r.errors.items()) or "0"
-        cpu = f"{r.client_cpu:.0%}" + (" [bold red]saturated[/]" if r.client_saturated else "")
-        t.add_row(r.label, f"{r.throughput_rps:,.0f}", *lat, f"[red]{errors}[/]" if r.errors else errors, cpu)
-    return t
+    Wide enough: one line per step and per header. Narrower: the headers over two lines ("p99.9" above
+    "ms"), the errors one status per line. Narrower still: a line per step, "c=8: 1,234 req/s; ...",
+    which the console wraps at its spaces. Cells are never folded or shortened with "…".
+    """
+
+    def __init__(self, results: Sequence[StepResult], title: str) -> None:
+        self.results = list(results)
+        self.title = title
+
+    def _table(self, compact: bool) -> Any:
+        from rich import box
+        from rich.table import Table
+
+        t = Table(title=self.title, title_justify="left", box=box.SIMPLE_HEAD, show_edge=False)
+        t.pad_edge, t.collapse_padding = False, True  # two spaces between columns, none at the edges
+        t.add_column("step", no_wrap=True)
+        gap = "\n" if compact else " "
+        for name in ("req/s", *(f"{k}{gap}ms" for k in LATENCY_KEYS), "errors", f"client{gap}CPU"):
+            t.add_column(name, justify="right", no_wrap=True)
+        for r in self.results:
+            lat = [("-" if r.latency_ms[k] is None else f"{r.latency_ms[k]:.2f}") for k in LATENCY_KEYS]
+            errors = ("\n" if compact else ", ").join(f"{k}: {v}" for k, v in r.errors.items()) or "0"
+            cpu = f"{r.client_cpu:.0%}" + (f"{gap}[bold red]saturated[/]" if r.client_saturated else "")
+            t.add_row(r.label, f"{r.throughput_rps:,.0f}", *lat, f"[red]{errors}[/]" if r.errors else errors, cpu)
+        return t
+
+    def _lines(self) -> Any:
+        from rich.text import Text
+
+        lines = [self.title]
+        for r in self.results:
+            lat = "/".join("-" if r.latency_ms[k] is None else f"{r.latency_ms[k]:.2f}" for k in LATENCY_KEYS)
+            errors = ", ".join(f"{k}: {v}" for k, v in r.errors.items()) or "0"
+            cpu = f"{r.client_cpu:.0%}" + (" saturated" if r.client_saturated else "")
+            lines.append(f"{r.label}: {r.throughput_rps:,.0f} req/s; {'/'.join(LATENCY_KEYS)} {lat} ms; "
+                         f"errors {errors}; client CPU {cpu}")  # fmt: skip
+        return Text("\n".join(lines))
+
+    def __rich_console__(self, console: Any, options: Any) -> Any:
+        from rich.measure import Measurement
+
+        for compact in (False, True):
+            table = self._table(compact)
+            if Measurement.get(console, options.update_width(1 << 16), table).maximum <= options.max_width:
+                yield table
+                return
+        yield self._lines()
+
+
+def table(results: Sequence[StepResult], title: str) -> StepTable:
+    """The run's table for the console (see :class:`StepTable`)."""
+    return StepTable(results, title)
 
 
 # --- chart ---------------------------------------------------------------------------------------------

@@ -78,6 +78,8 @@ def summarize(
     ``latencies_s`` holds the successful (2xx) requests only, so an error that fails fast cannot make
     the latency look better; ``statuses`` counts every completed request by HTTP status (0: no answer,
     the connection failed). ``lags_s`` is, per open-loop request, how late it left against its schedule.
+    A step where no request succeeded flags nothing about the client: requests refused at once keep
+    its core busy and its schedule late, and the errors, not the client, are what limited it.
     """
     requests = sum(statuses.values())
     ok = sum(n for status, n in statuses.items() if 200 <= status < 300)
@@ -95,14 +97,14 @@ def summarize(
         mean_ms=float(np.mean(latencies_s)) * 1000.0 if len(latencies_s) else None,
         errors=errors,
         client_cpu=cpu,
-        client_saturated=cpu >= CLIENT_SATURATED,
+        client_saturated=cpu >= CLIENT_SATURATED and ok > 0,
         sent_total=sent_total,
         late=late,
         max_lag_ms=max(lags_s, default=0.0) * 1000.0,
     )
     if result.client_saturated:
         result.notes.append(f"client CPU {cpu:.0%} of a core: the client may be the limit, not the server")
-    if late and late > 0.01 * max(len(lags_s), 1):
+    if ok and late > 0.01 * max(len(lags_s), 1):
         result.notes.append(
             f"client fell behind its schedule: {late} of {len(lags_s)} requests left over {LATE_S * 1000:g} ms late"
             f" (at most {result.max_lag_ms:.1f} ms)"

@@ -171,11 +171,16 @@ class EndpointTarget:
         region: str | None,
         workers: int,
     ) -> None:
-        import boto3
         from botocore.config import Config
 
+        from smtriton.aws.session import aws_session
+
         config = Config(max_pool_connections=workers, retries={"total_max_attempts": 1, "mode": "standard"})
-        self.client = boto3.client("sagemaker-runtime", endpoint_url=endpoint_url, region_name=region, config=config)
+        session = aws_session(region)  # no region or no credentials: one line, before any request
+        try:
+            self.client = session.client("sagemaker-runtime", endpoint_url=endpoint_url, config=config)
+        except ValueError as exc:  # botocore's refusal of a URL it cannot use
+            raise ToolUsageError(f"--endpoint-url {endpoint_url}: {exc}") from None
         self.executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="perf-invoke")
         self.bodies = list(bodies)
         self.kwargs: list[dict[str, Any]] = []

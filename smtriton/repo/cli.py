@@ -117,12 +117,18 @@ RenameOpt = Annotated[
 ]
 S3Opt = Annotated[str | None, typer.Option("--s3", help="Upload to s3://bucket/prefix/ (boto3 credentials).")]
 ValidateOpt = Annotated[bool, typer.Option(help="Validate the packaged models first (default on).")]
+# A folder that is not there (or a file) is refused by the argument itself: one usage line naming it.
+RepoArg = Annotated[
+    Path, typer.Argument(metavar="REPO", help="Model repository.", exists=True, file_okay=False, dir_okay=True)
+]
 
 
 @package_app.command("sme")
 def package_sme_command(
-    repo: Annotated[Path, typer.Argument(metavar="REPO", help="Model repository.")],
-    output: Annotated[Path, typer.Option("--output", "-o", help="Archive to write.")] = Path("model.tar.gz"),
+    repo: RepoArg,
+    output: Annotated[Path, typer.Option("--output", "-o", help="Archive to write.", dir_okay=False)] = Path(
+        "model.tar.gz"
+    ),
     model: ModelsOpt = None,
     rename: RenameOpt = None,
     s3: S3Opt = None,
@@ -145,8 +151,10 @@ def package_sme_command(
 
 @package_app.command("mme")
 def package_mme_command(
-    repo: Annotated[Path, typer.Argument(metavar="REPO", help="Model repository.")],
-    output: Annotated[Path, typer.Option("--output", "-o", help="Directory for <model>.tar.gz files.")] = Path("."),
+    repo: RepoArg,
+    output: Annotated[
+        Path, typer.Option("--output", "-o", help="Directory for <model>.tar.gz files.", file_okay=False)
+    ] = Path("."),
     model: ModelsOpt = None,
     rename: RenameOpt = None,
     s3: S3Opt = None,

@@ -114,3 +114,26 @@ def test_invoke_command_prints_and_saves_outputs(mme, tmp_path):
     failed = CliRunner().invoke(app, [*args[:4], "--target-model", "addsub20.tar.gz"], env=env)
     assert failed.exit_code == 1
     assert "answered 400" in failed.output
+
+
+def test_invoke_command_takes_an_endpoint_url_as_the_aws_cli_does(mme, tmp_path):
+    """`--endpoint-url` points the one call at the local endpoint (no AWS_ENDPOINT_URL in the environment),
+    and an endpoint name it does not serve is SageMaker's ValidationError, in one line."""
+    from typer.testing import CliRunner
+
+    from smtriton.cli import app
+
+    env = {"AWS_ENDPOINT_URL": None, "AWS_ENDPOINT_URL_SAGEMAKER_RUNTIME": None, "AWS_PROFILE": None,
+           "AWS_ACCESS_KEY_ID": "local", "AWS_SECRET_ACCESS_KEY": "local", "AWS_REGION": "us-east-1"}  # fmt: skip
+    inputs = ["--input", f"INPUT0={A.tolist()}:INT32", "--input", f"INPUT1={B.tolist()}:INT32"]
+    args = ["invoke", "local", "--endpoint-url", mme.url, *inputs, "--target-model", "addsub10.tar.gz",
+            "--save", str(tmp_path / "out")]  # fmt: skip
+    result = CliRunner().invoke(app, args, env=env)
+    assert result.exit_code == 0, result.output
+    assert "OUTPUT0" in result.stdout
+    np.testing.assert_array_equal(np.load(tmp_path / "out" / "OUTPUT0.npy"), A + B + 10)
+
+    other = CliRunner().invoke(app, ["invoke", "elsewhere", "--endpoint-url", mme.url, *inputs], env=env)
+    assert other.exit_code == 1
+    (line,) = other.stderr.strip().splitlines()
+    assert line.startswith("error: ValidationError: Endpoint elsewhere"), line

@@ -19,6 +19,7 @@ import pytest
 import requests
 from botocore.config import Config
 
+from smtriton.local.endpoint import model_hash
 from tests.integration.conftest import TEST_MODELS
 from tests.integration.contract_client import binary_request, json_request
 from tests.integration.harness import free_port, triton_pids
@@ -144,6 +145,65 @@ def test_container_errors_reach_boto3_as_model_error(mme_endpoint):
     response = err.value.response
     assert response["OriginalStatusCode"] == 400
     assert "failed to parse the request JSON buffer" in response["OriginalMessage"]
+
+
+BROKEN = {  # what each broken archive is, and what the one line about it says
+    "truncated": "is truncated",
+    "not gzip": "is not gzip-compressed",
+    "not a tar": "is not a tar archive",
+    "unsafe": "unsafe member path: '../escape.txt'",
+}
+
+
+def test_a_broken_archive_is_a_validation_error_naming_it_and_a_corrected_one_loads_at_once(mme_endpoint):
+    """Each broken TargetModel archive: boto3 gets SageMaker's ValidationError (400, not retried) with one
+    line naming the archive and what is wrong; the log has that line and no traceback; nothing of it is
+    left under the model root; the corrected archive, under the same name, loads on the next request."""
+    from tests.unit.test_local_archive import broken
+
+    client = mme_endpoint.client
+    archives = mme_endpoint.work.parent / "archives"
+    good = (archives / "model2.tar.gz").read_bytes()
+    for kind, says in BROKEN.items():
+        target = f"broken-{kind.replace(' ', '-')}.tar.gz"
+        (archives / target).write_bytes(broken(kind, good))
+        with pytest.raises(client.exceptions.ClientError) as refused:
+            client.invoke_endpoint(EndpointName="local", Body=b"{}", ContentType="application/json", TargetModel=target)
+        error = refused.value.response
+        assert error["Error"]["Code"] == "ValidationError"
+        assert error["ResponseMetadata"]["HTTPStatusCode"] == 400
+        message = error["Error"]["Message"]
+        assert message.startswith(f"{target} "), message
+        assert says in message, message
+        assert "\n" not in message
+        assert f"TargetModel {target} refused: {message}" in mme_endpoint.log_path.read_text()
+        (models,) = mme_endpoint.work.glob("*/models")
+        assert not (models / model_hash(target)).exists()
+    assert "Traceback" not in mme_endpoint.log_path.read_text()
+    # The truncated archive, corrected in place: no restart, no stale half of the old one.
+    shutil.copyfile(archives / "model2.tar.gz", archives / "broken-truncated.tar.gz")
+    assert _json_invoke(client, "broken-truncated.tar.gz")["outputs"][0]["data"] == (A + B + 2).flatten().tolist()
+
+
+def test_an_archive_whose_model_fails_to_load_is_read_again_once_corrected(mme_endpoint, tmp_path):
+    """A whole archive whose model serve cannot load: the caller gets the ModelError, and the archive
+    corrected under the same TargetModel is extracted again (not the failed copy) and answers."""
+    client = mme_endpoint.client
+    archives = mme_endpoint.work.parent / "archives"
+    source = tmp_path / "failing"
+    _offset_model(source / "addsub", 6)
+    (source / "addsub" / "1" / "model.py").write_text(
+        "class TritonPythonModel:\n    def initialize(self, args):\n        raise RuntimeError('bad weights')\n"
+    )
+    _tar(source, archives / "fails-first.tar.gz")
+    with pytest.raises(client.exceptions.ModelError):
+        _json_invoke(client, "fails-first.tar.gz")
+    (models,) = mme_endpoint.work.glob("*/models")
+    assert not (models / model_hash("fails-first.tar.gz")).exists()
+    fixed = tmp_path / "fixed"
+    _offset_model(fixed / "addsub", 6)
+    _tar(fixed, archives / "fails-first.tar.gz")
+    assert _json_invoke(client, "fails-first.tar.gz")["outputs"][0]["data"] == (A + B + 6).flatten().tolist()
 
 
 def test_missing_archive_and_unknown_endpoint_are_validation_errors(mme_endpoint):

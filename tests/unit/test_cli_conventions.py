@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import re
 import subprocess
 import sys
@@ -238,3 +239,126 @@ def test_each_json_input_may_name_its_dtype():
         parse_input("x=[1]:INT65", "float32")
     with pytest.raises(typer.BadParameter, match=r"NAME=FILE\.npy or NAME=JSON"):
         parse_input("[1,2]", "float32")
+
+
+# --- issue 26: a newcomer's mistakes with the AWS-facing commands, one line each --------------------
+
+NO_AWS = {
+    "AWS_REGION": None, "AWS_DEFAULT_REGION": None, "AWS_PROFILE": None, "AWS_ACCESS_KEY_ID": None,
+    "AWS_SECRET_ACCESS_KEY": None, "AWS_SESSION_TOKEN": None, "AWS_ENDPOINT_URL": None,
+    "AWS_CONFIG_FILE": "/nonexistent", "AWS_SHARED_CREDENTIALS_FILE": "/nonexistent",
+    "AWS_EC2_METADATA_DISABLED": "true", "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI": None,
+    "AWS_CONTAINER_CREDENTIALS_FULL_URI": None, "AWS_WEB_IDENTITY_TOKEN_FILE": None,
+}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "args",
+    [("invoke", "demo", "--input", "x=[1]"), ("delete-endpoint", "demo")],
+    ids=["invoke", "delete-endpoint"],
+)
+@pytest.mark.parametrize(
+    ("env", "line"),
+    [
+        ({}, "error: no AWS region: pass --region or set AWS_REGION"),
+        ({"AWS_REGION": "us-east-1"}, "error: no AWS credentials found"),
+        ({"AWS_PROFILE": "nobody"}, "error: The config profile (nobody) could not be found"),
+    ],
+    ids=["no region", "no credentials", "unknown profile"],
+)
+def test_aws_commands_without_region_or_credentials_say_so_in_one_line(args, env, line):
+    result = CliRunner().invoke(cli.app, list(args), env=NO_AWS | env)
+    assert result.exit_code in (1, 2), result.output
+    assert result.stdout == ""
+    (error,) = result.stderr.strip().splitlines()
+    assert error.startswith(line), error
+
+
+def test_invoke_at_an_endpoint_url_where_nothing_listens_is_one_line():
+    env = NO_AWS | {"AWS_REGION": "us-east-1", "AWS_ACCESS_KEY_ID": "k", "AWS_SECRET_ACCESS_KEY": "s",
+                    "AWS_MAX_ATTEMPTS": "1"}  # fmt: skip
+    result = CliRunner().invoke(cli.app, ["invoke", "demo", "--endpoint-url", "http://127.0.0.1:1", "--input", "x=[1]"],
+                                env=env)  # fmt: skip
+    assert result.exit_code == 1, result.output
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith("error: "), line
+    assert "http://127.0.0.1:1" in line, line
+
+
+# --- issue 26: help reads as written: paragraphs flow to the terminal's width, brackets are shown ----
+
+
+def _help_lines(*path: str) -> list[str]:
+    """The help of a command at a width nothing needs wrapping at, one normalized string per line."""
+    result = CliRunner().invoke(cli.app, [*path, "--help"], env={"COLUMNS": "1000", "TERMINAL_WIDTH": None})
+    assert result.exit_code == 0, result.output
+    return [" ".join(line.replace("│", " ").split()) for line in result.output.splitlines()]
+
+
+def _command(path: tuple[str, ...]):
+    group = get_command(cli.app)
+    ctx = group.make_context("smtriton", ["--help"], resilient_parsing=True)
+    command = group
+    for name in path:
+        command = command.get_command(ctx, name)
+    return command
+
+
+LEAVES = [path for path in COMMANDS if path and not getattr(_command(path), "commands", None)]
+
+
+@pytest.mark.parametrize("path", LEAVES, ids=lambda path: " ".join(path))
+def test_help_paragraphs_and_option_help_are_shown_whole(path):
+    """A docstring's paragraph is one flowing line where the terminal is wide enough (not the source's
+    line breaks), and an option's help keeps its bracketed text ("[default: ...]" is no markup tag)."""
+    lines = _help_lines(*path)
+    command = _command(path)
+    docstring = inspect.cleandoc(command.callback.__doc__ or "")
+    for paragraph in docstring.split("\n\n"):
+        # A paragraph marked \b (click's mark) keeps its lines; any other flows as one line.
+        kept = paragraph.startswith("\b")
+        for part in paragraph.lstrip("\b\n").splitlines() if kept else [paragraph]:
+            text = " ".join(part.split())
+            assert any(text in line for line in lines), (text, lines)
+    for param in command.params:
+        if getattr(param, "help", None) and not getattr(param, "hidden", False):
+            text = " ".join(param.help.replace("\\[", "[").split())
+            assert any(text in line for line in lines), (param.name, text)
+
+
+# --- issue 26: no traceback for a path a user mistyped -----------------------------------------------
+
+REPO = ROOT / "tests" / "integration" / "models"
+MISTAKES = {
+    "config: no such folder": ["config", "{tmp}/missing"],
+    "config: a file": ["config", "{tmp}/file.txt"],
+    "package sme -o: a folder": ["package", "sme", str(REPO), "-o", "{tmp}", "--no-validate"],
+    "package mme -o: a file": ["package", "mme", str(REPO), "-o", "{tmp}/file.txt", "--no-validate"],
+    "invoke --request: no such file": ["invoke", "demo", "--request", "{tmp}/missing.json"],
+    "invoke --input: no such .npy": ["invoke", "demo", "--input", "x={tmp}/missing.npy"],
+    "local-endpoint --models: no such folder": ["local-endpoint", "--models", "{tmp}/missing"],
+    "convert tensorrt: no such file": ["convert", "tensorrt", "{tmp}/missing.onnx"],
+    "invoke --endpoint-url: no URL": ["invoke", "demo", "--endpoint-url", "{tmp}/not-a-url", "--input", "x=[1]"],
+    "perf --endpoint-url: no URL": [
+        "perf",
+        "demo",
+        "--endpoint-url",
+        "{tmp}/not-a-url",
+        "--model-dir",
+        str(REPO / "addsub"),
+    ],
+}
+
+
+@pytest.mark.parametrize("args", list(MISTAKES.values()), ids=list(MISTAKES))
+def test_a_mistyped_path_is_one_line_naming_it(tmp_path, args):
+    (tmp_path / "file.txt").write_text("not what was asked for")
+    argv = [a.format(tmp=tmp_path) for a in args]
+    env = NO_AWS | {"AWS_REGION": "us-east-1", "AWS_ACCESS_KEY_ID": "k", "AWS_SECRET_ACCESS_KEY": "s"}
+    result = CliRunner().invoke(cli.app, argv, env=env)
+    assert isinstance(result.exception, SystemExit), result.exception  # not an exception's traceback
+    assert result.exit_code in (1, 2)
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith("error: "), line
+    named = next(a for a in argv if str(tmp_path) in a)
+    assert named.split("=")[-1] in line, line

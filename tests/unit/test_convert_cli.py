@@ -118,3 +118,26 @@ def test_config_command_needs_a_signature_or_a_description(tmp_path):
     assert described.exit_code == 0, described.output
     assert 'platform: "pytorch_libtorch"' in described.stdout
     assert "dims: -1" in described.stdout
+
+
+@pytest.mark.parametrize("command", ["onnx", "torchscript"])
+@pytest.mark.parametrize(
+    ("given", "missing"),
+    [
+        (["--input", "INPUT__0:FP32:batch,4"], "--output-tensor"),
+        (["--output-tensor", "OUTPUT__0"], "--input"),
+        ([], "--input and at least one --output-tensor"),
+    ],
+    ids=["no output", "no input", "neither"],
+)
+def test_a_factory_without_its_tensors_names_the_flags_not_the_recipe_syntax(tmp_path, command, given, missing):
+    result = CliRunner().invoke(
+        app, ["convert", command, "--factory", "tests.integration.test_convert_cli:tiny", "-o", str(tmp_path),
+              "--max-batch-size", "2", *given],
+    )  # fmt: skip
+    assert result.exit_code == 2, result.output
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith("error: "), line
+    assert f"needs at least one {missing}" in line, line
+    assert "[[model" not in line
+    assert not any(tmp_path.iterdir())

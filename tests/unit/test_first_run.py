@@ -62,3 +62,29 @@ def test_the_wheel_holds_only_the_smtriton_namespace_and_builds_without_deprecat
     tops = {name.split("/")[0] for name in zipfile.ZipFile(wheel).namelist()}
     assert tops == {"smtriton", f"{wheel.name.split('-')[0]}-{wheel.name.split('-')[1]}.dist-info"}
     assert "smtriton-0.1.0.dist-info/licenses/LICENSE" in zipfile.ZipFile(wheel).namelist()
+
+
+def _demo_sandbox(tmp_path: Path) -> Path:
+    """dev/demo.sh beside stand-ins: a set-up and a build that do nothing, a serve that prints its arguments."""
+    (tmp_path / "dev").mkdir()
+    shutil.copy2(ROOT / "dev" / "demo.sh", tmp_path / "dev" / "demo.sh")
+    (tmp_path / "dev" / "setup.sh").write_text("exit 0\n")
+    (tmp_path / ".venv" / "bin").mkdir(parents=True)
+    for name, body in (("smtriton", "exit 0"), ("serve", 'printf "%s\\n" "$@"')):
+        (tmp_path / ".venv" / "bin" / name).write_text(f"#!/usr/bin/env bash\n{body}\n")
+        (tmp_path / ".venv" / "bin" / name).chmod(0o755)
+    return tmp_path / "dev" / "demo.sh"
+
+
+@pytest.mark.parametrize(("host", "bound"), [(None, "127.0.0.1"), ("0.0.0.0", "0.0.0.0")])
+def test_the_demo_listens_on_loopback_unless_asked(tmp_path, host, bound):
+    """The demo is for this machine: 127.0.0.1 by default; HOST=0.0.0.0 opens it to the network."""
+    demo = _demo_sandbox(tmp_path)
+    env = {k: v for k, v in os.environ.items() if k not in ("HOST", "PORT", "DEMO_MODEL")}
+    if host is not None:
+        env["HOST"] = host
+    run = subprocess.run(["bash", str(demo)], env=env, capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
+    args = run.stdout.split()
+    assert args[args.index("--host") + 1] == bound
+    assert args[args.index("--port") + 1] == "8080"

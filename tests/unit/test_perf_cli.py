@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -11,6 +14,7 @@ from typer.testing import CliRunner
 from smtriton import cli
 
 ADDSUB = Path(__file__).resolve().parents[1] / "integration" / "models" / "addsub"
+SMTRITON = str(Path(sys.executable).parent / "smtriton")
 
 
 def perf(*args: str):
@@ -49,6 +53,78 @@ def test_a_run_where_nothing_answered_fails_with_the_errors_by_status(tmp_path: 
     (step,) = json.loads(out.read_text())["steps"]  # the results are written all the same
     assert step["ok"] == 0
     assert step["errors"]["connection"] > 0
+
+
+def test_when_nothing_succeeds_there_is_no_hint_about_the_client():
+    """Every request refused at once keeps the client's one core busy; that is no reason to suspect the client."""
+    result = perf("http://127.0.0.1:1", "--model-dir", str(ADDSUB), "--concurrency", "1",
+                  "--warmup", "0", "--duration", "0.3")  # fmt: skip
+    assert result.exit_code == 1
+    assert "no request succeeded" in result.output
+    assert "client may be the limit" not in result.output
+    assert "saturated" not in result.output
+    assert "fell behind" not in result.output
+
+
+# An environment where boto3 finds neither a region nor credentials (no files, no instance role).
+NO_AWS = {
+    "AWS_REGION": None, "AWS_DEFAULT_REGION": None, "AWS_PROFILE": None, "AWS_ACCESS_KEY_ID": None,
+    "AWS_SECRET_ACCESS_KEY": None, "AWS_SESSION_TOKEN": None, "AWS_ENDPOINT_URL": None,
+    "AWS_CONFIG_FILE": "/nonexistent", "AWS_SHARED_CREDENTIALS_FILE": "/nonexistent",
+    "AWS_EC2_METADATA_DISABLED": "true", "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI": None,
+    "AWS_CONTAINER_CREDENTIALS_FULL_URI": None, "AWS_WEB_IDENTITY_TOKEN_FILE": None,
+}  # fmt: skip
+KEYS = {"AWS_ACCESS_KEY_ID": "local", "AWS_SECRET_ACCESS_KEY": "local"}
+
+
+@pytest.mark.parametrize(
+    ("env", "line"),
+    [
+        (NO_AWS | KEYS, "error: no AWS region: pass --region or set AWS_REGION"),
+        (NO_AWS | {"AWS_REGION": "us-east-1"}, "error: no AWS credentials found"),
+    ],
+    ids=["no region", "no credentials"],
+)
+def test_an_endpoint_without_region_or_credentials_is_one_line(env: dict[str, str | None], line: str):
+    result = CliRunner().invoke(cli.app, ["perf", "my-endpoint", "--model-dir", str(ADDSUB), "--concurrency", "1",
+                                          "--warmup", "0", "--duration", "0.2"], env=env)  # fmt: skip
+    assert result.exit_code == 1, result.output
+    assert result.stdout == ""
+    (error,) = result.stderr.strip().splitlines()
+    assert error.startswith(line), error
+
+
+def test_aws_region_is_read_as_the_aws_sdks_read_it():
+    """AWS_REGION is enough (botocore alone reads only AWS_DEFAULT_REGION): the run starts, and an
+    endpoint URL where nothing listens ends in the one failure line, with no client hint."""
+    env = NO_AWS | KEYS | {"AWS_REGION": "us-east-1"}
+    result = CliRunner().invoke(cli.app, ["perf", "my-endpoint", "--endpoint-url", "http://127.0.0.1:1",
+                                          "--model-dir", str(ADDSUB), "--concurrency", "1", "--warmup", "0",
+                                          "--duration", "0.2"], env=env)  # fmt: skip
+    assert result.exit_code == 1, result.output
+    assert "invoke_endpoint my-endpoint" in result.stderr
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith('error: no request succeeded (errors by status: {"connection"'), last
+    assert "client may be the limit" not in result.stderr
+
+
+@pytest.mark.parametrize("columns", [80, 60])
+def test_the_table_is_whole_on_a_narrow_terminal(columns: int):
+    """Through the entry point at the terminal width a user has: every header whole, nothing cut off."""
+    env = {**os.environ, "COLUMNS": str(columns)}
+    done = subprocess.run(
+        [SMTRITON, "perf", "http://127.0.0.1:1", "--model-dir", str(ADDSUB), "--concurrency", "1,16",
+         "--warmup", "0", "--duration", "0.3"],
+        capture_output=True, text=True, timeout=120, env=env,
+    )  # fmt: skip
+    assert done.returncode == 1, done.stderr
+    table = done.stderr.split("smtriton perf: ", 1)[1].split("error: ", 1)[0]
+    assert "…" not in table
+    words = table.split()
+    for header in ("step", "req/s", "p50", "p90", "p99", "p99.9", "ms", "errors", "client", "CPU"):
+        assert header in words, (header, table)
+    assert any(word.startswith("c=16") for word in words)
+    assert "connection:" in words
 
 
 def test_the_live_line_shows_the_current_rate_and_restarts_with_each_step():

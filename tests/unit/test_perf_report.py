@@ -51,6 +51,31 @@ def test_the_table_names_saturated_clients_and_errors():
     assert "300/s" in text
 
 
+@pytest.mark.parametrize("width", [160, 80, 60, 40])
+def test_the_table_is_never_cut_off_however_narrow_the_terminal(width: int):
+    """Every header and every value whole at any width: a wide table, then two-line headers, then a line
+    per step; never a value folded or shortened with an ellipsis."""
+    results = [
+        summarize("concurrency", 1, 2.0, [0.0123] * 100, Counter({200: 100}), 0.5, 100),
+        summarize("concurrency", 16, 2.0, [0.11234] * 20000, Counter({200: 20000, 503: 1234, 0: 12}), 1.9, 21000),
+        summarize("rate", 400, 2.0, [1.11234] * 800, Counter({200: 800}), 0.5, 800),
+    ]
+    console = Console(record=True, width=width)
+    console.print(report.table(results, "smtriton perf: POST http://127.0.0.1:8080/invocations"))
+    text = console.export_text()
+    assert "…" not in text
+    assert max(len(line.rstrip()) for line in text.splitlines()) <= width
+    words = text.split()
+    for value in ("10,000", "12.30", "112.34", "1112.34", "503:", "1234", "connection:", "12", "95%", "saturated"):
+        assert any(value in word for word in words), (value, text)
+    names = ("req/s", "p50", "p90", "p99", "p99.9", "ms", "errors", "client", "CPU")
+    if "─" in text:  # a table: every header whole
+        names = ("step", *names)
+        assert width >= 80  # the widths this table fits at, with two-line headers from 80 columns down
+    for name in names:
+        assert any(name in word for word in words), (name, text)
+
+
 def png_pixels(data: bytes) -> np.ndarray:
     """Decode the PNG this module writes (8-bit RGB, filter 0 rows, one IDAT)."""
     assert data[:8] == b"\x89PNG\r\n\x1a\n"

@@ -59,6 +59,19 @@ def test_an_open_loop_that_fell_behind_says_so():
     assert on_time.notes == []
 
 
+def test_a_step_where_nothing_succeeded_blames_nothing_on_the_client():
+    """Refused at once, requests keep the client's core busy and its schedule late: neither is a hint
+    worth giving when no request succeeded (the errors by status are the story)."""
+    busy = CLIENT_SATURATED * 2.0
+    closed = summarize("concurrency", 16, 2.0, [], Counter({0: 5000}), busy, 5000)
+    opened = summarize("rate", 500, 2.0, [], Counter({503: 1000}), busy, 1000, [0.05] * 1000)
+    for r in (closed, opened):
+        assert r.client_cpu == pytest.approx(CLIENT_SATURATED)  # still measured and reported
+        assert not r.client_saturated
+        assert r.notes == []
+    assert opened.late == 1000
+
+
 def test_a_fixed_schedule_is_evenly_spaced_and_stops_at_the_duration():
     times = schedule(100, 2.0, "fixed")
     assert len(times) == 200

@@ -5,6 +5,8 @@ from __future__ import annotations
 import gzip
 import hashlib
 import os
+import subprocess
+import sys
 import tarfile
 from pathlib import Path
 
@@ -17,6 +19,7 @@ from smtriton.cli import app
 from smtriton.local.endpoint import safe_extract
 from smtriton.repo.package import DEFAULT_MTIME, PackageError, package_mme, package_sme, parse_renames, upload
 
+SMTRITON = str(Path(sys.executable).parent / "smtriton")
 CONFIG = 'name: "{name}"\nbackend: "python"\nmax_batch_size: 4\n' + (
     'input {{ name: "A" data_type: TYPE_FP32 dims: [2] }}\noutput {{ name: "B" data_type: TYPE_FP32 dims: [2] }}\n'
 )
@@ -211,3 +214,23 @@ def test_cli_package_sme_validates_first(repo, tmp_path):
     only_alpha = runner.invoke(app, ["package", "mme", str(repo), "-o", str(tmp_path / "mme"), "-m", "alpha"])
     assert only_alpha.exit_code == 0, only_alpha.output  # beta's problem does not block alpha
     assert sorted(p.name for p in (tmp_path / "mme").iterdir()) == ["alpha.tar.gz", "alpha.tar.gz.sha256"]
+
+
+@pytest.mark.parametrize("kind", ["sme", "mme"])
+@pytest.mark.parametrize("validate", ["--validate", "--no-validate"])
+def test_cli_package_of_a_folder_that_is_not_there_is_one_line(tmp_path, kind, validate):
+    """Through the entry point, as a user types it: one line naming the path, exit 2, nothing written."""
+    for missing, says in ((tmp_path / "nope", "does not exist"), (tmp_path / "file.txt", "is a file")):
+        if missing.name == "file.txt":
+            missing.write_text("not a repository")
+        done = subprocess.run(
+            [SMTRITON, "package", kind, str(missing), "-o", str(tmp_path / "out"), validate],
+            capture_output=True, text=True, timeout=60, cwd=tmp_path,
+        )  # fmt: skip
+        assert done.returncode == 2, done.stderr
+        assert "Traceback" not in done.stderr + done.stdout
+        (line,) = done.stderr.strip().splitlines()
+        assert line.startswith("error: "), line
+        assert str(missing) in line, line
+        assert says in line, line
+        assert not (tmp_path / "out").exists()

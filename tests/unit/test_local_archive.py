@@ -1,0 +1,137 @@
+"""Model archives the local endpoint cannot use: one line naming the archive and what is wrong with it,
+nothing half-extracted left behind, and (for --model-data) no traceback from the command."""
+
+from __future__ import annotations
+
+import gzip
+import io
+import os
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from smtriton.local.endpoint import ArchiveError, safe_extract
+
+SMTRITON = str(Path(sys.executable).parent / "smtriton")
+
+
+def _good_archive(path: Path) -> bytes:
+    """A model.tar.gz of one model with 300 kB of incompressible weights (so a cut lands inside them)."""
+    with tarfile.open(path, "w:gz") as tar:
+        for name, data in (("m/config.pbtxt", b'name: "m"\n'), ("m/1/weights.bin", os.urandom(300_000))):
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return path.read_bytes()
+
+
+def _plain_tar() -> bytes:
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w") as tar:
+        info = tarfile.TarInfo("m/config.pbtxt")
+        tar.addfile(info, io.BytesIO(b""))
+    return out.getvalue()
+
+
+def _traversal() -> bytes:
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w:gz") as tar:
+        info = tarfile.TarInfo("../escape.txt")
+        info.size = 2
+        tar.addfile(info, io.BytesIO(b"hi"))
+    return out.getvalue()
+
+
+def broken(kind: str, good: bytes) -> bytes:
+    """The bytes of a broken archive of the given kind, made from a good one."""
+    if kind == "truncated":
+        return good[: len(good) // 2]
+    if kind == "corrupt":  # the gzip trailer's CRC no longer matches: tarfile alone would not notice
+        return good[:-8] + bytes(4) + good[-4:]
+    if kind == "not gzip":
+        return b"this is a text file, not an archive\n"
+    if kind == "uncompressed tar":
+        return _plain_tar()
+    if kind == "not a tar":
+        return gzip.compress(os.urandom(5000))
+    if kind == "unsafe":
+        return _traversal()
+    if kind == "empty":
+        return b""
+    raise AssertionError(kind)
+
+
+# What the one line says about each kind.
+SAYS = {
+    "truncated": "is truncated",
+    "corrupt": "is corrupt",
+    "not gzip": "is not gzip-compressed",
+    "uncompressed tar": "is not gzip-compressed",
+    "not a tar": "is not a tar archive",
+    "unsafe": "unsafe member path: '../escape.txt'",
+    "empty": "is empty",
+}
+
+
+@pytest.mark.parametrize("kind", list(SAYS))
+def test_a_broken_archive_is_one_line_naming_it_and_leaves_nothing_behind(tmp_path: Path, kind: str):
+    good = _good_archive(tmp_path / "good.tar.gz")
+    archive = tmp_path / "model.tar.gz"
+    archive.write_bytes(broken(kind, good))
+    target = tmp_path / "models" / "0123" / "model"
+    target.parent.mkdir(parents=True)
+    with pytest.raises(ArchiveError) as refused:
+        safe_extract(archive, target, name="team/model.tar.gz")
+    message = str(refused.value)
+    assert "\n" not in message
+    assert message.startswith("team/model.tar.gz "), message
+    assert SAYS[kind] in message, message
+    assert list(target.parent.iterdir()) == []  # no partial folder, no half of the model
+    assert not (tmp_path / "escape.txt").exists()
+
+
+def test_a_good_archive_lands_whole_and_readable(tmp_path: Path):
+    _good_archive(tmp_path / "good.tar.gz")
+    target = tmp_path / "models" / "0123" / "model"
+    safe_extract(tmp_path / "good.tar.gz", target)
+    assert (target / "m" / "config.pbtxt").read_bytes() == b'name: "m"\n'
+    assert len((target / "m" / "1" / "weights.bin").read_bytes()) == 300_000
+    assert target.stat().st_mode & 0o755 == 0o755  # a container running as another user reads it too
+    assert [p.name for p in target.parent.iterdir()] == ["model"]
+
+
+@pytest.mark.parametrize("kind", ["truncated", "not gzip", "not a tar", "unsafe"])
+def test_local_endpoint_with_a_broken_model_data_archive_says_why_in_one_line(tmp_path: Path, kind: str):
+    """SME: the archive is refused before serve starts; one line, exit 2, the scratch folder gone."""
+    good = _good_archive(tmp_path / "good.tar.gz")
+    archive = tmp_path / "model.tar.gz"
+    archive.write_bytes(broken(kind, good))
+    work = tmp_path / "work"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SAGEMAKER_", "SMTRITON_"))}
+    cmd = [SMTRITON, "local-endpoint", "--model-data", str(archive), "--port", "1", "--work-dir", str(work)]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env)
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr + done.stdout
+    (line,) = done.stderr.strip().splitlines()
+    assert line.startswith(f"error: {archive} "), line
+    assert SAYS[kind] in line, line
+    assert list(work.iterdir()) == []
+
+
+def test_a_read_only_folder_in_the_archive_still_gets_its_files_and_stays_readable(tmp_path: Path):
+    """tarfile's data filter ignores folders' modes (and extractall would set them last anyway)."""
+    archive = tmp_path / "model.tar.gz"
+    with tarfile.open(archive, "w:gz") as tar:
+        folder = tarfile.TarInfo("m")
+        folder.type, folder.mode = tarfile.DIRTYPE, 0o555
+        tar.addfile(folder)
+        info = tarfile.TarInfo("m/config.pbtxt")
+        info.size = 3
+        tar.addfile(info, io.BytesIO(b"x=1"))
+    target = tmp_path / "out" / "model"
+    safe_extract(archive, target)
+    assert (target / "m" / "config.pbtxt").read_bytes() == b"x=1"
+    assert (target / "m").stat().st_mode & 0o755 == 0o755
