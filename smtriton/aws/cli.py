@@ -16,6 +16,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from smtriton.aws.docker_image import LABEL_BASE, TARGETS, BuildSpec, SubprocessRunner
+from smtriton.cli_options import DefaultModelOpt, EndpointUrlOpt, ProfileOpt, RegionOpt, TargetModelOpt
 from smtriton.errors import ToolError
 
 console = Console(stderr=True)
@@ -35,14 +36,6 @@ BuildArgOpt = Annotated[
     typer.Option(
         "--build-arg", metavar="KEY=VALUE", help="Passed to docker build (repeatable), e.g. TORCH_VERSION=2.13.0"
     ),
-]
-RegionOpt = Annotated[
-    Optional[str],  # noqa: UP045
-    typer.Option(help="AWS region [default: $AWS_REGION, else the boto3 session's]"),
-]
-ProfileOpt = Annotated[
-    Optional[str],  # noqa: UP045
-    typer.Option(help="AWS profile [default: the boto3 session's]"),
 ]
 
 
@@ -187,10 +180,7 @@ def deploy_command(
             "--env", metavar="KEY=VALUE", help="Container variable (repeatable), e.g. SAGEMAKER_TRITON_LOG_INFO=false"
         ),
     ] = None,
-    default_model: Annotated[
-        Optional[str],  # noqa: UP045
-        typer.Option(help="SME: SAGEMAKER_TRITON_DEFAULT_MODEL_NAME (when the repository has several models)"),
-    ] = None,
+    default_model: DefaultModelOpt = None,
     startup_timeout: Annotated[
         Optional[int],  # noqa: UP045
         typer.Option(help="ContainerStartupHealthCheckTimeoutInSeconds, 60-3600 (large models load slowly)"),
@@ -305,21 +295,12 @@ def invoke_command(
         typer.Option("--output", "-o", metavar="NAME", help="Output to return (repeatable) [default: all]"),
     ] = None,
     binary: Annotated[bool, typer.Option("--binary/--json", help="binary+json (default) or JSON tensors")] = True,
-    target_model: Annotated[
-        Optional[str],  # noqa: UP045
-        typer.Option(help="Multi-model endpoints: the archive to run, relative to the model data prefix"),
-    ] = None,
+    target_model: TargetModelOpt = None,
     save: Annotated[
         Optional[Path],  # noqa: UP045
         typer.Option(help="Write every output to DIR/<name>.npy"),
     ] = None,
-    endpoint_url: Annotated[
-        Optional[str],  # noqa: UP045
-        typer.Option(
-            help="SageMaker Runtime API to call instead of AWS's, as the AWS CLI's --endpoint-url "
-            "(e.g. smtriton local-endpoint's http://127.0.0.1:8090)"
-        ),
-    ] = None,
+    endpoint_url: EndpointUrlOpt = None,
     region: RegionOpt = None,
     profile: ProfileOpt = None,
 ) -> None:

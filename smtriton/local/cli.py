@@ -15,6 +15,7 @@ from typing import Annotated, Optional
 import typer
 import uvicorn
 
+from smtriton.cli_options import DefaultModelOpt
 from smtriton.local.endpoint import ArchiveSource, create_app, safe_extract
 from smtriton.local.serve_process import Mount, ServeContainer, ServeProcess
 
@@ -97,10 +98,7 @@ def local_endpoint(
     keep_work_dir: Annotated[
         bool, typer.Option("--keep-work-dir", help="Keep the scratch folder when the endpoint stops")
     ] = False,
-    default_model: Annotated[
-        Optional[str],  # noqa: UP045
-        typer.Option(help="SME: SAGEMAKER_TRITON_DEFAULT_MODEL_NAME when the repository has several models"),
-    ] = None,
+    default_model: DefaultModelOpt = None,
     image: Annotated[
         Optional[str],  # noqa: UP045
         typer.Option(help="Run this serving image (IMAGE serve, as SageMaker does) instead of serve from here"),

@@ -13,6 +13,16 @@ from rich.console import Console
 from rich.live import Live
 from rich.text import Text
 
+from smtriton.cli_options import (
+    BatchSizeOpt,
+    DurationOpt,
+    EndpointUrlOpt,
+    InputSeedOpt,
+    RegionOpt,
+    ShapeOpt,
+    TargetModelOpt,
+    WarmupOpt,
+)
 from smtriton.errors import ToolError, ToolUsageError
 from smtriton.perf import report
 from smtriton.perf.bodies import build_bodies, parse_shapes
@@ -80,13 +90,8 @@ def perf(
             metavar="NAME=FILE.npy|BODY", help="NAME=FILE.npy (repeatable), or one ready .json / binary+json .bin body"
         ),
     ] = None,
-    shape: Annotated[
-        Optional[list[str]],  # noqa: UP045
-        typer.Option(
-            metavar="NAME=D1,D2", help="An input's shape without the batch dim, for variable (-1) dims [default: 1]"
-        ),
-    ] = None,
-    batch_size: Annotated[int, typer.Option(min=1, help="Batch dim of generated inputs (batching models)")] = 1,
+    shape: ShapeOpt = None,
+    batch_size: BatchSizeOpt = 1,
     body_format: Annotated[str, typer.Option(help="binary (binary+json) or json request bodies")] = "binary",
     concurrency: Annotated[
         Optional[str],  # noqa: UP045
@@ -98,20 +103,11 @@ def perf(
     ] = None,
     arrival: Annotated[str, typer.Option(help="Open loop: fixed (even gaps) or poisson (random gaps)")] = "fixed",
     connections: Annotated[int, typer.Option(min=1, help="Open loop: most requests in flight at once")] = 64,
-    warmup: Annotated[float, typer.Option(min=0, help="Seconds of unmeasured load before each step")] = 2.0,
-    duration: Annotated[float, typer.Option(min=0.1, help="Measured seconds per step")] = 10.0,
-    target_model: Annotated[
-        Optional[str],  # noqa: UP045
-        typer.Option(help="Multi-model endpoint: the model archive (TargetModel) to invoke"),
-    ] = None,
-    endpoint_url: Annotated[
-        Optional[str],  # noqa: UP045
-        typer.Option(help="SageMaker Runtime URL for an endpoint name (e.g. smtriton local-endpoint's)"),
-    ] = None,
-    region: Annotated[
-        Optional[str],  # noqa: UP045
-        typer.Option(help="AWS region of the endpoint [default: $AWS_REGION, else boto3's own]"),
-    ] = None,
+    warmup: WarmupOpt = 2.0,
+    duration: DurationOpt = 10.0,
+    target_model: TargetModelOpt = None,
+    endpoint_url: EndpointUrlOpt = None,
+    region: RegionOpt = None,
     json_out: Annotated[Optional[Path], typer.Option("--json", help="Write the results as JSON")] = None,  # noqa: UP045
     csv_out: Annotated[Optional[Path], typer.Option("--csv", help="Write the results as CSV")] = None,  # noqa: UP045
     chart: Annotated[
@@ -119,7 +115,7 @@ def perf(
         typer.Option(help="Write PREFIX.png and PREFIX.html: throughput against latency, a point per step"),
     ] = None,
     chart_latency: Annotated[str, typer.Option(help="Latency the chart plots: p50, p90, p99 or p99.9")] = "p99",
-    seed: Annotated[int, typer.Option(help="Seed of the random inputs")] = 0,
+    seed: InputSeedOpt = 0,
 ) -> None:
     """Measure throughput and latency through SageMaker's contract, locally or against an endpoint.
 

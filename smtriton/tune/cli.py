@@ -11,6 +11,7 @@ import typer
 from rich.console import Console
 
 from smtriton import model_config
+from smtriton.cli_options import BatchSizeOpt, DurationOpt, InputSeedOpt, ShapeOpt, WarmupOpt
 from smtriton.errors import ToolError, ToolUsageError
 from smtriton.model_config import ModelConfig
 from smtriton.perf.bodies import Body, build_bodies, parse_shapes
@@ -46,14 +47,11 @@ def tune(
     ] = 0.05,
     max_instances: Annotated[int, typer.Option(min=1, help="Instance counts tried: 1 to this")] = 2,
     concurrency: Annotated[str, typer.Option(help="Closed-loop steps of each trial")] = "1,4,8,16",
-    warmup: Annotated[float, typer.Option(min=0, help="Unmeasured seconds before each step")] = 1.0,
-    duration: Annotated[float, typer.Option(min=0.1, help="Measured seconds per step")] = 3.0,
-    shape: Annotated[
-        Optional[list[str]],  # noqa: UP045
-        typer.Option(metavar="NAME=D1,D2", help="An input's shape without the batch dim, for variable dims"),
-    ] = None,
-    batch_size: Annotated[int, typer.Option(min=1, help="Batch dim of each request (batching models)")] = 1,
-    seed: Annotated[int, typer.Option(help="Seed of the random inputs")] = 0,
+    warmup: WarmupOpt = 1.0,
+    duration: DurationOpt = 3.0,
+    shape: ShapeOpt = None,
+    batch_size: BatchSizeOpt = 1,
+    seed: InputSeedOpt = 0,
     confirm_winner: Annotated[
         bool, typer.Option("--confirm/--no-confirm", help="Measure the baseline and the winner again")
     ] = True,
