@@ -64,7 +64,7 @@ class HeaderLimit:
 
 
 def create_control_app(plane: DataPlane) -> FastAPI:
-    """The control plane's routes; unknown paths answer 400 as native does."""
+    """The control plane's routes; an unknown path is 404 (native answers 400, docs/contract.md §2.1)."""
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -102,8 +102,8 @@ def create_control_app(plane: DataPlane) -> FastAPI:
     async def _http_error(request: Request, exc: StarletteHTTPException) -> Response:
         if exc.status_code == 405:
             return _error(405, "Method Not Allowed")
-        if exc.status_code == 404:  # native answers 400 for every unrouted path
-            return _error(400, f"no route for {request.method} {request.url.path}")
+        if exc.status_code == 404:  # native answers 400 for an unknown path; it is not found
+            return _error(404, f"no route for {request.method} {request.url.path}")
         return _error(exc.status_code, str(exc.detail))
 
     @app.get("/execution-parameters")

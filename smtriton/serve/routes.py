@@ -37,6 +37,7 @@ ATTRIBUTES_HEADER = edge.CUSTOM_ATTRIBUTES_HEADER.lower().encode()
 _TARGET = edge.TARGET_MODEL_HEADER.lower().encode()
 _INFERENCE_ID = edge.INFERENCE_ID_HEADER.lower().encode()
 _MODELS = "/models/"
+EMPTY_BODY = "the request body is empty: send the model's inputs as an inference request (JSON, or binary+json)"
 PING = "/ping"
 INVOCATIONS = "/invocations"
 
@@ -243,6 +244,8 @@ class DataRoutes:
             else:
                 answer = await self._mme(model, payload, request)
             status = answer[0]
+            if status == 400 and (not payload or payload.isspace()):  # Triton says nothing of an empty body
+                answer = 400, codec.JSON, error_body(EMPTY_BODY), None, None
         except ServeError as exc:
             status = exc.status
             answer = status, codec.JSON, error_body(exc.message), None, None

@@ -245,7 +245,7 @@ def test_unknown_names_and_wrong_methods(mme):
     assert _invoke(mme, "nope").status_code == 404
     assert requests.get(f"{mme.url}/models/nope", timeout=5).status_code == 404
     assert requests.delete(f"{mme.url}/models", timeout=5).status_code == 404
-    assert requests.get(f"{mme.url}/models/a/b", timeout=5).status_code == 400
+    assert requests.get(f"{mme.url}/models/a/b", timeout=5).status_code == 404  # no such route
     assert requests.put(f"{mme.url}/models", timeout=5).status_code == 400
     assert requests.post(f"{mme.url}/invocations", data=ADDSUB, timeout=5).status_code == 400
 

@@ -48,17 +48,17 @@ def test_wrong_method_is_405_with_json_error(addsub_server, method, path):
 
 
 @pytest.mark.parametrize("path", ["/ping/", "//ping", "/foo", "/v2/health/ready", "/invocations/"])
-def test_unrouted_paths_are_400_with_json_error(addsub_server, path):
+def test_unrouted_paths_are_404_with_json_error(addsub_server, path):
     method = "POST" if "invocations" in path else "GET"
     r = requests.request(method, f"{addsub_server.url}{path}", timeout=5)
-    assert r.status_code == 400
+    assert r.status_code == 404
     assert r.headers["content-type"] == "application/json"
     assert "error" in r.json()
 
 
 def test_triton_model_control_api_is_not_reachable_through_the_front(addsub_server):
     r = requests.post(f"{addsub_server.url}/v2/repository/models/addsub/unload", timeout=5)
-    assert r.status_code == 400
+    assert r.status_code == 404
     assert requests.get(f"{addsub_server.url}/ping", timeout=5).status_code == 200
 
 

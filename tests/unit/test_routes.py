@@ -10,6 +10,7 @@ import orjson
 import pytest
 
 from smtriton.serve.app import HeaderLimit
+from smtriton.serve.routes import EMPTY_BODY
 from smtriton.serve.settings import Settings
 from tests.unit.triton_stand_in import TritonStandIn, asgi_call, call
 
@@ -86,9 +87,10 @@ def test_invocations_on_a_multi_model_endpoint_and_invoke_on_a_single_model_one_
     assert (answer.status, json.loads(answer.body)) == (404, {"error": "model 'm' is not loaded"})
 
 
-def test_unrouted_paths_are_400_as_native_answers_them():
-    answer = call("GET", "/nowhere")
-    assert (answer.status, json.loads(answer.body)) == (400, {"error": "no route for GET /nowhere"})
+@pytest.mark.parametrize("path", ["/nowhere", "/v2/models/x", "/ping/", "/models/a/b"])
+def test_unknown_paths_are_404_naming_the_route_asked_for(path):
+    answer = call("GET", path)
+    assert (answer.status, json.loads(answer.body)) == (404, {"error": f"no route for GET {path}"})
 
 
 def test_a_batch_payload_of_0_is_answered_as_0_and_the_body_limit_stays():
@@ -98,3 +100,11 @@ def test_a_batch_payload_of_0_is_answered_as_0_and_the_body_limit_stays():
     assert settings.max_payload_bytes == 100 * 1024 * 1024
     declared = call("POST", "/invocations", b"", [(b"content-length", b"%d" % (101 * 1024 * 1024))], settings=settings)
     assert declared.status == 413
+
+
+@pytest.mark.parametrize("body", [b"", b" \n"])
+def test_an_empty_body_triton_refuses_is_told_so(body):
+    triton = TritonStandIn()  # as Triton refuses an empty (raw mode) body for a model of two inputs
+    triton.answer = (400, b'{"error":"Raw request must only have 1 input (found 1) to be deduced but got 2 inputs"}')
+    answer = call("POST", "/invocations", body, [(b"content-type", b"application/json")], triton=triton)
+    assert (answer.status, json.loads(answer.body)) == (400, {"error": EMPTY_BODY})

@@ -119,8 +119,8 @@ def _die_with_parent() -> None:  # pragma: no cover - runs in the child between 
     libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
-# What Triton reports on every host without a GPU: expected there, so logged as information, not as
-# the warning and error Triton calls them.
+# What Triton reports on every host without a GPU, as a warning and an error: expected there, so logged
+# at debug level, after one line at info level that says so.
 _NO_GPU_NOTICES = (
     "CudaDriverHelper has not been initialized",
     "Unable to allocate pinned system memory, pinned memory pool will not be available",
@@ -133,13 +133,20 @@ def _log_level(line: str) -> int:
         return logging.INFO
     level = _LEVELS.get(line[:1], logging.INFO)
     if level > logging.INFO and any(notice in line for notice in _NO_GPU_NOTICES):
-        return logging.INFO
+        return logging.DEBUG
     return level
+
+
+_explained: list[bool] = []
 
 
 def _log_line(raw: bytes) -> str:
     line = raw.decode("utf-8", errors="replace").rstrip()
-    triton_log.log(_log_level(line), "%s", line)
+    level = _log_level(line)
+    if level == logging.DEBUG and not _explained:
+        _explained.append(True)
+        log.info("Triton finds no usable GPU here: its notices about CUDA are expected, and logged at debug level")
+    triton_log.log(level, "%s", line)
     return line
 
 
