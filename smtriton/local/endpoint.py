@@ -19,7 +19,7 @@ import tarfile
 import tempfile
 import zlib
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -29,11 +29,12 @@ from fastapi import FastAPI, Request, Response
 
 from smtriton.errors import ToolUsageError
 from smtriton.local.serve_process import ServeProcess
+from smtriton.serve.sessions import CLOSED_SESSION_HEADER, NEW_SESSION_HEADER, SESSION_HEADER
 
 log = logging.getLogger("smtriton.local_endpoint")
 
 TARGET = "X-Amzn-SageMaker-Target-Model"
-PASSED_HEADERS = ("Accept", "X-Amzn-SageMaker-Custom-Attributes", "X-Amzn-SageMaker-Inference-Id")
+PASSED_HEADERS = ("Accept", "X-Amzn-SageMaker-Custom-Attributes", "X-Amzn-SageMaker-Inference-Id", SESSION_HEADER)
 
 
 class ArchiveError(ToolUsageError, ValueError):
@@ -196,6 +197,20 @@ def _model_error(status: int, message: bytes, endpoint: str) -> Response:
     return Response(orjson.dumps(body), status_code=424, headers={"x-amzn-ErrorType": "ModelError:"})
 
 
+def _answer_headers(container: Mapping[str, str]) -> dict[str, str]:
+    """The headers SageMaker gives the caller of a successful invoke, from the container's answer."""
+    out = {"Content-Type": container.get("Content-Type", "application/json")}
+    out["x-Amzn-Invoked-Production-Variant"] = "AllTraffic"
+    if (attributes := container.get("X-Amzn-SageMaker-Custom-Attributes")) is not None:
+        out["X-Amzn-SageMaker-Custom-Attributes"] = attributes
+    # The session a container opened (its session header, with the expiry) reaches the caller as NewSessionId.
+    if (opened := container.get(NEW_SESSION_HEADER) or container.get(SESSION_HEADER)) is not None:
+        out[NEW_SESSION_HEADER] = opened
+    if (closed := container.get(CLOSED_SESSION_HEADER)) is not None:
+        out[CLOSED_SESSION_HEADER] = closed
+    return out
+
+
 def _service_error(status: int, code: str, message: str) -> Response:
     return Response(orjson.dumps({"message": message}), status_code=status, headers={"x-amzn-ErrorType": f"{code}:"})
 
@@ -346,11 +361,7 @@ def create_app(
             payload = await resp.read()
             if resp.status != 200:
                 return _model_error(resp.status, payload, endpoint_name)
-            out = {"Content-Type": resp.headers.get("Content-Type", "application/json")}
-            out["x-Amzn-Invoked-Production-Variant"] = "AllTraffic"
-            if "X-Amzn-SageMaker-Custom-Attributes" in resp.headers:
-                out["X-Amzn-SageMaker-Custom-Attributes"] = resp.headers["X-Amzn-SageMaker-Custom-Attributes"]
-            return Response(payload, status_code=200, headers=out)
+            return Response(payload, status_code=200, headers=_answer_headers(resp.headers))
 
     @app.get("/ping")
     async def ping(request: Request) -> Response:

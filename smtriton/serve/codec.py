@@ -100,8 +100,11 @@ def json_part(body: bytes, header_length: int | None) -> bytes:
     return body if header_length is None else body[:header_length]
 
 
-def add_request_parameter(body: bytes, header_length: int | None, key: str, value: str) -> tuple[bytes, int | None]:
-    """Set ``parameters[key]`` in a request's JSON part (recomputing its length); raw mode is left alone."""
+def add_request_parameters(
+    body: bytes, header_length: int | None, values: dict[str, str | int | bool]
+) -> tuple[bytes, int | None]:
+    """Set ``parameters[key]`` for each of ``values`` in a request's JSON part (recomputing its length);
+    raw mode is left alone."""
     if header_length == 0:
         return body, header_length
     try:
@@ -111,7 +114,7 @@ def add_request_parameter(body: bytes, header_length: int | None, key: str, valu
     if not isinstance(request, dict):
         return body, header_length
     parameters = request.get("parameters")
-    request["parameters"] = {**(parameters if isinstance(parameters, dict) else {}), key: value}
+    request["parameters"] = {**(parameters if isinstance(parameters, dict) else {}), **values}
     header = orjson.dumps(request)
     if header_length is None:
         return header, None

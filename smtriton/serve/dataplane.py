@@ -18,9 +18,12 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from smtriton.serve import codec, guard, images, transcode
+import orjson
+
+from smtriton.serve import codec, guard, images, sessions, transcode
 from smtriton.serve.channel import STARTING, Channel, EndpointState, Message
 from smtriton.serve.errors import BadRequest, ModelNotFound, NotReady, ServeError, UnsupportedMediaType
 from smtriton.serve.metrics import Metrics
@@ -36,6 +39,41 @@ log = logging.getLogger("serve")
 # docs/contract.md §7: the custom attributes header travels to the model as this request parameter,
 # and a response parameter of the same name set by the model comes back as the header.
 CUSTOM_ATTRIBUTES = "sagemaker_custom_attributes"
+
+
+_SESSION = sessions.SESSION_HEADER.lower().encode()
+_NEW_SESSION = sessions.NEW_SESSION_HEADER.lower().encode()
+_CLOSED_SESSION = sessions.CLOSED_SESSION_HEADER.lower().encode()
+
+
+@dataclass(frozen=True)
+class SessionStep:
+    """A request's part in its session. ``parameters``: the sequence to set in its inference (None: it
+    only opened or closed the session, and ``body`` is the answer); ``headers``: what the answer adds
+    (for an inference, once it succeeded); ``opened``, ``closes``: the inference opens, or closes, it."""
+
+    session: str
+    parameters: dict[str, str | int | bool] | None
+    headers: list[tuple[bytes, bytes]]
+    body: bytes = b""
+    opened: bool = False
+    closes: bool = False
+
+
+def _request_parameters(
+    body: bytes, header_length: int | None, custom_attributes: str | None, session: dict[str, str | int | bool] | None
+) -> dict[str, str | int | bool]:
+    """The parameters the front sets in an inference request: the custom attributes, a session's
+    sequence. A request outside a session may set its own sequence, but not one of the sessions'."""
+    extra = dict(session or {})
+    if custom_attributes is not None:
+        extra[CUSTOM_ATTRIBUTES] = custom_attributes
+    if session is None and sessions.names_a_session_sequence(body, header_length):
+        raise BadRequest(
+            f"sequence ids from {sessions.SESSION_SEQUENCES} on belong to stateful sessions: "
+            f"send {sessions.SESSION_HEADER} instead"
+        )
+    return extra
 
 
 class Invocable:
@@ -168,10 +206,16 @@ class DataPlane:
         return client
 
     async def infer(
-        self, triton_name: str, body: bytes, content_type: str | None, custom_attributes: str | None = None
+        self,
+        triton_name: str,
+        body: bytes,
+        content_type: str | None,
+        custom_attributes: str | None = None,
+        parameters: dict[str, str | int | bool] | None = None,
     ) -> UpstreamResponse:
         """One SageMaker-encoded inference request to a Triton model (an encoded image too, for a model
-        that takes one: :mod:`smtriton.serve.images`)."""
+        that takes one: :mod:`smtriton.serve.images`); ``parameters`` are set in the request (a session's
+        sequence)."""
         client = self._ready_client()
         header_length: int | None
         if images.is_image(content_type):
@@ -185,8 +229,9 @@ class DataPlane:
                 self.metrics.transcoded.inc()
         elif header_length != 0:
             guard.check_json_depth(body, header_length)
-        if custom_attributes is not None:
-            body, header_length = codec.add_request_parameter(body, header_length, CUSTOM_ATTRIBUTES, custom_attributes)
+        extra = _request_parameters(body, header_length, custom_attributes, parameters)
+        if extra:
+            body, header_length = codec.add_request_parameters(body, header_length, extra)
         return await client.infer(triton_name, body, header_length)
 
     async def _image_input(self, client: TritonClient, triton_name: str) -> images.ImageInput:
@@ -223,7 +268,12 @@ class DataPlane:
             yield None, upstream.content.iter_any()
 
     def stream(
-        self, triton_name: str, body: bytes, content_type: str | None, custom_attributes: str | None = None
+        self,
+        triton_name: str,
+        body: bytes,
+        content_type: str | None,
+        custom_attributes: str | None = None,
+        parameters: dict[str, str | int | bool] | None = None,
     ) -> AsyncGenerator[dict[str, Any], None]:
         """A decoupled model's responses, one KServe JSON response each, as Triton streams them."""
         from smtriton.serve import streaming  # gRPC and numpy only for endpoints that stream
@@ -231,7 +281,7 @@ class DataPlane:
         if images.is_image(content_type):
             raise UnsupportedMediaType("a model that streams its answer takes JSON or binary+json, not an image body")
         header_length = codec.request_header_length(content_type, len(body))
-        extra = {CUSTOM_ATTRIBUTES: custom_attributes} if custom_attributes is not None else None
+        extra = _request_parameters(body, header_length, custom_attributes, parameters)
         request = streaming.build_request(triton_name, body, header_length, extra)
         self._ready_client()
         if self._stream_client is None:  # made on first use: most endpoints never stream
@@ -271,12 +321,78 @@ class DataPlane:
         if model.inflight == 0:
             model.idle.set()
 
-    async def _ask(self, op: str, **fields: Any) -> Any:
-        if not self.multi_model:
+    async def _ask(self, op: str, *, mme: bool = True, **fields: Any) -> Any:
+        if mme and not self.multi_model:
             raise BadRequest("the multi-model API needs SAGEMAKER_MULTI_MODEL=true")
         if self.owner is None:
             raise NotReady("the endpoint's owner is not reachable")
         return await self.owner.call(op, **fields)
+
+    # ----- stateful sessions: the owner keeps them, this plane asks and sets the sequence ----------
+    async def session_step(
+        self, triton_name: str, header: str, body: bytes, content_type: str | None, streamed: bool
+    ) -> SessionStep:
+        """What a request in a session (``header``: X-Amzn-SageMaker-Session-Id) asks: open or close
+        the session (no inference), or an inference in its sequence (the parameters to set)."""
+        header_length = None if images.is_image(content_type) else codec.request_header_length(content_type, len(body))
+        request = sessions.read_request(header, body, header_length)
+        if request.control is None and header_length == 0:
+            raise BadRequest("a request in a session is JSON or binary+json: its sequence goes in the parameters")
+        if request.session is None:
+            if request.control is None and streamed:
+                raise BadRequest("a streamed answer cannot open a session: open it first (NEW_SESSION, or "
+                                 '{"requestType": "NEW_SESSION"}), then stream in it')  # fmt: skip
+            opened = await self._ask("session_open", mme=False, model=triton_name)
+            value = f"{opened['id']}; Expires={opened['expires']}".encode()
+            headers = [(_SESSION, value), (_NEW_SESSION, value)]
+            if request.control == "open":
+                answer = orjson.dumps({"session_id": opened["id"], "expires": opened["expires"]})
+                return SessionStep(opened["id"], None, headers, answer)
+            start = {"sequence_id": opened["sequence_id"], "sequence_start": True}
+            return SessionStep(opened["id"], start, headers, opened=True)
+        session = request.session
+        closed = [(_CLOSED_SESSION, session.encode())]
+        if request.control == "close":
+            await self._ask("session_close", mme=False, model=triton_name, session=session)
+            return SessionStep(session, None, closed, orjson.dumps({"closed_session_id": session}))
+        used = await self._ask("session_use", mme=False, model=triton_name, session=session)
+        parameters: dict[str, str | int | bool] = {"sequence_id": used["sequence_id"]}
+        if used["start"]:
+            parameters["sequence_start"] = True
+        if request.close:
+            parameters["sequence_end"] = True
+        return SessionStep(session, parameters, closed if request.close else [], closes=request.close)
+
+    async def session_done(self, step: SessionStep, answered: bool) -> None:
+        """After the session's inference, tell the owner how it went: a session whose first inference
+        failed never began, one whose closing inference was answered is closed, and otherwise the
+        sequence has started (when answered) and was used now."""
+        if (step.opened and not answered) or (step.closes and answered):
+            await self._ask("session_close", mme=False, model="", session=step.session, any_model=True)
+        elif answered and step.parameters is not None and step.parameters.get("sequence_start"):
+            # The sequence started: the owner must know before the caller can send the next request,
+            # which another worker may take, or that one would start the sequence again.
+            await self._ask("session_answered", mme=False, session=step.session)
+        elif answered and self.owner is not None:
+            self.owner.notify("session_answered", session=step.session)
+
+    async def stream_in_session(
+        self, step: SessionStep, responses: AsyncGenerator[dict[str, Any], None]
+    ) -> AsyncGenerator[dict[str, Any], None]:
+        """A streamed answer in a session: the owner hears how it went once Triton's first response
+        came; a closing stream closes the session however it ends (its answer already said so)."""
+        answered = False
+        try:
+            async for response in responses:
+                if not answered and "error" not in response:
+                    answered = True
+                    if not step.closes:
+                        await self.session_done(step, True)
+                yield response
+        finally:
+            await responses.aclose()
+            if step.closes:
+                await self.session_done(step, True)
 
     async def invoke_oom(self, message: str) -> bool:
         """Whether a failed invoke was out of memory (the owner decides, once for all workers)."""

@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable
 from typing import Any
 
+from smtriton.serve import sessions
 from smtriton.serve.channel import EndpointState, Message
 from smtriton.serve.errors import BadRequest, ModelLoadFailed, ModelNotFound, ServeError
 from smtriton.serve.metrics import Metrics
@@ -57,6 +59,8 @@ class Endpoint:
         self.draining = False
         self._published: EndpointState | None = None
         self._on_fatal = on_fatal
+        self.sessions = sessions.SessionTable(settings.session_ttl_s)
+        self._sequence_idle_s: dict[str, float] = {}  # a sequence model's idle timeout, once read
         if registry is not None:
             registry.listener = self
 
@@ -120,6 +124,7 @@ class Endpoint:
         """Triton (re)started: load the SME model, or restore the MME models, before /ping turns 200."""
         self.model_ready = self.model_failed = False
         self.publish()
+        self._forget_sequences()
         if self.default_model is None:
             if self.registry is not None:
                 await self.registry.restore()
@@ -169,7 +174,9 @@ class Endpoint:
 
     # ----- what workers ask -------------------------------------------------------------------------
     async def handle(self, op: str, message: Message) -> Any:
-        """A worker's call (the multi-model API, decided here once)."""
+        """A worker's call (the multi-model API and the stateful sessions, decided here once)."""
+        if op.startswith("session_"):
+            return await self._session(op, message)
         registry = self.registry
         if registry is None:
             if op == "describe" or op == "unload":
@@ -189,11 +196,62 @@ class Endpoint:
             return registry.invoke_oom(str(message["message"]))
         raise BadRequest(f"unknown operation {op!r}")
 
+    async def _session(self, op: str, message: Message) -> Any:
+        table, now = self.sessions, time.time()
+        if op == "session_open":
+            model = str(message["model"])
+            session = table.open(model, await self._idle_s(model), now)
+            expires = sessions.expires_text(session.expires_at)
+            return {"id": session.id, "sequence_id": session.sequence_id, "expires": expires}
+        if op == "session_use":
+            session = table.get(str(message["session"]), str(message["model"]), now)
+            session.last_used = now
+            return {"sequence_id": session.sequence_id, "start": not session.started}
+        if op == "session_close":
+            if not message.get("any_model"):  # the caller's close: 400 unless open for this model
+                table.get(str(message["session"]), str(message["model"]), now)
+            table.forget(str(message["session"]))
+            return None
+        if op == "session_answered":  # the model answered a request of the session (a call for its first)
+            answered = table.sessions.get(str(message["session"]))
+            if answered is not None:
+                answered.started, answered.last_used = True, now
+            return None
+        raise BadRequest(f"unknown operation {op!r}")
+
+    async def _idle_s(self, model: str) -> float:
+        """How long Triton keeps an idle sequence of ``model`` (400 for a model that keeps none)."""
+        idle = self._sequence_idle_s.get(model)
+        if idle is None:
+            config = await self.supervisor.running_client().model_config(model)
+            batching = config.get("sequence_batching")
+            if not isinstance(batching, dict):
+                raise BadRequest(
+                    f"model '{model}' keeps no state between requests (its config has no sequence_batching): "
+                    "a stateful session needs a sequence model"
+                )
+            microseconds = int(str(batching.get("max_sequence_idle_microseconds") or 0))
+            idle = microseconds / 1e6 if microseconds > 0 else sessions.TRITON_IDLE_S
+            self._sequence_idle_s[model] = idle
+        return idle
+
+    def _forget_sequences(self, model: str | None = None) -> None:
+        """Triton restarted (every sequence's state is gone), or ``model`` was unloaded."""
+        if model is None:
+            self.sessions.clear()
+            self._sequence_idle_s.clear()
+        else:
+            self.sessions.drop_model(model)
+            self._sequence_idle_s.pop(model, None)
+
     # ----- the registry's listener: every worker sees a change before it is answered -----------------
     async def added(self, record: ModelRecord) -> None:
         await self.workers.call_all("model_added", ANNOUNCE_TIMEOUT_S, record=record.to_wire())
 
     async def draining_model(self, name: str, timeout: float) -> None:
+        record = self.registry.records.get(name) if self.registry is not None else None
+        if record is not None:  # unloading a model ends its sessions
+            self._forget_sequences(record.triton_name)
         await self.workers.call_all("model_draining", timeout + ANNOUNCE_TIMEOUT_S, name=name, seconds=timeout)
 
     async def removed(self, name: str) -> None:

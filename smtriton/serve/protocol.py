@@ -46,16 +46,7 @@ from smtriton.serve.errors import (
     UriTooLong,
     error_body,
 )
-from smtriton.serve.routes import (
-    ATTRIBUTES_HEADER,
-    PING_TYPE,
-    ROUTE_SCOPE_KEY,
-    DataRoutes,
-    Invocation,
-    Route,
-    attributes_value,
-    route_of,
-)
+from smtriton.serve.routes import PING_TYPE, ROUTE_SCOPE_KEY, DataRoutes, Headers, Invocation, Route, route_of
 
 log = logging.getLogger("serve")
 
@@ -285,28 +276,28 @@ class FastCycle(RequestResponseCycle):
         try:
             routes, (kind, name) = self.routes, self.route
             if kind == "ping":
-                await self.answer(routes.ping_status(), PING_TYPE, b"", None)
+                await self.answer(routes.ping_status(), PING_TYPE, b"", [])
                 return
             request = Invocation(self.scope["headers"])
-            status, content_type, body, attributes, stream = await routes.reply(
+            status, content_type, body, headers, stream = await routes.reply(
                 self.scope["path"], request, self.read_body, name
             )
             if stream is not None:
                 await stream.send(self.scope, self.receive, self.send)  # type: ignore[arg-type]
             else:
-                await self.answer(status, content_type.encode(), body, attributes)
+                await self.answer(status, content_type.encode(), body, headers)
         except BaseException as exc:
             self.logger.error("Exception in the data route", exc_info=exc)
             if not self.response_started:
                 self.keep_alive = False
-                await self.answer(500, JSON.encode(), error_body(INTERNAL_ERROR), None)
+                await self.answer(500, JSON.encode(), error_body(INTERNAL_ERROR), [])
             else:
                 self.transport.close()
         finally:
             self.on_response = lambda: None
 
-    async def answer(self, status: int, content_type: bytes, body: bytes, attributes: str | None) -> None:
-        """The whole answer, head and body, in one write (two for a large body)."""
+    async def answer(self, status: int, content_type: bytes, body: bytes, headers: Headers) -> None:
+        """The whole answer, head and body, with the route's ``headers``, in one write (two for a large body)."""
         if self.flow.write_paused and not self.disconnected:
             await self.flow.drain()
         if self.disconnected:
@@ -317,8 +308,8 @@ class FastCycle(RequestResponseCycle):
         for name, value in self.default_headers:
             head += name, b": ", value, b"\r\n"
         head += b"content-type: ", content_type, b"\r\ncontent-length: %d\r\n" % len(body)
-        if attributes is not None:
-            head += ATTRIBUTES_HEADER, b": ", attributes_value(attributes), b"\r\n"
+        for name, value in headers:
+            head += name, b": ", value, b"\r\n"
         if not self.keep_alive:
             head.append(b"connection: close\r\n")
         head.append(b"\r\n")

@@ -17,7 +17,7 @@ from typing import Any
 from starlette.responses import StreamingResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from smtriton.serve import codec, edge
+from smtriton.serve import codec, edge, sessions
 from smtriton.serve.dataplane import DataPlane
 from smtriton.serve.errors import (
     INTERNAL_ERROR,
@@ -27,6 +27,7 @@ from smtriton.serve.errors import (
     ServeError,
     error_body,
 )
+from smtriton.serve.triton.client import UpstreamResponse
 
 log = logging.getLogger("serve.access")
 
@@ -36,6 +37,7 @@ _BODY_END: Message = {"type": "http.response.body", "body": b""}
 ATTRIBUTES_HEADER = edge.CUSTOM_ATTRIBUTES_HEADER.lower().encode()
 _TARGET = edge.TARGET_MODEL_HEADER.lower().encode()
 _INFERENCE_ID = edge.INFERENCE_ID_HEADER.lower().encode()
+_SESSION = sessions.SESSION_HEADER.lower().encode()
 _MODELS = "/models/"
 EMPTY_BODY = "the request body is empty: send the model's inputs as an inference request (JSON, or binary+json)"
 PING = "/ping"
@@ -47,8 +49,15 @@ class Streamed:
     when nothing ever iterates the chunks (the client left before the first one), so that the Triton
     stream is closed and an unload waiting for the invoke is not kept waiting."""
 
-    def __init__(self, chunks: AsyncIterator[bytes], media_type: str, cleanup: Callable[[], Awaitable[None]]) -> None:
+    def __init__(
+        self,
+        chunks: AsyncIterator[bytes],
+        media_type: str,
+        cleanup: Callable[[], Awaitable[None]],
+        headers: Headers | None = None,
+    ) -> None:
         self.media_type = media_type
+        self.headers = headers or []
         self._chunks = chunks
         self._cleanup = cleanup
         self._closed = False
@@ -60,14 +69,19 @@ class Streamed:
 
     async def send(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Stream the answer through ASGI's ``send`` (chunked); clean up whatever happens."""
+        headers = {name.decode("latin-1"): value.decode("latin-1") for name, value in self.headers}
         try:
-            await StreamingResponse(self._chunks, media_type=self.media_type)(scope, receive, send)
+            await StreamingResponse(self._chunks, media_type=self.media_type, headers=headers)(scope, receive, send)
         finally:
             await self.close()
 
 
-# An inference answer: status, content type, body, custom attributes for the header, or a stream instead.
-Reply = tuple[int, str, bytes, str | None, Streamed | None]
+# Response headers an answer adds: the custom attributes a model set, a session's.
+Headers = list[tuple[bytes, bytes]]
+# An inference answer: status, content type, body, headers, or a stream instead.
+Reply = tuple[int, str, bytes, Headers, Streamed | None]
+# Triton's answer as the route gives it to the caller: (status, content type, body).
+AnswerOf = Callable[[UpstreamResponse], Awaitable[edge.Answer]]
 _INVOKE = "/invoke"
 
 
@@ -112,7 +126,7 @@ class Invocation:
 
     def __init__(self, headers: Iterable[tuple[bytes, bytes]]) -> None:
         self.content_type = self.content_length = self.encoding = self.attributes = None
-        self.inference_id = self.accept = None
+        self.inference_id = self.accept = self.session = None
         target: str | None = None
         for name, value in headers:
             if name == b"content-type":
@@ -129,6 +143,8 @@ class Invocation:
                 self.accept = value.decode("latin-1")
             elif name == _TARGET:
                 target = value.decode("latin-1")
+            elif name == _SESSION:
+                self.session = value.decode("latin-1")
         self.target_model = target
 
     content_type: str | None
@@ -137,6 +153,7 @@ class Invocation:
     attributes: str | None
     inference_id: str | None
     accept: str | None
+    session: str | None
     target_model: str | None
 
 
@@ -212,11 +229,11 @@ class DataRoutes:
         def body() -> Awaitable[bytes]:
             return read_limited(receive, None, self.limit)
 
-        status, response_type, payload, attribute, stream = await self.reply(scope["path"], request, body, mme_name)
+        status, response_type, payload, headers, stream = await self.reply(scope["path"], request, body, mme_name)
         if stream is not None:
             await stream.send(scope, receive, send)
         else:
-            await _answer(send, status, payload, response_type, attribute)
+            await _answer(send, status, payload, response_type, headers)
 
     async def reply(
         self, path: str, request: Invocation, body: Callable[[], Awaitable[bytes]], mme_name: str | None
@@ -245,13 +262,13 @@ class DataRoutes:
                 answer = await self._mme(model, payload, request)
             status = answer[0]
             if status == 400 and (not payload or payload.isspace()):  # Triton says nothing of an empty body
-                answer = 400, codec.JSON, error_body(EMPTY_BODY), None, None
+                answer = 400, codec.JSON, error_body(EMPTY_BODY), [], None
         except ServeError as exc:
             status = exc.status
-            answer = status, codec.JSON, error_body(exc.message), None, None
+            answer = status, codec.JSON, error_body(exc.message), [], None
         except Exception:  # a bug, not the client's fault: logged with its traceback, answered in JSON
             log.exception("POST %s failed inside serve", path)
-            answer = 500, codec.JSON, error_body(INTERNAL_ERROR), None, None
+            answer = 500, codec.JSON, error_body(INTERNAL_ERROR), [], None
         finally:
             metrics.end(route, model, status, started)
         if status != 200:
@@ -261,15 +278,53 @@ class DataRoutes:
     async def _sme(self, model: str, body: bytes, request: Invocation) -> Reply:
         plane = self.plane
         if self.inference_type == "infer":
-            if plane.decoupled:
-                responses = plane.stream(model, body, request.content_type, request.attributes)
-                return 200, "", b"", None, _streamed(responses, edge.stream_media_type(request.accept))
-            upstream = await plane.infer(model, body, request.content_type, request.attributes)
-        elif self.inference_type == "generate":
-            upstream = await plane.generate(model, body)
-        else:
-            return await self._generate_stream(model, body)
-        return (*edge.to_sagemaker(upstream), edge.custom_attributes(upstream), None)
+
+            async def answer(upstream: UpstreamResponse) -> edge.Answer:
+                return edge.to_sagemaker(upstream)
+
+            return await self._infer(model, body, request, plane.decoupled, answer)
+        if request.session is not None:
+            raise BadRequest("stateful sessions need SAGEMAKER_TRITON_INFERENCE_TYPE=infer")
+        if self.inference_type == "generate":
+            return (*edge.to_sagemaker(await plane.generate(model, body)), [], None)
+        return await self._generate_stream(model, body)
+
+    async def _infer(
+        self,
+        triton_name: str,
+        body: bytes,
+        request: Invocation,
+        decoupled: bool,
+        answer: AnswerOf,
+        on_done: Callable[[], None] | None = None,
+    ) -> Reply:
+        """An inference (streamed for a decoupled model), in its session if the request names one."""
+        plane = self.plane
+        step = None
+        if request.session is not None:
+            step = await plane.session_step(triton_name, request.session, body, request.content_type, decoupled)
+            if step.parameters is None:  # opened or closed the session: nothing to infer
+                return 200, codec.JSON, step.body, step.headers, None
+        parameters = step.parameters if step is not None else None
+        if decoupled:
+            responses = plane.stream(triton_name, body, request.content_type, request.attributes, parameters)
+            headers = []
+            if step is not None:
+                responses, headers = plane.stream_in_session(step, responses), step.headers
+            return 200, "", b"", [], _streamed(responses, edge.stream_media_type(request.accept), on_done, headers)
+        try:
+            upstream = await plane.infer(triton_name, body, request.content_type, request.attributes, parameters)
+        except BaseException:
+            if step is not None:
+                await plane.session_done(step, False)
+            raise
+        status, content_type, payload = await answer(upstream)
+        headers = _attributes(upstream)
+        if step is not None:
+            await plane.session_done(step, status == 200)
+            if status == 200:
+                headers += step.headers
+        return status, content_type, payload, headers, None
 
     async def _generate_stream(self, model: str, body: bytes) -> Reply:
         """Triton's server-sent events, passed on as they arrive (chunked); a client that goes away
@@ -283,42 +338,56 @@ class DataRoutes:
         if events is None:
             await close_upstream()
             assert failure is not None
-            return (*edge.to_sagemaker(failure), None, None)
-        return 200, "", b"", None, Streamed(events, edge.SSE, close_upstream)
+            return (*edge.to_sagemaker(failure), [], None)
+        return 200, "", b"", [], Streamed(events, edge.SSE, close_upstream)
 
     async def _mme(self, name: str, body: bytes, request: Invocation) -> Reply:
         plane = self.plane
         model = plane.begin_invoke(name, request.target_model)
         record = model.record
-        if record.decoupled:
-            try:
-                responses = plane.stream(record.triton_name, body, request.content_type, request.attributes)
-            except BaseException:
+        ended = False
+
+        def end() -> None:  # the invoke is no longer in flight: once, streamed or not
+            nonlocal ended
+            if not ended:
+                ended = True
                 plane.end_invoke(model)
-                raise
-            media_type = edge.stream_media_type(request.accept)
-            return 200, "", b"", None, _streamed(responses, media_type, lambda: plane.end_invoke(model))
+
+        async def answer(upstream: UpstreamResponse) -> edge.Answer:
+            end()
+            oom = edge.may_be_out_of_memory(upstream) and await plane.invoke_oom(edge.failure_message(upstream))
+            return edge.to_mme_response(record, upstream, oom)
+
         try:
-            upstream = await plane.infer(record.triton_name, body, request.content_type, request.attributes)
-        finally:
-            plane.end_invoke(model)
-        oom = edge.may_be_out_of_memory(upstream) and await plane.invoke_oom(edge.failure_message(upstream))
-        return (*edge.to_mme_response(record, upstream, oom), edge.custom_attributes(upstream), None)
+            reply = await self._infer(record.triton_name, body, request, record.decoupled, answer, end)
+        except BaseException:
+            end()
+            raise
+        if reply[4] is None:
+            end()
+        return reply
+
+
+def _attributes(upstream: UpstreamResponse) -> Headers:
+    """The custom attributes header of an answer, when the model set them."""
+    value = edge.custom_attributes(upstream)
+    return [] if value is None else [(ATTRIBUTES_HEADER, attributes_value(value))]
 
 
 async def _answer(
-    send: Send, status: int, payload: bytes, content_type: str = codec.JSON, attributes: str | None = None
+    send: Send, status: int, payload: bytes, content_type: str = codec.JSON, extra: Headers | None = None
 ) -> None:
-    """A whole answer in one body message; ``attributes`` is the custom attributes header the model set."""
-    headers = [(b"content-type", content_type.encode()), (b"content-length", b"%d" % len(payload))]
-    if attributes is not None:
-        headers.append((ATTRIBUTES_HEADER, attributes_value(attributes)))
+    """A whole answer in one body message, with the ``extra`` headers the route added."""
+    headers = [(b"content-type", content_type.encode()), (b"content-length", b"%d" % len(payload)), *(extra or [])]
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": payload})
 
 
 def _streamed(
-    responses: AsyncGenerator[dict[str, Any], None], media_type: str, on_done: Callable[[], None] | None = None
+    responses: AsyncGenerator[dict[str, Any], None],
+    media_type: str,
+    on_done: Callable[[], None] | None = None,
+    headers: Headers | None = None,
 ) -> Streamed:
     """A decoupled model's answer, streamed; when it ends, however it ends, the Triton stream is
     closed (cancelled, if it still runs) and ``on_done`` runs."""
@@ -332,4 +401,4 @@ def _streamed(
             if on_done is not None:
                 on_done()
 
-    return Streamed(chunks, media_type, close)
+    return Streamed(chunks, media_type, close, headers)

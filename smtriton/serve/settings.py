@@ -371,6 +371,13 @@ class Settings(BaseSettings):
         30.0,
         gt=0,
     )
+    session_ttl_s: Number = _setting(
+        "SMTRITON_SESSION_TTL_S",
+        "seconds a stateful session lives after it opens (it ends sooner once idle past its model's "
+        "`max_sequence_idle_microseconds`)",
+        1200.0,
+        gt=0,
+    )
     transcode_json_min_bytes: Integer = _setting(
         "SMTRITON_TRANSCODE_JSON_MIN_BYTES",
         "JSON requests this large are re-encoded binary before Triton sees them; 0: never",

@@ -50,7 +50,7 @@ def _json_tensor(tensor: dict[str, Any], datatype: str, shape: list[int]) -> byt
 
 
 def build_request(
-    model: str, body: bytes, header_length: int | None, parameters: dict[str, str] | None = None
+    model: str, body: bytes, header_length: int | None, parameters: dict[str, str | int | bool] | None = None
 ) -> service_pb2.ModelInferRequest:
     """The gRPC request for a KServe JSON or binary+json body."""
     if header_length == 0:

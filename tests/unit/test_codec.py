@@ -69,15 +69,15 @@ def test_response_content_type_follows_tritons_header_length():
 def test_custom_attributes_are_added_to_json_and_binary_requests():
     import orjson
 
-    body, length = codec.add_request_parameter(b'{"inputs":[],"parameters":{"a":1}}', None, "k", "v")
+    body, length = codec.add_request_parameters(b'{"inputs":[],"parameters":{"a":1}}', None, {"k": "v"})
     assert length is None
     assert orjson.loads(body)["parameters"] == {"a": 1, "k": "v"}
     header = b'{"inputs":[{"name":"X","parameters":{"binary_data_size":4}}]}'
-    body, length = codec.add_request_parameter(header + b"\x00\x01\x02\x03", len(header), "k", "v")
+    body, length = codec.add_request_parameters(header + b"\x00\x01\x02\x03", len(header), {"k": "v"})
     assert body.endswith(b"\x00\x01\x02\x03")
     assert orjson.loads(body[:length])["parameters"] == {"k": "v"}
-    assert codec.add_request_parameter(b"\x00" * 8, 0, "k", "v") == (b"\x00" * 8, 0)  # raw mode
-    assert codec.add_request_parameter(b"{not json", None, "k", "v") == (b"{not json", None)
+    assert codec.add_request_parameters(b"\x00" * 8, 0, {"k": "v"}) == (b"\x00" * 8, 0)  # raw mode
+    assert codec.add_request_parameters(b"{not json", None, {"k": "v"}) == (b"{not json", None)
 
 
 def test_response_parameter_is_read_from_the_json_part_only():
