@@ -11,11 +11,11 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from onnx import TensorProto, helper
 from typer.testing import CliRunner
 
 from smtriton.cli import app
 from smtriton.convert.trt_plan import TOLERANCES, AxisRange, check_compatibility, read_sidecar
+from tests.gpu.encoder import Encoder
 
 pytestmark = [pytest.mark.gpu, pytest.mark.tensorrt]
 
@@ -24,29 +24,8 @@ PROFILE = {"batch": AxisRange(1, 4, 8), "sequence": AxisRange(1, 16, 64)}
 
 def encoder_onnx(path: Path) -> Path:
     """ids[batch, sequence] INT64 -> hidden[batch, sequence, 16] FP32: Gather, MatMul, Relu, MatMul."""
-    rng = np.random.default_rng(0)
-    table = rng.standard_normal((100, 16)).astype(np.float32)
-    w1 = (rng.standard_normal((16, 16)) / 4).astype(np.float32)
-    w2 = (rng.standard_normal((16, 16)) / 4).astype(np.float32)
-    graph = helper.make_graph(
-        [
-            helper.make_node("Gather", ["table", "ids"], ["emb"]),
-            helper.make_node("MatMul", ["emb", "w1"], ["h1"]),
-            helper.make_node("Relu", ["h1"], ["a1"]),
-            helper.make_node("MatMul", ["a1", "w2"], ["hidden"]),
-        ],
-        "encoder",
-        [helper.make_tensor_value_info("ids", TensorProto.INT64, ["batch", "sequence"])],
-        [helper.make_tensor_value_info("hidden", TensorProto.FLOAT, ["batch", "sequence", 16])],
-        [
-            helper.make_tensor("table", TensorProto.FLOAT, table.shape, table.flatten()),
-            helper.make_tensor("w1", TensorProto.FLOAT, w1.shape, w1.flatten()),
-            helper.make_tensor("w2", TensorProto.FLOAT, w2.shape, w2.flatten()),
-        ],
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     path.parent.mkdir(parents=True, exist_ok=True)
-    onnx.save(model, str(path))
+    onnx.save(Encoder().onnx_model(), str(path))
     return path
 
 

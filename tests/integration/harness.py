@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import signal
+import threading
+import time
 from pathlib import Path
 
 import requests
@@ -98,3 +102,43 @@ class ServeProcess(serve_process.ServeProcess):
         finally:
             for pid in triton_pids(self.marker):  # never leave a Triton behind, even on failure
                 os.kill(pid, signal.SIGKILL)
+
+
+class ClientsUntilStopped:
+    """``count`` clients posting to the ``slow`` test model's ``/invocations`` until stopped, each
+    recording "ok" (its own answer, complete), "refused" (the connection refused or reset before a front
+    read the request: allowed while serve shuts down) or "failed: ..." (anything else)."""
+
+    def __init__(self, url: str, count: int = 8, second: float = 0.5) -> None:
+        self.results: list[str] = []
+        self._stop = threading.Event()
+        self._url, self._second = f"{url}/invocations", second
+        self._threads = [threading.Thread(target=self._client, args=(i,)) for i in range(count)]
+
+    def _client(self, i: int) -> None:
+        request = {"inputs": [{"name": "INPUT0", "shape": [2], "datatype": "FP32", "data": [i, self._second]}]}
+        body = json.dumps(request)
+        while not self._stop.is_set():
+            try:
+                r = requests.post(self._url, data=body, timeout=30)
+            except requests.ConnectionError as exc:
+                refused = re.search(r"refused|reset|aborted", str(exc), re.I)
+                self.results.append("refused" if refused else f"failed: {exc}")
+                time.sleep(0.05)
+                continue
+            # complete, uncut, this request's own (checked in the test's thread, from what is recorded here)
+            answered = r.status_code == 200 and r.json()["outputs"][0]["data"] == [float(i), self._second]
+            self.results.append("ok" if answered else f"failed: {r.status_code} {r.text}")
+
+    def start(self) -> None:
+        for thread in self._threads:
+            thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        for thread in self._threads:
+            if thread.ident is not None:  # started
+                thread.join(30)
+
+    def failures(self) -> list[str]:
+        return [r for r in self.results if r.startswith("failed")]

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import signal
 import threading
@@ -18,49 +17,29 @@ from hypothesis import strategies as st
 
 from tests.integration.conftest import TEST_MODELS, start_serve
 from tests.integration.contract_client import BJ
-from tests.integration.harness import ServeProcess, triton_pids
+from tests.integration.harness import ClientsUntilStopped, ServeProcess, triton_pids
 
 pytestmark = pytest.mark.integration
 
 
 def test_sigterm_under_load_finishes_every_accepted_request(tmp_path, test_repository):
     server = start_serve(tmp_path, test_repository, "slow")
-    results: list[str] = []
-    stop = threading.Event()
-
-    def client(i: int) -> None:
-        body = json.dumps({"inputs": [{"name": "INPUT0", "shape": [2], "datatype": "FP32", "data": [i, 1.5]}]})
-        while not stop.is_set():
-            try:
-                r = requests.post(f"{server.url}/invocations", data=body, timeout=30)
-            except requests.ConnectionError as exc:  # refused or reset before the app read the request
-                refused = re.search(r"refused|reset|aborted", str(exc), re.I)
-                results.append("refused" if refused else f"failed: {exc}")
-                time.sleep(0.05)
-                continue
-            # complete, uncut, this request's own (checked in the test's thread, from what is recorded here)
-            answered = r.status_code == 200 and r.json()["outputs"][0]["data"] == [float(i), 1.5]
-            results.append("ok" if answered else f"failed: {r.status_code} {r.text}")
-
-    threads = [threading.Thread(target=client, args=(i,)) for i in range(8)]
+    clients = ClientsUntilStopped(server.url, second=1.5)
     try:
-        for t in threads:
-            t.start()
+        clients.start()
         time.sleep(1.5)
         started = time.monotonic()
         server.send_signal(signal.SIGTERM)
         code = server.wait(40)
         elapsed = time.monotonic() - started
-        stop.set()
-        for t in threads:
-            t.join(30)
+        clients.stop()
         assert code == 0
         assert elapsed < 30
-        assert results.count("ok") >= 8
-        assert [r for r in results if r.startswith("failed")] == []
+        assert clients.results.count("ok") >= 8
+        assert clients.failures() == []
         assert triton_pids(server.marker) == []
     finally:
-        stop.set()
+        clients.stop()
         server.stop()
 
 

@@ -24,7 +24,15 @@ import requests
 
 from tests.integration.conftest import TEST_MODELS, start_serve
 from tests.integration.contract_client import json_request, parse
-from tests.integration.harness import ServeProcess, alive, descendants, free_port, metric_samples, triton_pids
+from tests.integration.harness import (
+    ClientsUntilStopped,
+    ServeProcess,
+    alive,
+    descendants,
+    free_port,
+    metric_samples,
+    triton_pids,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -225,39 +233,20 @@ def test_sigterm_under_load_loses_no_request_and_leaves_no_process(tmp_path, tes
     server = start_serve(tmp_path, test_repository, "slow", env=WORKERS)
     assert len(worker_pids(server)) == 2
     processes = descendants(server.pid)  # Triton and its stubs, the fork server, the workers
-    results: list[str] = []
-    stop = threading.Event()
-
-    def client(i: int) -> None:
-        body = json.dumps({"inputs": [{"name": "INPUT0", "shape": [2], "datatype": "FP32", "data": [i, 0.5]}]})
-        while not stop.is_set():
-            try:
-                r = requests.post(f"{server.url}/invocations", data=body, timeout=30)
-            except requests.ConnectionError as exc:  # refused or reset before a worker read the request
-                refused = re.search(r"refused|reset|aborted", str(exc), re.I)
-                results.append("refused" if refused else f"failed: {exc}")
-                time.sleep(0.05)
-                continue
-            answered = r.status_code == 200 and r.json()["outputs"][0]["data"] == [float(i), 0.5]
-            results.append("ok" if answered else f"failed: {r.status_code} {r.text}")
-
-    threads = [threading.Thread(target=client, args=(i,)) for i in range(8)]
+    clients = ClientsUntilStopped(server.url)
     try:
-        for t in threads:
-            t.start()
+        clients.start()
         time.sleep(1.5)
         server.send_signal(signal.SIGTERM)
         assert server.wait(40) == 0
-        stop.set()
-        for t in threads:
-            t.join(30)
-        assert results.count("ok") >= 8
-        assert [r for r in results if r.startswith("failed")] == []
+        clients.stop()
+        assert clients.results.count("ok") >= 8
+        assert clients.failures() == []
         assert workers_that_answered(server, "/invocations") == {1, 2}
         assert triton_pids(server.marker) == []
         assert alive(processes) == []
     finally:
-        stop.set()
+        clients.stop()
         server.stop()
 
 

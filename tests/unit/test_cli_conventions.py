@@ -18,6 +18,7 @@ from smtriton import cli
 from smtriton.aws.cli import parse_input
 from smtriton.serve import cli as serve_cli
 from smtriton.serve.settings import known_variables
+from tests.unit.test_perf_cli import NO_AWS
 from tests.unit.test_repo_validate import tiny_onnx
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -242,14 +243,6 @@ def test_each_json_input_may_name_its_dtype():
 
 
 # --- issue 26: a newcomer's mistakes with the AWS-facing commands, one line each --------------------
-
-NO_AWS = {
-    "AWS_REGION": None, "AWS_DEFAULT_REGION": None, "AWS_PROFILE": None, "AWS_ACCESS_KEY_ID": None,
-    "AWS_SECRET_ACCESS_KEY": None, "AWS_SESSION_TOKEN": None, "AWS_ENDPOINT_URL": None,
-    "AWS_CONFIG_FILE": "/nonexistent", "AWS_SHARED_CREDENTIALS_FILE": "/nonexistent",
-    "AWS_EC2_METADATA_DISABLED": "true", "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI": None,
-    "AWS_CONTAINER_CREDENTIALS_FULL_URI": None, "AWS_WEB_IDENTITY_TOKEN_FILE": None,
-}  # fmt: skip
 
 
 @pytest.mark.parametrize(
