@@ -10,7 +10,7 @@ import orjson
 import pytest
 
 from smtriton.serve.channel import STARTING, EndpointState
-from smtriton.serve.dataplane import DataPlane
+from smtriton.serve.dataplane import DataPlane, SessionStep
 from smtriton.serve.errors import BadRequest, ModelNotFound, NotReady, UnsupportedMediaType
 from smtriton.serve.metrics import Metrics
 from smtriton.serve.records import ModelRecord
@@ -177,5 +177,45 @@ def test_an_image_body_to_a_model_that_cannot_take_it_is_415_saying_what_it_take
         assert refused.value.status == 415
         assert f"({inputs[0]['datatype']} {inputs[0]['shape']})" in refused.value.message
         assert not [path for path, _, _ in triton.requests if path.endswith("/infer")]
+
+    run(scenario)
+
+
+START: dict[str, str | int | bool] = {"sequence_id": 7, "sequence_start": True}
+END: dict[str, str | int | bool] = {"sequence_id": 7, "sequence_end": True}
+
+
+class RecordingOwner:
+    """The owner's side of the channel, recording what a worker tells it and how."""
+
+    def __init__(self) -> None:
+        self.said: list[tuple[str, str]] = []
+
+    async def call(self, op: str, timeout: float | None = None, **fields: object) -> None:
+        self.said.append(("call", op))
+
+    def notify(self, op: str, **fields: object) -> None:
+        self.said.append(("notice", op))
+
+
+@pytest.mark.parametrize(
+    ("step", "answered", "said"),
+    [
+        # The first answer of a sequence is a call: the caller's next request may reach another worker,
+        # and the owner must know by then that the sequence started, or it would start it again.
+        (SessionStep("s", START, [], opened=True), True, [("call", "session_answered")]),
+        (SessionStep("s", START, []), True, [("call", "session_answered")]),  # first after {"requestType": ...}
+        (SessionStep("s", {"sequence_id": 7}, []), True, [("notice", "session_answered")]),
+        (SessionStep("s", START, [], opened=True), False, [("call", "session_close")]),
+        (SessionStep("s", END, [], closes=True), True, [("call", "session_close")]),
+        (SessionStep("s", {"sequence_id": 7}, []), False, []),
+    ],
+)  # fmt: skip
+def test_the_owner_hears_how_a_sessions_inference_went(step, answered, said):
+    async def scenario(triton: TritonStandIn, plane: DataPlane) -> None:
+        owner = RecordingOwner()
+        plane.owner = owner  # type: ignore[assignment]
+        await plane.session_done(step, answered)
+        assert owner.said == said
 
     run(scenario)
