@@ -56,6 +56,13 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="a row during which other processes kept more cores than this busy is measured again [0.25]",
     )
     p.add_argument("--retries", type=int, default=1, help="at most this many re-measurements per row [1]")
+    p.add_argument(
+        "--instances",
+        type=int,
+        default=0,
+        help="serve a copy of each model with this many instances, so that on a many-core host the model "
+        "is not the limit the fronts are compared under (0: as the repository has it) [0]",
+    )
     p.add_argument("--cold-trials", type=int, default=3, help="cold starts per server (0: skip) [3]")
     p.add_argument("--mme-trials", type=int, default=3, help="multi-model load/unload trials per server (0: skip) [3]")
     p.add_argument("--profile", action="store_true", help="then py-spy `serve` under load at the top concurrency")
@@ -176,6 +183,7 @@ def main(argv: list[str] | None = None) -> int:
             "wrk": "1 thread, --timeout 10s",
             "max_other_cpu": args.max_other_cpu,
             "retries": args.retries,
+            "model_instances": args.instances or "as in the repository",
         },
     }
     rows: list[dict[str, object]] = []
@@ -187,6 +195,8 @@ def main(argv: list[str] | None = None) -> int:
         setup = TritonSetup.create(work)
         references: dict[str, tuple[str, dict]] = {}
         for model, repository, group in _by_model(args.scenarios):
+            if args.instances:
+                repository = _with_instances(repository, model, args.instances, work)
             bodies = {}
             for s in group:
                 bodies[s.name] = work / f"{s.name}.body"
@@ -281,6 +291,20 @@ def _mme_loads(
         if row["problem"]:
             report.console.print(f"[red]{row['server']} MME invoke after load: {row['problem']}[/]")
     return rows
+
+
+def _with_instances(repository: Path, model: str, count: int, work: Path) -> Path:
+    """A repository holding a copy of ``model`` whose every instance group has ``count`` instances."""
+    from smtriton import model_config
+
+    target = work / f"repository-{model}-x{count}"
+    if not target.exists():
+        shutil.copytree(repository / model, target / model)
+        config = model_config.read(target / model)
+        for group in config.instance_group:
+            group.count = count
+        model_config.write(config, target / model)
+    return target
 
 
 def _check(server: Server, s: Scenario, references: dict[str, tuple[str, dict]], when: str) -> str | None:
