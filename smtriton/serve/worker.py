@@ -26,9 +26,16 @@ from smtriton.serve.workers import listen
 
 log = logging.getLogger("serve")
 
-# Connections to Triton that all workers together keep at most (each worker a share of it).
+# Connections to Triton that all workers together keep at most (each worker a share of it, never below
+# what one worker needs to keep its event loop busy).
 UPSTREAM_CONNECTIONS = 256
+MIN_UPSTREAM_CONNECTIONS = 16
 PR_SET_PDEATHSIG = 1
+
+
+def upstream_pool_size(workers: int) -> int:
+    """How many connections to Triton one of ``workers`` front workers keeps at most."""
+    return max(MIN_UPSTREAM_CONNECTIONS, UPSTREAM_CONNECTIONS // workers)
 
 
 def run(index: int, channel: socket.socket) -> None:
@@ -88,7 +95,7 @@ def _plane(index: int, hello: Message, owner: Channel) -> DataPlane:
         Metrics(enabled=settings.metrics_port is not None),
         hello["default_model"],
         owner=owner,
-        pool_size=max(16, UPSTREAM_CONNECTIONS // settings.workers),
+        pool_size=upstream_pool_size(settings.workers),
     )
     for record in hello["models"]:
         plane.handle("model_added", {"record": record})

@@ -276,14 +276,17 @@ def _exit(code: int | None) -> str:
     return f"status {code}"
 
 
-def available_cpus() -> int:
+CGROUP_CPU_MAX = Path("/sys/fs/cgroup/cpu.max")  # cgroup v2: "<quota> <period>" or "max <period>"
+
+
+def available_cpus(cpu_max: Path = CGROUP_CPU_MAX) -> int:
     """CPUs this process may use: its affinity, bounded by the cgroup's CPU quota (a container's limit)."""
     try:
         count = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
         count = os.cpu_count() or 1
     try:
-        quota, period = Path("/sys/fs/cgroup/cpu.max").read_text().split()[:2]
+        quota, period = cpu_max.read_text().split()[:2]
         if quota != "max":
             count = min(count, max(1, int(int(quota) / int(period))))
     except (OSError, ValueError):

@@ -161,6 +161,31 @@ def test_an_unload_waits_for_invokes_running_on_another_worker(mme):
     assert _invoke(mme, "slowmodel").status_code == 404
 
 
+def test_a_load_refused_for_memory_is_refused_once_and_no_worker_has_it(tmp_path):
+    root = tmp_path / "models"
+    url = _archive(root, "big")
+    server = start_serve(
+        tmp_path,
+        None,
+        None,
+        env={**WORKERS, "SMTRITON_MEMORY_RESERVE_BYTES": str(1 << 50)},
+        args=["--multi-model", "--model-root", str(root)],
+    )
+    try:
+        assert len(worker_pids(server)) == 2
+        for _ in range(4):  # the owner decides each time, whichever worker is asked
+            r = _load(server, "big", url)
+            assert r.status_code == 507, r.text
+            assert "not enough memory" in r.json()["error"]
+        for _ in range(ROUNDS):
+            assert requests.get(f"{server.url}/ping", timeout=5).status_code == 200
+            assert requests.get(f"{server.url}/models", timeout=5).json() == {"models": []}
+            assert _invoke(server, "big").status_code == 404
+        assert workers_that_answered(server, "/models/big/invoke") == {1, 2}
+    finally:
+        server.stop()
+
+
 def test_triton_restarting_restores_every_workers_view_of_the_models(tmp_path):
     root = tmp_path / "models"
     root.mkdir()
@@ -257,6 +282,7 @@ def test_sigterm_under_load_loses_no_request_and_leaves_no_process(tmp_path, tes
         (["--workers", "-3"], "--workers=-3: must be >= 1"),
         (["--workers", "two"], "argument --workers: invalid int value: 'two'"),
         ({"SAGEMAKER_MODEL_SERVER_WORKERS": "0"}, "SAGEMAKER_MODEL_SERVER_WORKERS='0': must be >= 1"),
+        ({"SAGEMAKER_MODEL_SERVER_WORKERS": "-2"}, "SAGEMAKER_MODEL_SERVER_WORKERS='-2': must be >= 1"),
         ({"SAGEMAKER_MODEL_SERVER_WORKERS": "many"}, "SAGEMAKER_MODEL_SERVER_WORKERS='many': is not an integer"),
     ],
 )

@@ -2,6 +2,7 @@
 declares every setting, and the docs, the deploy-time check and the start-up object all come from it."""
 
 import logging
+import os
 from pathlib import Path
 
 import annotated_types
@@ -310,3 +311,24 @@ def test_the_default_worker_count_is_one_per_two_cpus(monkeypatch):
         assert Settings.from_env({}).workers == expected
     assert Settings.from_env({"SAGEMAKER_MODEL_SERVER_WORKERS": "5"}).workers == 5
     assert Settings.from_env({}, workers=2).workers == 2
+
+
+def test_available_cpus_are_the_affinity_bounded_by_the_cgroup_quota(tmp_path, monkeypatch):
+    from smtriton.serve.workers import available_cpus
+
+    monkeypatch.setattr(os, "sched_getaffinity", lambda _pid: set(range(16)))
+    cpu_max = tmp_path / "cpu.max"
+    assert available_cpus(cpu_max) == 16  # no cgroup file: the affinity
+    for quota, expected in (("max 100000", 16), ("400000 100000", 4), ("250000 100000", 2), ("50000 100000", 1)):
+        cpu_max.write_text(quota + "\n")
+        assert available_cpus(cpu_max) == expected, quota
+    cpu_max.write_text("3200000 100000\n")  # a quota above the affinity does not add CPUs
+    assert available_cpus(cpu_max) == 16
+    cpu_max.write_text("garbage\n")
+    assert available_cpus(cpu_max) == 16
+
+
+def test_each_worker_keeps_a_share_of_the_upstream_connections():
+    from smtriton.serve.worker import upstream_pool_size
+
+    assert [upstream_pool_size(n) for n in (1, 2, 4, 8, 16, 64)] == [256, 128, 64, 32, 16, 16]
