@@ -5,8 +5,9 @@ Triton's public API can load and unload but not register another repository or r
 each of its model directories there under its Triton name: a real ``config.pbtxt`` (parsed, renamed,
 ensemble steps re-pointed, written back through Triton's ModelConfig protobuf) and symlinks to
 everything else. Every later request resolves through the load record, never through a header
-(docs/contract.md §6 B7), and each ``model_name`` has a lock so loads and unloads of one model never
-interleave (§6 B6).
+(docs/contract.md §6 B7). Loads and unloads of one ``model_name`` never interleave (§6 B6): a load of
+a name that is loaded, loading or unloading is refused (409) before anything awaits, and unloads of one
+name take its lock in turn, so the second finds nothing (404).
 """
 
 from __future__ import annotations

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import threading
@@ -192,10 +193,14 @@ def test_a_triton_that_dies_at_start_backs_off_and_ping_fails(tmp_path, test_rep
     shutil.copytree(test_repository, repo)
     server = ServeProcess(repo, "addsub", tmp_path / "serve.log", env={"TRITONSERVER": str(fake)})
     try:
-        time.sleep(5)
+        deadline = time.monotonic() + 30
+        while len(re.findall(r"failed to start: .*; retrying in (\d+) s", server.log_text())) < 3:
+            assert time.monotonic() < deadline, server.log_text()[-2000:]
+            assert server.poll() is None
+            time.sleep(0.2)
         assert requests.get(f"{server.url}/ping", timeout=2).status_code == 503
-        attempts = server.log_text().count("tritonserver failed to start")
-        assert 2 <= attempts <= 4, attempts  # back-off 1 s, 2 s, 4 s: no busy loop
+        delays = [int(d) for d in re.findall(r"failed to start: .*; retrying in (\d+) s", server.log_text())]
+        assert delays[:3] == [1, 2, 4], delays  # each failed start waits twice as long: no busy loop
         assert server.poll() is None
     finally:
         server.stop()
