@@ -249,7 +249,7 @@ class _Placement:
         victim, target = self.loaded.order.popitem(last=False)
         async with serve.session.delete(f"{serve.child.url}/models/{victim}") as resp:
             await resp.read()
-        shutil.rmtree(self.model_root / victim, ignore_errors=True)
+        await _remove(self.model_root / victim)
         self.loaded.evictions += 1
         log.info("unloaded %s (least recently used) to make room", target)
         return True
@@ -257,16 +257,19 @@ class _Placement:
     async def _extract(self, target: str, model_dir: Path) -> Response | None:
         """Fetch and extract the archive into ``model_dir`` (afresh: a corrected archive is read again);
         the ValidationError answer, logged as one line, if it cannot be."""
-        shutil.rmtree(model_dir.parent, ignore_errors=True)
+        await _remove(model_dir.parent)
         try:
-            with tempfile.TemporaryDirectory(dir=self.work_dir) as scratch:
+            scratch = Path(await asyncio.to_thread(tempfile.mkdtemp, dir=self.work_dir))
+            try:
                 try:
-                    archive = await asyncio.to_thread(self.source.fetch, target, Path(scratch))
+                    archive = await asyncio.to_thread(self.source.fetch, target, scratch)
                 except (ArchiveError, OSError) as exc:
                     raise ArchiveError(f"Failed to download model data: {exc}") from None
                 await asyncio.to_thread(safe_extract, archive, model_dir, name=target)
+            finally:
+                await _remove(scratch)
         except (ArchiveError, OSError) as exc:
-            shutil.rmtree(model_dir.parent, ignore_errors=True)
+            await _remove(model_dir.parent)
             log.warning("TargetModel %s refused: %s", target, exc)
             return _service_error(400, "ValidationError", str(exc))
         return None
@@ -302,11 +305,16 @@ class _Placement:
                 pass
             failed = await self._load(serve, name, target, model_dir)
             if failed is not None:
-                shutil.rmtree(model_dir.parent, ignore_errors=True)  # the next request fetches the archive again
+                await _remove(model_dir.parent)  # the next request fetches the archive again
                 return failed
             self.loaded.order[name] = target
             self.loaded.loads += 1
             return name
+
+
+async def _remove(path: Path) -> None:
+    """Remove a folder tree off the event loop (a model's files can be large)."""
+    await asyncio.to_thread(shutil.rmtree, path, ignore_errors=True)
 
 
 def create_app(
