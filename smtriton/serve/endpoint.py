@@ -204,8 +204,7 @@ class Endpoint:
             expires = sessions.expires_text(session.expires_at)
             return {"id": session.id, "sequence_id": session.sequence_id, "expires": expires}
         if op == "session_use":
-            session = table.get(str(message["session"]), str(message["model"]), now)
-            session.last_used = now
+            session = table.use(str(message["session"]), str(message["model"]), now)
             return {"sequence_id": session.sequence_id, "start": not session.started}
         if op == "session_close":
             if not message.get("any_model"):  # the caller's close: 400 unless open for this model
@@ -213,9 +212,7 @@ class Endpoint:
             table.forget(str(message["session"]))
             return None
         if op == "session_answered":  # the model answered a request of the session (a call for its first)
-            answered = table.sessions.get(str(message["session"]))
-            if answered is not None:
-                answered.started, answered.last_used = True, now
+            table.answered(str(message["session"]))
             return None
         raise BadRequest(f"unknown operation {op!r}")
 

@@ -166,6 +166,23 @@ class SessionTable:
             raise BadRequest(f"session '{session_id}' belongs to another model")
         return session
 
+    def use(self, session_id: str, model: str, now: float) -> Session:
+        """The open session of ``model`` for a request sent ``now``, whose idle time starts again now.
+
+        Only the request moves the idle clock, never its answer: Triton's clock for the sequence
+        restarts when the request reaches it, a moment later, so the table always finds a sequence
+        idle before Triton drops it, and the caller is told the session expired rather than having its
+        requests refused by a Triton that no longer knows the sequence."""
+        session = self.get(session_id, model, now)
+        session.last_used = now
+        return session
+
+    def answered(self, session_id: str) -> None:
+        """The model answered a request of the session: its sequence has started."""
+        session = self.sessions.get(session_id)
+        if session is not None:
+            session.started = True
+
     def forget(self, session_id: str) -> Session | None:
         session = self.sessions.pop(session_id, None)
         if session is not None:

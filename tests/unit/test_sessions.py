@@ -124,12 +124,25 @@ def test_an_expired_session_is_refused_once_with_why_then_forgotten(now, why):
     session = table.open("m", idle_s=5, now=100.0)
     if now >= 160:  # kept busy: only the time to live ends it
         for t in range(101, 160, 4):
-            table.get(session.id, "m", now=float(t)).last_used = float(t)
+            table.use(session.id, "m", now=float(t))
     with pytest.raises(BadRequest) as refused:
         table.get(session.id, "m", now=now)
     assert refused.value.message == f"session '{session.id}' has expired ({why}): open a new one"
     with pytest.raises(BadRequest, match="is not open here"):
         table.get(session.id, "m", now=now)
+
+
+def test_only_a_request_moves_the_idle_clock_not_its_answer():
+    table = SessionTable(ttl_s=60)
+    session = table.open("m", idle_s=5, now=100.0)
+    table.use(session.id, "m", now=101.0)  # sent at 101; Triton's idle clock restarts when it arrives
+    table.answered(session.id)  # answered at, say, 104: the clock does not move
+    assert session.started
+    assert table.use(session.id, "m", now=105.9) is session
+    with pytest.raises(BadRequest, match=r"idle for more than 5 s"):
+        table.use(session.id, "m", now=111.0)
+    table.answered(session.id)  # an answer for a session forgotten meanwhile is nothing to do
+    assert session.id not in table.sessions
 
 
 def test_forget_drop_model_and_clear():
