@@ -30,10 +30,14 @@ if TYPE_CHECKING:  # imported when Triton has been spawned: start-up does not wa
 log = logging.getLogger("serve")
 
 _BIND_FAILURE_MARKERS = ("failed to start", "Address already in use", "address already in use")
+# Between failed starts, restarts and failed watches: the first wait, doubled each time up to the last.
+FIRST_BACKOFF_S = 1.0
 MAX_BACKOFF_S = 30.0
-# A Triton that ran this long before dying failed anew: its restart starts from the shortest back-off.
+# A Triton (or a watch) that ran this long before failing failed anew: it starts from the shortest back-off.
 STABLE_RUN_S = 60.0
 BIND_ATTEMPTS = 5
+# A watch that failed this soon before its Triton exited failed for that exit (reported on its own).
+WATCH_EXIT_GRACE_S = 0.5
 
 
 class TritonState(enum.Enum):
@@ -50,7 +54,8 @@ class TritonSupervisor:
     """Owns the Triton process and the clients that reach it.
 
     ``on_live`` runs each time Triton has (re)started and answers as live, before :attr:`live` turns
-    true; ``watch`` runs while that Triton lives and is cancelled when it exits; ``on_exit`` is called
+    true; ``watch`` runs while that Triton lives and is cancelled when it exits (one that fails is logged
+    and run again after a back-off: Triton stays up, since the watch is not Triton); ``on_exit`` is called
     when Triton died on its own (not on shutdown); ``on_change`` whenever :attr:`state` or
     :attr:`ports` changed. ``load_models`` are loaded by Triton as it starts.
     """
@@ -247,35 +252,81 @@ class TritonSupervisor:
             raise RuntimeError("tritonserver exited while it was starting")
         running.result()
 
+    async def _keep_watching(self, watch: Hook, process: TritonProcess) -> None:
+        """Run the ``watch`` hook while ``process`` lives: one that fails is logged (with its traceback
+        the first time in a row, in one line after that) and run again after a back-off, so that a bug
+        or an unexpected answer never silently ends model-health watching. Triton itself is left up: it
+        still serves, and restarting it would unload every model for a fault of the watch. A watch that
+        returns has finished its work; one that fails because Triton exited says nothing (the
+        supervisor reports the exit, cancels this task, and watches the Triton it starts next)."""
+        backoff = FIRST_BACKOFF_S
+        failures = 0
+        while True:
+            started = time.monotonic()
+            try:
+                await watch()
+                return
+            except Exception as exc:
+                if await self._exits_within(process, WATCH_EXIT_GRACE_S):
+                    return
+                if time.monotonic() - started > STABLE_RUN_S:
+                    backoff, failures = FIRST_BACKOFF_S, 0
+                failures += 1
+                reason = _reason(exc)
+                if failures == 1:
+                    log.exception("the Triton watch failed: %s; restarting it in %g s", reason, backoff)
+                else:
+                    log.error("the Triton watch failed again: %s; restarting it in %g s", reason, backoff)
+            await asyncio.sleep(backoff)
+            backoff = min(backoff * 2, MAX_BACKOFF_S)
+
+    @staticmethod
+    async def _exits_within(process: TritonProcess, timeout: float) -> bool:
+        """Whether tritonserver has exited or does within ``timeout`` (its return code is set a moment
+        after it exits, and its sockets close a moment before: a watch can fail in between)."""
+        exited = asyncio.ensure_future(process.exited())
+        try:
+            done, _ = await asyncio.wait({exited}, timeout=timeout)
+        finally:
+            exited.cancel()
+        return bool(done)
+
     async def _supervise(self) -> None:
         """Start Triton, run the hooks, watch it; restart it with back-off when it dies."""
-        backoff = 1.0
+        backoff = FIRST_BACKOFF_S
         while not self._stopping.is_set():
             try:
                 process = await self._start()
             except Exception as exc:  # a crash loop must end in a log line and a failing /ping
                 self._spawned.set()
                 self._set_state(TritonState.DOWN)
-                reason = exc.message if isinstance(exc, ServeError) else str(exc) or exc.__class__.__name__
-                log.error("tritonserver failed to start: %s; retrying in %.0f s", reason, backoff)
+                log.error("tritonserver failed to start: %s; retrying in %g s", _reason(exc), backoff)
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, MAX_BACKOFF_S)
                 continue
             self._set_state(TritonState.LIVE)
-            watcher = asyncio.create_task(self._watch(), name="triton-watch") if self._watch is not None else None
+            watcher = None
+            if self._watch is not None:
+                watcher = asyncio.create_task(self._keep_watching(self._watch, process), name="triton-watch")
             started = time.monotonic()
             try:
                 code = await process.wait()
             finally:
                 if watcher is not None:
                     watcher.cancel()
+                    # Over before a restart starts another, or stop() returns (never held up by a hook).
+                    await asyncio.wait({watcher}, timeout=5)
             if self._stopping.is_set():
                 return
             self._set_state(TritonState.DOWN)
             self._tell(self._on_exit)
             if time.monotonic() - started > STABLE_RUN_S:
-                backoff = 1.0
-            log.error("tritonserver exited unexpectedly (status %s); restarting in %.0f s", code, backoff)
+                backoff = FIRST_BACKOFF_S
+            log.error("tritonserver exited unexpectedly (status %s); restarting in %g s", code, backoff)
             await process.stop(1)
             await asyncio.sleep(backoff)
             backoff = min(backoff * 2, MAX_BACKOFF_S)
+
+
+def _reason(exc: Exception) -> str:
+    return exc.message if isinstance(exc, ServeError) else str(exc) or exc.__class__.__name__
