@@ -18,6 +18,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import Progress, SpinnerColumn, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from rich.text import Text
+from typer import rich_utils
 from typer._click.core import Command, Context, HelpFormatter  # typer carries its own copy of click
 from typer._click.exceptions import ClickException, NoArgsIsHelpError, UsageError
 from typer.core import TyperCommand, TyperGroup, TyperOption
@@ -76,6 +78,28 @@ def _flowing(text: str) -> str:
         else:
             paragraphs.append(escape(" ".join(paragraph.split())))
     return "\n\n".join(paragraphs)
+
+
+def _folding_option_help() -> None:
+    """Rich cuts a word wider than the option table's help column with an ellipsis (an
+    ``s3://.../model.tar.gz`` example became ``s3://.../model.ta…`` at 80 columns): option help folds
+    such a word onto the next line instead, so that nothing of it is lost on a narrow terminal."""
+    build = getattr(rich_utils, "_get_parameter_help", None)
+    if build is None or getattr(build, "_folding", False):
+        return  # another typer: its own rendering stands
+
+    def folding(**kwargs: Any) -> Any:
+        columns = build(**kwargs)
+        for item in getattr(columns, "renderables", ()):
+            if isinstance(item, Text):
+                item.overflow = "fold"
+        return columns
+
+    folding._folding = True  # type: ignore[attr-defined]
+    rich_utils._get_parameter_help = folding
+
+
+_folding_option_help()
 
 
 def _plain_flags(command: Command) -> None:

@@ -355,3 +355,25 @@ def test_a_mistyped_path_is_one_line_naming_it(tmp_path, args):
     assert line.startswith("error: "), line
     named = next(a for a in argv if str(tmp_path) in a)
     assert named.split("=")[-1] in line, line
+
+
+@pytest.mark.parametrize("path", LEAVES, ids=lambda path: " ".join(path))
+def test_help_fits_a_narrow_terminal_and_cuts_no_word_of_it(path):
+    """At 80 columns every line fits; the description's paragraphs read whole once their wrapped lines
+    are joined again (the terminal's width decides the breaks, not the docstring's); and every word of
+    an option's help is there, a word wider than its column folded onto the next line rather than cut
+    with an ellipsis. (Long option names themselves are shortened by typer's table at this width.)"""
+    result = CliRunner().invoke(cli.app, [*path, "--help"], env={"COLUMNS": "80", "TERMINAL_WIDTH": None})
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert max(len(line) for line in lines) <= 80, result.output
+    flowing = " ".join(" ".join(line.replace("│", " ").split()) for line in lines)
+    for paragraph in inspect.cleandoc(_command(path).callback.__doc__ or "").split("\n\n"):
+        if not paragraph.startswith("\b"):
+            text = " ".join(paragraph.split())
+            assert text in flowing, (text, result.output)
+    joined = "".join(flowing.split())
+    for param in _command(path).params:
+        if getattr(param, "help", None) and not getattr(param, "hidden", False):
+            cut = [w for w in param.help.replace("\\[", "[").split() if w not in joined]
+            assert not cut, (param.name, cut, result.output)
