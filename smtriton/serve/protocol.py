@@ -21,18 +21,17 @@ one implementation (:meth:`DataRoutes.reply`) and writes the whole answer in one
 builds uvicorn's request cycle itself, from attributes of its protocol that are not public API: it is
 used only on the uvicorn releases it was tested with (:data:`TESTED_UVICORN`, and every internal it
 reads present, :data:`UVICORN_INTERNALS`); elsewhere `serve` logs once and serves every request
-through uvicorn's own cycle and the ASGI app.
+through uvicorn's own cycle and the ASGI app. A uvicorn whose internals cannot be imported, or whose
+classes cannot be built as the fast path builds them, gets its stock protocol (logged once, with why).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import uvicorn
-from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol, RequestResponseCycle
-from uvicorn.protocols.utils import get_client_addr, get_path_with_query_string
 
 from smtriton.serve.codec import JSON
 from smtriton.serve.errors import (
@@ -47,6 +46,21 @@ from smtriton.serve.errors import (
     error_body,
 )
 from smtriton.serve.routes import PING_TYPE, ROUTE_SCOPE_KEY, DataRoutes, Headers, Invocation, Route, route_of
+
+# uvicorn's private names the module is built on. A uvicorn that moved one must not stop serve at
+# import: the classes below are then defined on stand-in bases and never used, and :func:`data_protocol`
+# hands uvicorn its own httptools protocol by name (logged once). mypy reads uvicorn's real names.
+_unimportable: str | None = None  # why they could not be imported (None: they were)
+if TYPE_CHECKING:
+    from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol, RequestResponseCycle
+    from uvicorn.protocols.utils import get_client_addr, get_path_with_query_string
+else:
+    try:
+        from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol, RequestResponseCycle
+        from uvicorn.protocols.utils import get_client_addr, get_path_with_query_string
+    except ImportError as exc:
+        _unimportable = str(exc)
+        HttpToolsProtocol, RequestResponseCycle = asyncio.Protocol, object
 
 log = logging.getLogger("serve")
 
@@ -418,7 +432,11 @@ def _plain_path(url: bytes) -> str | None:
 
 
 def missing_internals() -> list[str]:
-    """What the fast path needs of uvicorn and this uvicorn lacks (class.attribute)."""
+    """What the fast path needs of uvicorn and this uvicorn lacks (class.attribute). Raises what
+    uvicorn raises when its classes cannot be built with the arguments the fast path gives them, and
+    ImportError when this module could not import them (:func:`data_protocol` falls back on either)."""
+    if _unimportable is not None:
+        raise ImportError(_unimportable)
     missing = []
     for cls, names in UVICORN_INTERNALS.items():
         probe = _probe(cls)
@@ -445,34 +463,46 @@ def _probe(cls: type) -> object:
     )  # fmt: skip
 
 
-_warned: list[str] = []
+_warned: list[str] = []  # the kinds of problem logged (:func:`_warn_once`)
 
 
-def data_protocol(routes: DataRoutes) -> type[HttpToolsProtocol]:
-    """The protocol class uvicorn instantiates per connection, bound to ``routes``: the fast path and
-    the edge's rules on a uvicorn they were tested with; on another, the edge's rules only if every
-    internal they read is there, else uvicorn's stock protocol (see :func:`checks_headers`). Logged
-    once."""
-    missing = missing_internals()
+def data_protocol(routes: DataRoutes) -> type[HttpToolsProtocol] | Literal["httptools"]:
+    """The protocol uvicorn instantiates per connection, bound to ``routes``: the fast path and the
+    edge's rules on a uvicorn they were tested with; on another, the edge's rules only if every
+    internal they read is there, else uvicorn's stock protocol (by name when this module could not
+    import uvicorn's class; see :func:`checks_headers`). Logged once, with the reason."""
+    version = uvicorn.__version__
+    stock = "served by its stock protocol"
+    if _unimportable is not None:
+        _warn_once("stock", f"uvicorn {version} moved what the fast path imports ({_unimportable}): {stock}")
+        return "httptools"
+    try:
+        missing = missing_internals()
+    except Exception as exc:  # e.g. a constructor that takes other arguments: nothing can be checked
+        _warn_once("stock", f"uvicorn {version}: the fast path cannot probe its internals ({exc!r}): {stock}")
+        return HttpToolsProtocol
     if missing:
-        _warn_once(f"uvicorn {uvicorn.__version__} lacks {', '.join(missing)}: served by its stock protocol")
+        _warn_once("stock", f"uvicorn {version} lacks {', '.join(missing)}: {stock}")
         return HttpToolsProtocol
     base: type[EdgeProtocol] = DataProtocol
-    if ".".join(uvicorn.__version__.split(".")[:2]) not in TESTED_UVICORN:
+    if ".".join(version.split(".")[:2]) not in TESTED_UVICORN:
         _warn_once(
-            f"uvicorn {uvicorn.__version__} is not one the fast path was tested with ({', '.join(TESTED_UVICORN)}): "
-            "the data routes are served through uvicorn's own cycle and the ASGI app"
+            "untested",
+            f"uvicorn {version} is not one the fast path was tested with ({', '.join(TESTED_UVICORN)}): "
+            "the data routes are served through uvicorn's own cycle and the ASGI app",
         )
         base = EdgeProtocol
     return type("BoundDataProtocol", (base,), {"routes": routes})
 
 
-def checks_headers(protocol: type[HttpToolsProtocol]) -> bool:
+def checks_headers(protocol: type[asyncio.Protocol] | str) -> bool:
     """Whether ``protocol`` refuses oversized headers itself (else the ASGI app must)."""
-    return issubclass(protocol, EdgeProtocol)
+    return isinstance(protocol, type) and issubclass(protocol, EdgeProtocol)
 
 
-def _warn_once(problem: str) -> None:
-    if problem not in _warned:
-        _warned.append(problem)
+def _warn_once(kind: str, problem: str) -> None:
+    """Log ``problem`` unless a problem of this ``kind`` was logged already (the uvicorn is the same
+    for the life of the process: one line says why, however many times serve asks)."""
+    if kind not in _warned:
+        _warned.append(kind)
         log.warning("%s", problem)

@@ -10,17 +10,22 @@ path to the ASGI app's answers.
 from __future__ import annotations
 
 import gzip
+import importlib.util
 import json
+import logging
 import socket
 import threading
 import time
 from collections.abc import Iterator
+from types import ModuleType
 from typing import Any
 
 import orjson
 import pytest
 import uvicorn
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+from uvicorn.protocols import utils as uvicorn_utils
+from uvicorn.protocols.http import httptools_impl
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 
 from smtriton.serve import protocol
 from smtriton.serve.app import create_app
@@ -462,9 +467,96 @@ def test_an_untested_uvicorn_serves_through_its_own_cycle_with_the_edge_rules(mo
     assert caplog.text.count("is not one the fast path was tested with") == 1
 
 
-def test_a_uvicorn_without_the_internals_gets_its_stock_protocol_and_the_app_checks_headers(monkeypatch):
+def _routes() -> Any:
+    return create_app(DataPlane(SETTINGS, Metrics(False), "m"))
+
+
+def _fallback_warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.name == "serve" and r.levelno == logging.WARNING]
+
+
+def test_an_untested_uvicorn_is_logged_once_however_often_serve_asks(monkeypatch, caplog):
+    monkeypatch.setattr(uvicorn, "__version__", "0.99.0")
+    monkeypatch.setattr(protocol, "_warned", [])
+    for chosen in [data_protocol(_routes()) for _ in range(3)]:
+        assert issubclass(chosen, EdgeProtocol)
+        assert not issubclass(chosen, protocol.DataProtocol)
+    (warning,) = _fallback_warnings(caplog)
+    assert warning.startswith("uvicorn 0.99.0 is not one the fast path was tested with")
+
+
+def test_a_uvicorn_without_the_internals_gets_its_stock_protocol_and_the_app_checks_headers(monkeypatch, caplog):
     monkeypatch.setattr(protocol, "missing_internals", lambda: ["HttpToolsProtocol.pipeline"])
     monkeypatch.setattr(protocol, "_warned", [])
-    chosen = data_protocol(create_app(DataPlane(SETTINGS, Metrics(False), "m")))
-    assert chosen is HttpToolsProtocol
-    assert not checks_headers(chosen)  # so http_server puts HeaderLimit in front of the app
+    chosen = [data_protocol(_routes()) for _ in range(3)]
+    assert chosen == [HttpToolsProtocol] * 3
+    assert not checks_headers(chosen[0])  # so http_server puts HeaderLimit in front of the app
+    (warning,) = _fallback_warnings(caplog)
+    assert "lacks HttpToolsProtocol.pipeline: served by its stock protocol" in warning
+
+
+def _init_raising(error: Exception) -> Any:
+    def init(self: object, *args: object, **kwargs: object) -> None:
+        raise error
+
+    return init
+
+
+@pytest.mark.parametrize(
+    ("cls", "init", "why"),
+    [
+        (HttpToolsProtocol, lambda self, config, server_state: None, "unexpected keyword argument 'app_state'"),
+        (RequestResponseCycle, lambda self, scope, transport, flow: None, "unexpected keyword argument 'logger'"),
+        (HttpToolsProtocol, _init_raising(AttributeError("no attribute 'ws_protocol_class'")), "AttributeError"),
+    ],
+    ids=["protocol-signature", "cycle-signature", "protocol-attribute"],
+)
+def test_a_uvicorn_whose_classes_cannot_be_probed_gets_its_stock_protocol(monkeypatch, caplog, cls, init, why):
+    """uvicorn's classes built as 0.54 builds them: another constructor is a fallback, not a crash."""
+    monkeypatch.setattr(cls, "__init__", init)
+    monkeypatch.setattr(protocol, "_warned", [])
+    chosen = [data_protocol(_routes()) for _ in range(3)]
+    assert chosen == [HttpToolsProtocol] * 3
+    assert not checks_headers(chosen[0])
+    (warning,) = _fallback_warnings(caplog)
+    assert "cannot probe its internals" in warning
+    assert why in warning
+    assert warning.endswith("served by its stock protocol")
+
+
+def _protocol_module_imported_anew() -> ModuleType:
+    """A second copy of smtriton/serve/protocol.py, imported now (the one the other tests use is kept)."""
+    spec = importlib.util.spec_from_file_location("smtriton.serve._protocol_anew", protocol.__file__)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize(
+    ("module", "name"),
+    [
+        (httptools_impl, "STATUS_LINE"),
+        (httptools_impl, "RequestResponseCycle"),
+        (httptools_impl, "HttpToolsProtocol"),
+        (uvicorn_utils, "get_client_addr"),
+        (uvicorn_utils, "get_path_with_query_string"),
+    ],
+    ids=lambda value: value if isinstance(value, str) else "",
+)
+def test_a_uvicorn_that_moved_an_internal_still_imports_and_gets_its_stock_protocol(monkeypatch, caplog, module, name):
+    monkeypatch.delattr(module, name)
+    moved = _protocol_module_imported_anew()  # no ImportError here
+    chosen = [moved.data_protocol(_routes()) for _ in range(3)]
+    assert chosen == ["httptools"] * 3  # uvicorn's own name for its protocol, wherever it now lives
+    assert not moved.checks_headers(chosen[0])
+    with pytest.raises(ImportError, match=name):
+        moved.missing_internals()
+    (warning,) = _fallback_warnings(caplog)
+    assert f"cannot import name '{name}'" in warning
+    assert warning.endswith("served by its stock protocol")
+    monkeypatch.undo()
+    config = uvicorn.Config(_routes(), http=chosen[0], log_config=None)
+    config.load()
+    assert config.http_protocol_class is HttpToolsProtocol
