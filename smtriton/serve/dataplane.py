@@ -98,6 +98,53 @@ async def _wait_idle(name: str, model: Invocable, timeout: float) -> None:
         log.warning("unloading %s with %d requests still in flight", name, model.inflight)
 
 
+class SessionStream:
+    """A streamed answer in a session: ``responses``, Triton's as they come, and :meth:`close`, the
+    clean-up to run once however the stream ended, also when nothing ever iterated ``responses`` (an
+    async generator never started never runs its ``finally``: the client left before the answer began).
+
+    The owner hears that the sequence was answered once Triton's first response that is not an error
+    came; a closing step closes the session however the stream ends (its answer's headers already said
+    so), once: when Triton's stream ended, before the answer's last chunk goes out, else on :meth:`close`."""
+
+    def __init__(self, plane: DataPlane, step: SessionStep, upstream: AsyncGenerator[dict[str, Any], None]) -> None:
+        self.step = step
+        self._plane = plane
+        self._upstream = upstream
+        self._closed = False
+        self._reported = False
+        self.responses = self._responses()
+
+    async def _responses(self) -> AsyncGenerator[dict[str, Any], None]:
+        answered = False
+        async for response in self._upstream:
+            if not answered and "error" not in response:
+                answered = True
+                if not self.step.closes:
+                    await self._plane.session_done(self.step, True)
+            yield response
+        await self._report_closed()
+
+    async def _report_closed(self) -> None:
+        if self.step.closes and not self._reported:
+            self._reported = True
+            await self._plane.session_done(self.step, True)
+
+    async def close(self) -> None:
+        """End the stream: Triton's is closed (cancelled, if it still runs), and a closing step's
+        session reported closed; only the first call does anything."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            try:
+                await self.responses.aclose()
+            finally:
+                await self._upstream.aclose()
+        finally:
+            await self._report_closed()
+
+
 class DataPlane:
     """One worker's view of the endpoint: the SME ``default_model``, or the MME models, on the one Triton.
 
@@ -376,23 +423,10 @@ class DataPlane:
         elif answered and self.owner is not None:
             self.owner.notify("session_answered", session=step.session)
 
-    async def stream_in_session(
-        self, step: SessionStep, responses: AsyncGenerator[dict[str, Any], None]
-    ) -> AsyncGenerator[dict[str, Any], None]:
-        """A streamed answer in a session: the owner hears how it went once Triton's first response
-        came; a closing stream closes the session however it ends (its answer already said so)."""
-        answered = False
-        try:
-            async for response in responses:
-                if not answered and "error" not in response:
-                    answered = True
-                    if not step.closes:
-                        await self.session_done(step, True)
-                yield response
-        finally:
-            await responses.aclose()
-            if step.closes:
-                await self.session_done(step, True)
+    def stream_in_session(self, step: SessionStep, responses: AsyncGenerator[dict[str, Any], None]) -> SessionStream:
+        """A streamed answer in a session: its responses to iterate, and the clean-up to run once it
+        ends (:meth:`SessionStream.close`), also when nothing ever iterated it."""
+        return SessionStream(self, step, responses)
 
     async def invoke_oom(self, message: str) -> bool:
         """Whether a failed invoke was out of memory (the owner decides, once for all workers)."""

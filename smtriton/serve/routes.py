@@ -308,10 +308,11 @@ class DataRoutes:
         parameters = step.parameters if step is not None else None
         if decoupled:
             responses = plane.stream(triton_name, body, request.content_type, request.attributes, parameters)
-            headers = []
-            if step is not None:
-                responses, headers = plane.stream_in_session(step, responses), step.headers
-            return 200, "", b"", [], _streamed(responses, edge.stream_media_type(request.accept), on_done, headers)
+            media_type = edge.stream_media_type(request.accept)
+            if step is None:
+                return 200, "", b"", [], _streamed(responses, media_type, on_done)
+            session = plane.stream_in_session(step, responses)
+            return 200, "", b"", [], _streamed(session.responses, media_type, on_done, step.headers, session.close)
         try:
             upstream = await plane.infer(triton_name, body, request.content_type, request.attributes, parameters)
         except BaseException:
@@ -388,15 +389,20 @@ def _streamed(
     media_type: str,
     on_done: Callable[[], None] | None = None,
     headers: Headers | None = None,
+    close_responses: Callable[[], Awaitable[None]] | None = None,
 ) -> Streamed:
     """A decoupled model's answer, streamed; when it ends, however it ends, the Triton stream is
-    closed (cancelled, if it still runs) and ``on_done`` runs."""
+    closed (cancelled, if it still runs) and ``on_done`` runs. ``close_responses`` closes ``responses``
+    (by default their ``aclose``; a session's stream also tells the owner how it ended)."""
     chunks = edge.framed(responses, media_type)
+    end = responses.aclose if close_responses is None else close_responses
 
     async def close() -> None:
         try:
-            await chunks.aclose()
-            await responses.aclose()
+            try:
+                await chunks.aclose()
+            finally:
+                await end()
         finally:
             if on_done is not None:
                 on_done()

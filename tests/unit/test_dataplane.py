@@ -5,6 +5,8 @@ on as SageMaker sent them (large JSON re-encoded binary, custom attributes as a 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncGenerator, Awaitable, Callable
+from typing import Any, Literal
 
 import orjson
 import pytest
@@ -94,18 +96,31 @@ def test_instance_count_comes_from_the_models_config():
     run(scenario)
 
 
+class WatchedEvent(asyncio.Event):
+    """An event that says when something began to wait for it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.awaited = asyncio.Event()
+
+    async def wait(self) -> Literal[True]:
+        self.awaited.set()
+        return await super().wait()
+
+
 def test_mme_invokes_resolve_through_the_owners_records_and_an_unload_waits_for_them():
     async def scenario(triton: TritonStandIn, plane: DataPlane) -> None:
         assert plane.handle("model_added", {"record": RECORD.to_wire()}) is None
         model = plane.begin_invoke("shown", "a.tar.gz")
         with pytest.raises(BadRequest, match="does not match"):
             plane.begin_invoke("shown", "other.tar.gz")
+        model.idle = idle = WatchedEvent()  # unset, as the running invoke left it
         drained = plane.handle("model_draining", {"name": "shown", "seconds": 30})
         assert drained is not None
         waiting = asyncio.ensure_future(drained)
         with pytest.raises(ModelNotFound):  # new invokes are refused from the start of the drain
             plane.begin_invoke("shown", None)
-        await asyncio.sleep(0.05)
+        await asyncio.wait_for(idle.awaited.wait(), 1)  # the unload now waits for the invoke to end
         assert not waiting.done()  # the running invoke holds the unload
         plane.end_invoke(model)
         await asyncio.wait_for(waiting, 1)
@@ -188,11 +203,13 @@ END: dict[str, str | int | bool] = {"sequence_id": 7, "sequence_end": True}
 class RecordingOwner:
     """The owner's side of the channel, recording what a worker tells it and how."""
 
-    def __init__(self) -> None:
+    def __init__(self, answers: dict[str, object] | None = None) -> None:
         self.said: list[tuple[str, str]] = []
+        self.answers = answers or {}  # what a call answers, by operation (None when not given)
 
-    async def call(self, op: str, timeout: float | None = None, **fields: object) -> None:
+    async def call(self, op: str, timeout: float | None = None, **fields: object) -> object:
         self.said.append(("call", op))
+        return self.answers.get(op)
 
     def notify(self, op: str, **fields: object) -> None:
         self.said.append(("notice", op))
@@ -219,3 +236,183 @@ def test_the_owner_hears_how_a_sessions_inference_went(step, answered, said):
         assert owner.said == said
 
     run(scenario)
+
+
+# ----- a streamed answer in a session: however it ends, Triton's stream is closed and the owner told once
+
+LATER: dict[str, str | int | bool] = {"sequence_id": 7}
+CLOSING = SessionStep("s", END, [], closes=True)
+FIRST = SessionStep("s", START, [])  # the sequence's first inference: the owner hears of its answer in a call
+NEXT = SessionStep("s", LATER, [])  # a later one: a notice is enough
+CLOSED = [("call", "session_close")]
+
+
+def heard(step: SessionStep) -> list[tuple[str, str]]:
+    """What the owner hears, once, of a streamed answer in ``step`` that Triton answered."""
+    if step.closes:
+        return CLOSED
+    assert step.parameters is not None
+    return [("call" if step.parameters.get("sequence_start") else "notice", "session_answered")]
+
+
+OUT = {"model_name": "m", "outputs": [{"name": "OUT", "datatype": "INT32", "shape": [1], "data": [1]}]}
+ERROR = {"error": "the model failed"}
+
+
+class TritonStream:
+    """Triton's side of a streamed answer as the data plane gets it (``generator``, an async generator,
+    as ``DataPlane.stream`` returns): it yields ``items``, then raises ``then`` if given, or with
+    ``hold`` waits for a response that never comes (``waiting`` says it got there)."""
+
+    def __init__(self, items: list[dict[str, Any]], then: BaseException | None = None, hold: bool = False) -> None:
+        self.items = items
+        self.then = then
+        self.hold = hold
+        self.started = False
+        self.ended = False  # its clean-up ran: the gRPC call would be cancelled
+        self.waiting = asyncio.Event()
+        self.generator = self._run()
+
+    async def _run(self) -> AsyncGenerator[dict[str, Any], None]:
+        self.started = True
+        try:
+            for item in self.items:
+                yield item
+            if self.hold:
+                self.waiting.set()
+                await asyncio.Event().wait()
+            if self.then is not None:
+                raise self.then
+        finally:
+            self.ended = True
+
+    @property
+    def closed(self) -> bool:
+        """Closed or finished: it can yield nothing more (also when it was closed before it started)."""
+        return self.generator.ag_frame is None
+
+
+def in_session(scenario: Callable[[DataPlane, RecordingOwner], Awaitable[None]]) -> None:
+    """``scenario`` with a data plane whose owner records what it hears (no Triton needed)."""
+
+    async def main() -> None:
+        plane = DataPlane(Settings(), Metrics(enabled=False), "m")
+        owner = RecordingOwner()
+        plane.owner = owner  # type: ignore[assignment]
+        await scenario(plane, owner)
+
+    asyncio.run(main())
+
+
+@pytest.mark.parametrize(
+    ("step", "said"), [(CLOSING, CLOSED), (FIRST, []), (NEXT, [])], ids=["closing", "first", "next"]
+)
+def test_a_session_stream_nobody_iterated_closes_triton_and_a_closing_session_once(step, said):
+    """The client left before the answer began: nothing iterates the responses, the clean-up still runs."""
+
+    async def scenario(plane: DataPlane, owner: RecordingOwner) -> None:
+        triton = TritonStream([OUT, OUT])
+        stream = plane.stream_in_session(step, triton.generator)
+        await stream.close()
+        await stream.close()  # a second close does nothing
+        assert triton.closed
+        assert not triton.started  # never dialed Triton, and never will
+        assert await anext(stream.responses, None) is None
+        assert owner.said == said
+
+    in_session(scenario)
+
+
+@pytest.mark.parametrize("step", [CLOSING, FIRST, NEXT], ids=["closing", "first", "next"])
+def test_a_session_stream_read_to_the_end_passes_every_response_and_tells_the_owner_once(step):
+    async def scenario(plane: DataPlane, owner: RecordingOwner) -> None:
+        triton = TritonStream([OUT, OUT, OUT])
+        stream = plane.stream_in_session(step, triton.generator)
+        assert await anext(stream.responses) == OUT
+        # Triton's first response: the owner has heard the sequence was answered before the caller sees it.
+        assert owner.said == ([] if step.closes else heard(step))
+        assert [response async for response in stream.responses] == [OUT, OUT]
+        # The stream ended: a closing step has closed the session before the answer's last chunk goes out.
+        assert owner.said == heard(step)
+        await stream.close()
+        assert triton.ended
+        assert triton.closed
+        assert owner.said == heard(step)
+
+    in_session(scenario)
+
+
+@pytest.mark.parametrize("step", [CLOSING, FIRST], ids=["closing", "first"])
+@pytest.mark.parametrize("where", ["between-responses", "awaiting-triton"])
+def test_a_client_that_leaves_mid_stream_closes_triton_and_the_owner_hears_once(step, where):
+    """The answer began, then the client left: between two chunks (the responses closed at a ``yield``),
+    or while Triton's next response was awaited (the task streaming the answer cancelled)."""
+
+    async def scenario(plane: DataPlane, owner: RecordingOwner) -> None:
+        triton = TritonStream([OUT, OUT], hold=True)
+        stream = plane.stream_in_session(step, triton.generator)
+        if where == "between-responses":
+            assert await anext(stream.responses) == OUT
+            assert not triton.ended  # left at its yield: only closing it ends it
+        else:
+            got: list[dict[str, Any]] = []
+
+            async def read() -> None:
+                async for response in stream.responses:
+                    got.append(response)
+
+            reading = asyncio.ensure_future(read())
+            await asyncio.wait_for(triton.waiting.wait(), 1)
+            reading.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await reading
+            assert got == [OUT, OUT]  # the cancellation went through Triton's stream, ending it
+        await stream.close()
+        assert triton.ended
+        assert triton.closed
+        assert owner.said == heard(step)
+        await stream.close()
+        assert owner.said == heard(step)
+
+    in_session(scenario)
+
+
+@pytest.mark.parametrize(
+    ("items", "step", "said"),
+    [
+        ([OUT, ERROR], CLOSING, CLOSED),
+        ([OUT, ERROR], FIRST, heard(FIRST)),
+        ([ERROR], FIRST, []),  # never answered: the sequence did not start
+        ([ERROR], NEXT, []),
+        ([ERROR], CLOSING, CLOSED),  # a closing answer closes the session however it ends
+    ],
+    ids=["closing-after-a-response", "first-after-a-response", "first-at-once", "next-at-once", "closing-at-once"],
+)
+def test_a_triton_error_mid_stream_is_the_answers_last_response_and_the_owner_hears_once(items, step, said):
+    """Triton's stream reports its failure as one last ``{"error": ...}`` response, then ends."""
+
+    async def scenario(plane: DataPlane, owner: RecordingOwner) -> None:
+        triton = TritonStream(items)
+        stream = plane.stream_in_session(step, triton.generator)
+        assert [response async for response in stream.responses] == items
+        await stream.close()
+        assert triton.closed
+        assert owner.said == said
+
+    in_session(scenario)
+
+
+@pytest.mark.parametrize("step", [CLOSING, FIRST], ids=["closing", "first"])
+def test_a_triton_stream_that_breaks_mid_stream_is_closed_and_the_owner_hears_once(step):
+    async def scenario(plane: DataPlane, owner: RecordingOwner) -> None:
+        triton = TritonStream([OUT], then=ConnectionResetError("Triton went away"))
+        stream = plane.stream_in_session(step, triton.generator)
+        assert await anext(stream.responses) == OUT
+        with pytest.raises(ConnectionResetError, match="Triton went away"):
+            await anext(stream.responses)
+        await stream.close()
+        assert triton.ended
+        assert triton.closed
+        assert owner.said == heard(step)
+
+    in_session(scenario)

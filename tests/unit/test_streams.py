@@ -5,6 +5,7 @@ each, also when the client left before the answer started and nothing ever read 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterable
 
 import orjson
 import pytest
@@ -14,7 +15,9 @@ from smtriton.serve.channel import EndpointState
 from smtriton.serve.dataplane import DataPlane
 from smtriton.serve.metrics import Metrics
 from smtriton.serve.records import ModelRecord
+from smtriton.serve.sessions import CLOSE_PARAMETER, SESSION_HEADER
 from smtriton.serve.settings import Settings
+from tests.unit.test_dataplane import OUT, RecordingOwner, TritonStream
 from tests.unit.triton_stand_in import TritonStandIn
 
 BODY = b'{"text_input": "hi", "parameters": {"stream": true}}'
@@ -28,11 +31,21 @@ async def _plane(triton: TritonStandIn, settings: Settings, default_model: str |
     return plane
 
 
-async def _call(plane: DataPlane, path: str, body: bytes, leave_at_once: bool = False) -> tuple[int, bytes]:
-    """One POST through the ASGI app. ``leave_at_once``: the client is gone as soon as its body was read."""
+async def _call(
+    plane: DataPlane,
+    path: str,
+    body: bytes,
+    leave_at_once: bool = False,
+    headers: Iterable[tuple[bytes, bytes]] = (),
+    head_stalls: bool = False,
+) -> tuple[int, bytes]:
+    """One POST through the ASGI app. ``leave_at_once``: the client is gone as soon as its body was read;
+    ``headers``: besides its content type; ``head_stalls``: writing the answer's head waits for a socket
+    that never drains (the server's send waits while writing is paused), so a client that left is seen
+    gone before anything iterates the stream."""
     scope = {"type": "http", "method": "POST", "path": path, "raw_path": path.encode(), "query_string": b"",
-             "headers": [(b"content-type", b"application/json")], "http_version": "1.1", "scheme": "http",
-             "server": ("127.0.0.1", 8080), "client": ("127.0.0.1", 1), "root_path": ""}  # fmt: skip
+             "headers": [(b"content-type", b"application/json"), *headers], "http_version": "1.1",
+             "scheme": "http", "server": ("127.0.0.1", 8080), "client": ("127.0.0.1", 1), "root_path": ""}  # fmt: skip
     sent_body = False
     messages: list[dict] = []
 
@@ -48,6 +61,8 @@ async def _call(plane: DataPlane, path: str, body: bytes, leave_at_once: bool = 
 
     async def send(message: dict) -> None:
         messages.append(message)
+        if head_stalls and message["type"] == "http.response.start":
+            await asyncio.Event().wait()
 
     await create_app(plane)(scope, receive, send)  # type: ignore[arg-type]
     start = next((m for m in messages if m["type"] == "http.response.start"), None)
@@ -129,6 +144,54 @@ def test_a_decoupled_invoke_always_gives_back_its_in_flight_count(leave_at_once)
             drained = plane.handle("model_draining", {"name": "dec", "seconds": 60})
             assert drained is not None
             await asyncio.wait_for(drained, 1)  # nothing to wait for
+            await plane.close()
+
+    asyncio.run(scenario())
+
+
+@pytest.mark.parametrize("closes", [True, False], ids=["closing", "not-closing"])
+@pytest.mark.parametrize("how", ["left-before-it-started", "left-at-once", "read-to-the-end"])
+def test_a_streamed_answer_in_a_session_closes_triton_and_the_owner_hears_once(closes, how):
+    """In a session too, however the answer ends: Triton's stream is closed, and a closing inference
+    closes the session, once; also when the client left before the answer started and nothing ever
+    read the stream ("left-before-it-started"), or when it left at once (then the stream may have begun)."""
+
+    async def scenario() -> None:
+        async with TritonStandIn().running() as triton:
+            plane = await _plane(triton, Settings())
+            assert plane.apply(EndpointState(True, True, "", triton.port, 9, decoupled=True)) is None
+            owner = RecordingOwner({"session_use": {"sequence_id": 7, "start": False}})
+            plane.owner = owner  # type: ignore[assignment]
+            read = how == "read-to-the-end"
+            # A client that left sees no answer: Triton's never comes (no "answered" notice, read or not).
+            upstream = TritonStream([OUT, OUT]) if read else TritonStream([], hold=True)
+            asked: list[object] = []
+
+            def stream(triton_name: str, body: bytes, *args: object) -> object:
+                asked.append(args[-1])  # the parameters: the session's sequence
+                return upstream.generator
+
+            plane.stream = stream  # type: ignore[method-assign]
+            request: dict[str, object] = {"inputs": [{"name": "N", "shape": [1], "datatype": "INT32", "data": [3]}]}
+            if closes:
+                request["parameters"] = {CLOSE_PARAMETER: True}
+            headers = [(SESSION_HEADER.lower().encode(), b"s1")]
+            left_early = how == "left-before-it-started"
+            call = _call(plane, "/invocations", orjson.dumps(request), not read, headers, head_stalls=left_early)
+            status, payload = await asyncio.wait_for(call, 5)
+            assert asked == [{"sequence_id": 7, "sequence_end": True} if closes else {"sequence_id": 7}]
+            assert upstream.closed
+            if left_early:
+                assert not upstream.started  # nothing ever iterated the stream
+            said = [("call", "session_use")]
+            if read:
+                assert status == 200
+                assert [orjson.loads(line) for line in payload.splitlines()] == [OUT, OUT]
+                if not closes:
+                    said.append(("notice", "session_answered"))
+            if closes:
+                said.append(("call", "session_close"))
+            assert owner.said == said
             await plane.close()
 
     asyncio.run(scenario())
