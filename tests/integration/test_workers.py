@@ -186,6 +186,31 @@ def test_a_load_refused_for_memory_is_refused_once_and_no_worker_has_it(tmp_path
         server.stop()
 
 
+def test_every_worker_answers_503_while_triton_cannot_start(tmp_path, test_repository):
+    from smtriton.serve.triton.installation import find_triton
+
+    fake = tmp_path / "triton" / "bin" / "tritonserver"
+    fake.parent.mkdir(parents=True)
+    (tmp_path / "triton" / "backends").symlink_to(find_triton().backends, target_is_directory=True)
+    fake.write_text("#!/bin/sh\necho 'E0000 00:00:00 1 main.cc] failing on purpose'\nexit 3\n")
+    fake.chmod(0o755)
+    repo = tmp_path / "models"
+    shutil.copytree(test_repository, repo)
+    server = ServeProcess(repo, "addsub", tmp_path / "serve.log", env={**WORKERS, "TRITONSERVER": str(fake)})
+    try:
+        assert wait_for(lambda: "tritonserver failed to start" in server.log_text(), 30)
+        assert wait_for(lambda: server.log_text().count("Application startup complete") == 2, 30)  # both listen
+        pings = [requests.get(f"{server.url}/ping", timeout=5) for _ in range(ROUNDS)]
+        assert {(r.status_code, r.text) for r in pings} == {(503, pings[0].text)}
+        answers = [requests.post(f"{server.url}/invocations", data=ADDSUB, timeout=5) for _ in range(ROUNDS)]
+        assert {(r.status_code, r.text) for r in answers} == {(503, answers[0].text)}
+        assert "error" in answers[0].json()
+        assert workers_that_answered(server, "/invocations") == {1, 2}
+        assert server.poll() is None
+    finally:
+        server.stop()
+
+
 def test_triton_restarting_restores_every_workers_view_of_the_models(tmp_path):
     root = tmp_path / "models"
     root.mkdir()
