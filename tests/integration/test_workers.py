@@ -186,6 +186,30 @@ def test_a_load_refused_for_memory_is_refused_once_and_no_worker_has_it(tmp_path
         server.stop()
 
 
+def test_an_invoke_out_of_memory_is_507_from_every_worker_and_the_endpoint_goes_on(mme):
+    url = _archive(mme.root, "greedy")
+    (Path(url) / "1" / "model.py").write_text(
+        "import triton_python_backend_utils as pb_utils\n\n\n"
+        "class TritonPythonModel:\n"
+        "    def execute(self, requests):\n"
+        "        error = pb_utils.TritonError('CUDA out of memory. Tried to allocate 2.00 GiB')\n"
+        "        return [pb_utils.InferenceResponse(error=error) for _ in requests]\n"
+    )
+    assert _load(mme, "greedy", url).status_code == 200
+    assert _load(mme, "modest", _archive(mme.root, "modest")).status_code == 200
+    try:
+        answers = [_invoke(mme, "greedy") for _ in range(ROUNDS)]
+        assert {r.status_code for r in answers} == {507}, [r.text for r in answers]
+        assert all("out of memory" in r.json()["error"] for r in answers)
+        assert workers_that_answered(mme, "/models/greedy/invoke") == {1, 2}
+        for _ in range(ROUNDS):  # the verdict was the owner's on that invoke only: the endpoint serves on
+            assert requests.get(f"{mme.url}/ping", timeout=5).status_code == 200
+            assert _invoke(mme, "modest").status_code == 200
+    finally:
+        for name in ("greedy", "modest"):
+            requests.delete(f"{mme.url}/models/{name}", timeout=60)
+
+
 def test_every_worker_answers_503_while_triton_cannot_start(tmp_path, test_repository):
     from smtriton.serve.triton.installation import find_triton
 
