@@ -194,6 +194,26 @@ def test_labels_entry_port_and_stop_signal_are_what_sagemaker_reads():
     assert not config.get("User")
 
 
+def test_the_triton_target_keeps_what_nvidias_image_sets():
+    """On NVIDIA's image (or its stand-in) the triton target keeps the base's environment, which its
+    Triton and NVIDIA's container runtime read, and the base's triton-server user (uid and gid 1000)."""
+    if _target() != "triton":
+        pytest.skip("the cpu target is not built on NVIDIA's image")
+    env = dict(item.split("=", 1) for item in _image_config()["Env"])
+    wanted = ("TRITON_SERVER_VERSION", "NVIDIA_TRITON_SERVER_VERSION", "NVIDIA_VISIBLE_DEVICES", "TRITON_SERVER_USER")
+    assert [name for name in wanted if not env.get(name)] == [], env
+    capabilities = set(env["NVIDIA_DRIVER_CAPABILITIES"].split(","))
+    assert "all" in capabilities or {"compute", "utility"} <= capabilities, capabilities
+    assert "/opt/tritonserver/bin" in env["PATH"].split(":"), env["PATH"]
+    done = subprocess.run(
+        [*container_engine(), "run", "--rm", "--entrypoint", "id", IMAGE, env["TRITON_SERVER_USER"]],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("uid=1000("), done.stdout
+    assert " gid=1000(" in done.stdout, done.stdout
+
+
 # Run inside the image with its own interpreter: where serve finds Triton, which Python runs, whether the
 # Python backend has a stub for that Python.
 PROBE = """
