@@ -198,6 +198,42 @@ def test_the_fast_path_answers_as_the_asgi_app_does(connection, method, path, bo
         assert response_headers[name.decode()] == value.decode()
 
 
+def test_each_request_is_matched_to_its_route_once_on_either_path(monkeypatch, server, connection):
+    """The protocol matches a request's route once and hands the match on; the ASGI app reads it rather
+    than matching again (it matches only a path the protocol could not read: an escaped one)."""
+    from smtriton.serve import routes
+
+    matched: list[str] = []
+    match = routes.route_of
+
+    def counting(method: bytes | str, path: str) -> routes.Route:
+        matched.append(path)
+        return match(method, path)
+
+    monkeypatch.setattr(protocol, "route_of", counting)
+    monkeypatch.setattr(routes, "route_of", counting)
+    sent = [
+        get("/ping"),  # the fast path
+        post("/invocations", b'{"inputs":[]}', "Content-Type: application/json"),  # the fast path
+        post("/models/m/invoke", b"{}"),  # the fast path
+        (b"PUT /invocations HTTP/1.1\r\nHost: t\r\nContent-Length: 0\r\n\r\n"),  # the app: 405
+        get("/execution-parameters"),  # the control app
+        post("/invo%63ations", b'{"inputs":[]}', "Content-Type: application/json"),  # escaped: the app matches
+    ]
+    for request in sent:
+        connection.send(request)
+        connection.read()
+    assert matched == [
+        "/ping",
+        "/invocations",
+        "/models/m/invoke",
+        "/invocations",
+        "/execution-parameters",
+        "/invocations",
+    ]
+    assert server.asgi_paths == ["/invocations", "/execution-parameters", "/invocations"]
+
+
 def test_keep_alive_serves_many_requests_on_one_connection(server, connection):
     for i in range(3):
         connection.send(post("/invocations", b'{"i":%d}' % i, "Content-Type: application/json"))
