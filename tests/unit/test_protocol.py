@@ -596,3 +596,17 @@ def test_a_uvicorn_that_moved_an_internal_still_imports_and_gets_its_stock_proto
     config = uvicorn.Config(_routes(), http=chosen[0], log_config=None)
     config.load()
     assert config.http_protocol_class is HttpToolsProtocol
+
+
+def test_header_sizes_are_checked_once_by_the_protocol_or_else_by_the_app(monkeypatch):
+    from smtriton.serve import server
+    from smtriton.serve.app import HeaderLimit
+
+    plane = DataPlane(SETTINGS, Metrics(enabled=False), "m")
+    edge = server.http_server(plane).config
+    assert checks_headers(edge.http)
+    assert not isinstance(edge.app, HeaderLimit)  # the protocol refuses them while it parses
+    monkeypatch.setattr(server, "data_protocol", lambda routes: HttpToolsProtocol)  # uvicorn's stock protocol
+    stock = server.http_server(plane).config
+    assert stock.http is HttpToolsProtocol
+    assert isinstance(stock.app, HeaderLimit)
