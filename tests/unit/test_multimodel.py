@@ -143,3 +143,53 @@ def test_the_target_model_header_names_a_model_by_one_rule_however_it_was_loaded
     without_header.check_target("abc")  # the model's own name, as the URL names it
     with pytest.raises(BadRequest, match="does not match"):
         without_header.check_target("other")
+
+
+def test_a_load_and_an_unload_do_their_file_work_off_the_event_loop(monkeypatch, tmp_path):
+    """Finding, measuring, staging and removing a model's files runs in threads: a large archive never
+    holds up the requests the event loop is serving meanwhile. Checked against the Triton stand-in."""
+    import asyncio
+    import shutil
+
+    from smtriton.serve.triton.client import TritonClient
+    from tests.integration.conftest import TEST_MODELS
+    from tests.unit.triton_stand_in import stand_in_thread
+
+    where: dict[str, set[str]] = {}
+
+    def recorded(name: str):
+        work = getattr(multimodel, name)
+
+        def run(*args, **kwargs):
+            try:
+                asyncio.get_running_loop()
+                place = "event loop"
+            except RuntimeError:
+                place = "thread"
+            where.setdefault(name, set()).add(place)
+            return work(*args, **kwargs)
+
+        return run
+
+    names = ("confine_url", "find_layout", "check_models", "tree_size", "stage_model", "listed_url", "remove_staged")
+    for name in names:
+        monkeypatch.setattr(multimodel, name, recorded(name))
+    root = tmp_path / "models"
+    shutil.copytree(TEST_MODELS / "addsub", root / "a" / "model")
+    managed = tmp_path / "managed"
+    managed.mkdir()
+
+    async def load_and_unload(port: int) -> None:
+        client = TritonClient(f"http://127.0.0.1:{port}", 30)
+        registry = multimodel.ModelRegistry(settings(root), managed, lambda: client)
+        try:
+            await registry.load(b'{"model_name": "a", "url": "' + str(root / "a" / "model").encode() + b'"}', None)
+            assert "a" in registry.records
+            await registry.unload("a", None)
+            assert registry.records == {}
+        finally:
+            await client.close()
+
+    with stand_in_thread() as triton:
+        asyncio.run(load_and_unload(triton.port))
+    assert where == {name: {"thread"} for name in names}
