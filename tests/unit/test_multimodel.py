@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 import pytest
 
@@ -152,7 +153,6 @@ def test_a_load_and_an_unload_do_their_file_work_off_the_event_loop(monkeypatch,
     import shutil
 
     from smtriton.serve.triton.client import TritonClient
-    from tests.integration.conftest import TEST_MODELS
     from tests.unit.triton_stand_in import stand_in_thread
 
     where: dict[str, set[str]] = {}
@@ -175,7 +175,7 @@ def test_a_load_and_an_unload_do_their_file_work_off_the_event_loop(monkeypatch,
     for name in names:
         monkeypatch.setattr(multimodel, name, recorded(name))
     root = tmp_path / "models"
-    shutil.copytree(TEST_MODELS / "addsub", root / "a" / "model")
+    shutil.copytree(Path(__file__).parents[1] / "integration" / "models" / "addsub", root / "a" / "model")
     managed = tmp_path / "managed"
     managed.mkdir()
 
