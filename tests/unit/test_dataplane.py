@@ -5,7 +5,7 @@ on as SageMaker sent them (large JSON re-encoded binary, custom attributes as a 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncGenerator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, Literal
 
 import orjson
@@ -17,6 +17,7 @@ from smtriton.serve.errors import BadRequest, ModelNotFound, NotReady, Unsupport
 from smtriton.serve.metrics import Metrics
 from smtriton.serve.records import ModelRecord
 from smtriton.serve.settings import Settings
+from tests.unit.stand_ins import OUT, RecordingOwner, TritonStream
 from tests.unit.triton_stand_in import HEADER_LENGTH, TritonStandIn, serving_plane
 
 RECORD = ModelRecord("shown", "/opt/ml/models/a", "a.tar.gz", "a.tar.gz", ["a.tar.gz"], "a.tar.gz")
@@ -200,21 +201,6 @@ START: dict[str, str | int | bool] = {"sequence_id": 7, "sequence_start": True}
 END: dict[str, str | int | bool] = {"sequence_id": 7, "sequence_end": True}
 
 
-class RecordingOwner:
-    """The owner's side of the channel, recording what a worker tells it and how."""
-
-    def __init__(self, answers: dict[str, object] | None = None) -> None:
-        self.said: list[tuple[str, str]] = []
-        self.answers = answers or {}  # what a call answers, by operation (None when not given)
-
-    async def call(self, op: str, timeout: float | None = None, **fields: object) -> object:
-        self.said.append(("call", op))
-        return self.answers.get(op)
-
-    def notify(self, op: str, **fields: object) -> None:
-        self.said.append(("notice", op))
-
-
 @pytest.mark.parametrize(
     ("step", "answered", "said"),
     [
@@ -255,41 +241,7 @@ def heard(step: SessionStep) -> list[tuple[str, str]]:
     return [("call" if step.parameters.get("sequence_start") else "notice", "session_answered")]
 
 
-OUT = {"model_name": "m", "outputs": [{"name": "OUT", "datatype": "INT32", "shape": [1], "data": [1]}]}
 ERROR = {"error": "the model failed"}
-
-
-class TritonStream:
-    """Triton's side of a streamed answer as the data plane gets it (``generator``, an async generator,
-    as ``DataPlane.stream`` returns): it yields ``items``, then raises ``then`` if given, or with
-    ``hold`` waits for a response that never comes (``waiting`` says it got there)."""
-
-    def __init__(self, items: list[dict[str, Any]], then: BaseException | None = None, hold: bool = False) -> None:
-        self.items = items
-        self.then = then
-        self.hold = hold
-        self.started = False
-        self.ended = False  # its clean-up ran: the gRPC call would be cancelled
-        self.waiting = asyncio.Event()
-        self.generator = self._run()
-
-    async def _run(self) -> AsyncGenerator[dict[str, Any], None]:
-        self.started = True
-        try:
-            for item in self.items:
-                yield item
-            if self.hold:
-                self.waiting.set()
-                await asyncio.Event().wait()
-            if self.then is not None:
-                raise self.then
-        finally:
-            self.ended = True
-
-    @property
-    def closed(self) -> bool:
-        """Closed or finished: it can yield nothing more (also when it was closed before it started)."""
-        return self.generator.ag_frame is None
 
 
 def in_session(scenario: Callable[[DataPlane, RecordingOwner], Awaitable[None]]) -> None:

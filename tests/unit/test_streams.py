@@ -17,7 +17,7 @@ from smtriton.serve.metrics import Metrics
 from smtriton.serve.records import ModelRecord
 from smtriton.serve.sessions import CLOSE_PARAMETER, SESSION_HEADER
 from smtriton.serve.settings import Settings
-from tests.unit.test_dataplane import OUT, RecordingOwner, TritonStream
+from tests.unit.stand_ins import OUT, RecordingOwner, TritonStream
 from tests.unit.triton_stand_in import TritonStandIn
 
 BODY = b'{"text_input": "hi", "parameters": {"stream": true}}'
