@@ -259,7 +259,7 @@ class TritonSupervisor:
         still serves, and restarting it would unload every model for a fault of the watch. A watch that
         returns has finished its work; one that fails because Triton exited says nothing (the
         supervisor reports the exit, cancels this task, and watches the Triton it starts next)."""
-        backoff = FIRST_BACKOFF_S
+        backoff = _Backoff()
         failures = 0
         while True:
             started = time.monotonic()
@@ -269,16 +269,15 @@ class TritonSupervisor:
             except Exception as exc:
                 if await self._exits_within(process, WATCH_EXIT_GRACE_S):
                     return
-                if time.monotonic() - started > STABLE_RUN_S:
-                    backoff, failures = FIRST_BACKOFF_S, 0
+                if backoff.after_run(time.monotonic() - started):
+                    failures = 0
                 failures += 1
                 reason = _reason(exc)
                 if failures == 1:
-                    log.exception("the Triton watch failed: %s; restarting it in %g s", reason, backoff)
+                    log.exception("the Triton watch failed: %s; restarting it in %g s", reason, backoff.delay)
                 else:
-                    log.error("the Triton watch failed again: %s; restarting it in %g s", reason, backoff)
-            await asyncio.sleep(backoff)
-            backoff = min(backoff * 2, MAX_BACKOFF_S)
+                    log.error("the Triton watch failed again: %s; restarting it in %g s", reason, backoff.delay)
+            await backoff.wait()
 
     @staticmethod
     async def _exits_within(process: TritonProcess, timeout: float) -> bool:
@@ -293,16 +292,15 @@ class TritonSupervisor:
 
     async def _supervise(self) -> None:
         """Start Triton, run the hooks, watch it; restart it with back-off when it dies."""
-        backoff = FIRST_BACKOFF_S
+        backoff = _Backoff()
         while not self._stopping.is_set():
             try:
                 process = await self._start()
             except Exception as exc:  # a crash loop must end in a log line and a failing /ping
                 self._spawned.set()
                 self._set_state(TritonState.DOWN)
-                log.error("tritonserver failed to start: %s; retrying in %g s", _reason(exc), backoff)
-                await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, MAX_BACKOFF_S)
+                log.error("tritonserver failed to start: %s; retrying in %g s", _reason(exc), backoff.delay)
+                await backoff.wait()
                 continue
             self._set_state(TritonState.LIVE)
             watcher = None
@@ -320,12 +318,29 @@ class TritonSupervisor:
                 return
             self._set_state(TritonState.DOWN)
             self._tell(self._on_exit)
-            if time.monotonic() - started > STABLE_RUN_S:
-                backoff = FIRST_BACKOFF_S
-            log.error("tritonserver exited unexpectedly (status %s); restarting in %g s", code, backoff)
+            backoff.after_run(time.monotonic() - started)
+            log.error("tritonserver exited unexpectedly (status %s); restarting in %g s", code, backoff.delay)
             await process.stop(1)
-            await asyncio.sleep(backoff)
-            backoff = min(backoff * 2, MAX_BACKOFF_S)
+            await backoff.wait()
+
+
+class _Backoff:
+    """The wait before the next try: :data:`FIRST_BACKOFF_S`, doubled after each wait up to
+    :data:`MAX_BACKOFF_S`, and the first again once something ran :data:`STABLE_RUN_S` before failing."""
+
+    def __init__(self) -> None:
+        self.delay = FIRST_BACKOFF_S
+
+    def after_run(self, seconds: float) -> bool:
+        """What failed had run ``seconds``: whether that was long enough to start from the first wait."""
+        if seconds > STABLE_RUN_S:
+            self.delay = FIRST_BACKOFF_S
+            return True
+        return False
+
+    async def wait(self) -> None:
+        await asyncio.sleep(self.delay)
+        self.delay = min(self.delay * 2, MAX_BACKOFF_S)
 
 
 def _reason(exc: Exception) -> str:
