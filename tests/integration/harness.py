@@ -16,7 +16,28 @@ from prometheus_client.parser import text_string_to_metric_families
 from smtriton.local import serve_process
 from smtriton.local.serve_process import free_port
 
-__all__ = ["ServeProcess", "alive", "descendants", "free_port", "metric_samples", "triton_pids"]
+__all__ = [
+    "ServeProcess",
+    "alive",
+    "descendants",
+    "failing_tritonserver",
+    "free_port",
+    "metric_samples",
+    "triton_pids",
+]
+
+
+def failing_tritonserver(folder: Path) -> Path:
+    """A tritonserver in ``folder`` that logs an error and exits 3 at once, beside the real backends
+    (so that serve sets it up as it would the real one): for TRITONSERVER in crash-loop tests."""
+    from smtriton.serve.triton.installation import find_triton
+
+    binary = folder / "triton" / "bin" / "tritonserver"
+    binary.parent.mkdir(parents=True)
+    (folder / "triton" / "backends").symlink_to(find_triton().backends, target_is_directory=True)
+    binary.write_text("#!/bin/sh\necho 'E0000 00:00:00 1 main.cc] failing on purpose'\nexit 3\n")
+    binary.chmod(0o755)
+    return binary
 
 
 def metric_samples(url: str | None) -> dict[tuple[str, tuple], float]:

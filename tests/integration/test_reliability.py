@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from tests.integration.conftest import TEST_MODELS, start_serve
 from tests.integration.contract_client import BJ
-from tests.integration.harness import ClientsUntilStopped, ServeProcess, triton_pids
+from tests.integration.harness import ClientsUntilStopped, ServeProcess, failing_tritonserver, triton_pids
 
 pytestmark = pytest.mark.integration
 
@@ -181,14 +181,7 @@ def test_triton_killed_under_load_fails_fast_restarts_and_serves_again(tmp_path,
 
 
 def test_a_triton_that_dies_at_start_backs_off_and_ping_fails(tmp_path, test_repository):
-    from smtriton.serve.triton.installation import find_triton
-
-    real = find_triton()
-    fake = tmp_path / "triton" / "bin" / "tritonserver"
-    fake.parent.mkdir(parents=True)
-    (tmp_path / "triton" / "backends").symlink_to(real.backends, target_is_directory=True)
-    fake.write_text("#!/bin/sh\necho 'E0000 00:00:00 1 main.cc] failing on purpose' \nexit 3\n")
-    fake.chmod(0o755)
+    fake = failing_tritonserver(tmp_path)
     repo = tmp_path / "models"  # a path of its own: stop() kills every Triton serving its repository
     shutil.copytree(test_repository, repo)
     server = ServeProcess(repo, "addsub", tmp_path / "serve.log", env={"TRITONSERVER": str(fake)})

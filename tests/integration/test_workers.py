@@ -29,6 +29,7 @@ from tests.integration.harness import (
     ServeProcess,
     alive,
     descendants,
+    failing_tritonserver,
     free_port,
     metric_samples,
     triton_pids,
@@ -211,13 +212,7 @@ def test_an_invoke_out_of_memory_is_507_from_every_worker_and_the_endpoint_goes_
 
 
 def test_every_worker_answers_503_while_triton_cannot_start(tmp_path, test_repository):
-    from smtriton.serve.triton.installation import find_triton
-
-    fake = tmp_path / "triton" / "bin" / "tritonserver"
-    fake.parent.mkdir(parents=True)
-    (tmp_path / "triton" / "backends").symlink_to(find_triton().backends, target_is_directory=True)
-    fake.write_text("#!/bin/sh\necho 'E0000 00:00:00 1 main.cc] failing on purpose'\nexit 3\n")
-    fake.chmod(0o755)
+    fake = failing_tritonserver(tmp_path)
     repo = tmp_path / "models"
     shutil.copytree(test_repository, repo)
     server = ServeProcess(repo, "addsub", tmp_path / "serve.log", env={**WORKERS, "TRITONSERVER": str(fake)})
