@@ -71,9 +71,10 @@ class ServeProcess:
     """One `serve` child on ``127.0.0.1:<port>``, started on construction; always end it with ``stop``.
 
     ``env`` is the child's whole environment (default: this process's). ``module`` runs another entry
-    point with serve's command line (the benchmark's variants of serve). ``append_log`` keeps what an
-    earlier run wrote to ``log_path``. ``die_with_parent`` sends the child SIGTERM when the thread that
-    started it exits, so that it never outlives a benchmark run.
+    point with serve's command line (the benchmark's variants of serve). ``launcher`` is a command that
+    runs serve's (its arguments follow), to start it somewhere else: another cgroup, a private mount
+    namespace. ``append_log`` keeps what an earlier run wrote to ``log_path``. ``die_with_parent`` sends
+    the child SIGTERM when the thread that started it exits, so that it never outlives a benchmark run.
     """
 
     def __init__(
@@ -84,13 +85,15 @@ class ServeProcess:
         env: Mapping[str, str] | None = None,
         port: int | None = None,
         module: str = SERVE_MODULE,
+        launcher: Sequence[str] = (),
         append_log: bool = False,
         die_with_parent: bool = False,
     ) -> None:
         self.port = port if port is not None else free_port()
         self.url = f"http://{LOOPBACK}:{self.port}"
         self.log_path = log_path
-        self.command = [sys.executable, "-m", module, "--host", LOOPBACK, "--port", str(self.port), *args]
+        serve = [sys.executable, "-m", module, "--host", LOOPBACK, "--port", str(self.port), *args]
+        self.command = [*launcher, *serve]
         self._log = log_path.open("ab" if append_log else "wb")
         try:
             self._proc = subprocess.Popen(

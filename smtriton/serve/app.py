@@ -15,12 +15,11 @@ from contextlib import asynccontextmanager
 import orjson
 from fastapi import FastAPI, Request, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
-from starlette.types import ASGIApp, Receive, Scope, Send
 
 from smtriton.serve import edge
 from smtriton.serve.codec import JSON
 from smtriton.serve.dataplane import DataPlane
-from smtriton.serve.errors import INTERNAL_ERROR, HeadersTooLarge, ModelNotFound, ServeError, error_body
+from smtriton.serve.errors import INTERNAL_ERROR, ModelNotFound, ServeError, error_body
 from smtriton.serve.routes import DataRoutes, log_failure, read_limited
 
 _PLAIN = {"content-type": "text/plain"}
@@ -45,22 +44,6 @@ async def read_body(request: Request, limit: int) -> bytes:
     """The request body, refused with 413 as soon as it is known to pass ``limit`` (before reading it all)."""
     declared = request.headers.get("content-length")
     return await read_limited(request.receive, declared.encode("latin-1") if declared is not None else None, limit)
-
-
-class HeaderLimit:
-    """Refuse requests whose headers pass the limit (431), before any route or body is touched: for
-    uvicorn's stock protocol, which does not (`serve`'s own refuses them while it parses)."""
-
-    def __init__(self, app: ASGIApp, limit: int) -> None:
-        self.app = app
-        self.limit = limit
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and sum(len(k) + len(v) for k, v in scope["headers"]) > self.limit:
-            error = HeadersTooLarge(self.limit)
-            await _error(error.status, error.message)(scope, receive, send)
-            return
-        await self.app(scope, receive, send)
 
 
 def create_control_app(plane: DataPlane) -> FastAPI:

@@ -13,11 +13,13 @@ import os
 import signal
 import sys
 import tempfile
+import time
 from collections.abc import Sequence
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
+from smtriton.serve import cgroups
 from smtriton.serve.errors import StartupError
 from smtriton.serve.logs import configure_logging
 from smtriton.serve.repository import refuse_unrunnable_plans, resolve_default_model
@@ -27,6 +29,8 @@ from smtriton.serve.workers import WORKER_ENTRY, reserve_port
 
 if TYPE_CHECKING:
     from smtriton.serve.endpoint import Endpoint
+    from smtriton.serve.supervisor import TritonSupervisor
+    from smtriton.serve.workers import WorkerPool
 
 log = logging.getLogger("serve")
 
@@ -131,6 +135,7 @@ async def _serve(
     from smtriton.serve.supervisor import TritonSupervisor
     from smtriton.serve.workers import WorkerPool
 
+    log.info("limits: %s", cgroups.describe(cgroups.memory_group(), cgroups.cpu_group()))
     if default is None:
         repository = work / "managed"  # MME: the repository serve manages (docs/design.md §3)
         repository.mkdir()
@@ -168,7 +173,12 @@ async def _serve(
         metrics_wanted=settings.metrics_port is not None,
         load_models=(default,) if default is not None else (),
     )
-    workers = WorkerPool(settings.workers, entry=worker, on_exit=_forget_worker_metrics)
+    workers = WorkerPool(
+        settings.workers,
+        entry=worker,
+        heartbeat_timeout=settings.worker_heartbeat_timeout_s,
+        on_exit=_forget_worker_metrics,
+    )
     stop = asyncio.Event()
     fatal: list[str] = []
 
@@ -205,10 +215,20 @@ async def _serve(
         log.info("stopping: draining every worker, then Triton")
         endpoint.begin_drain()
     finally:
-        await workers.stop(settings.shutdown_timeout_s)
-        await supervisor.stop()  # also when start-up failed half-way
+        await _stop(settings, workers, supervisor)  # also when start-up failed half-way
     if fatal:
         raise StartupError(fatal[0])
+
+
+async def _stop(settings: Settings, workers: WorkerPool, supervisor: TritonSupervisor) -> None:
+    """Stop within one budget: the workers drain their share, Triton exits in what is left; Triton is
+    stopped whatever happened to the workers."""
+    budget = settings.stop_budget()
+    deadline = time.monotonic() + settings.shutdown_timeout_s
+    try:
+        await workers.stop(budget.drain_s)
+    finally:
+        await supervisor.stop(max(budget.triton_s, deadline - time.monotonic()))
 
 
 def _forget_worker_metrics(pid: int) -> None:

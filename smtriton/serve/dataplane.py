@@ -19,13 +19,33 @@ import contextlib
 import logging
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import orjson
 
-from smtriton.serve import codec, guard, images, sessions, transcode
-from smtriton.serve.channel import STARTING, Channel, EndpointState, Message
+from smtriton.serve import cgroups, codec, guard, images, sessions, transcode
+from smtriton.serve.channel import Channel, ChannelClosed
 from smtriton.serve.errors import BadRequest, ModelNotFound, NotReady, ServeError, UnsupportedMediaType
+from smtriton.serve.messages import (
+    STARTING,
+    Call,
+    CloseSession,
+    DescribeModel,
+    EndpointState,
+    Heartbeat,
+    InvokeFailed,
+    ListModels,
+    LoadModel,
+    Message,
+    ModelAdded,
+    ModelDraining,
+    ModelRemoved,
+    OpenSession,
+    SessionAnswered,
+    StateChanged,
+    UnloadModel,
+    UseSession,
+)
 from smtriton.serve.metrics import Metrics
 from smtriton.serve.records import ModelRecord
 from smtriton.serve.settings import Settings
@@ -76,6 +96,9 @@ def _request_parameters(
     return extra
 
 
+R = TypeVar("R")
+
+
 class Invocable:
     """A loaded model as this worker invokes it: its record and the invokes running now."""
 
@@ -84,6 +107,17 @@ class Invocable:
         self.inflight = 0
         self.idle = asyncio.Event()
         self.idle.set()
+
+
+class Invoke:
+    """One MME invoke in flight: the model, and the OOM killer's count when it began (so a failure can
+    be judged by what happened during this request only)."""
+
+    __slots__ = ("model", "oom_kills")
+
+    def __init__(self, model: Invocable, oom_kills: int | None) -> None:
+        self.model = model
+        self.oom_kills = oom_kills
 
 
 async def _close_all(clients: list[TritonClient | StreamClient]) -> None:
@@ -170,24 +204,34 @@ class DataPlane:
         self._pool_size = pool_size
         self.models: dict[str, Invocable] = {}
         self._image_inputs: dict[str, images.ImageInput | ServeError] = {}  # Triton name -> where an image goes
+        # The OOM killer's count in this cgroup, read as each MME invoke begins (None: not counted here).
+        self._oom = cgroups.oom_counter(cgroups.memory_group()) if self.multi_model else None
 
     # ----- what the owner tells -------------------------------------------------------------------
-    def handle(self, op: str, message: Message) -> Awaitable[None] | None:
+    def handle(self, message: Message) -> Awaitable[None] | None:
         """A notice or a call from the endpoint's owner, taken in the order they were sent; what is
         left to wait for (old clients closing, invokes finishing) is returned."""
-        if op == "state":
-            return self.apply(EndpointState.from_wire(message["state"]))
-        if op == "model_added":
-            record = ModelRecord.from_wire(message["record"])
-            self.models[record.model_name] = Invocable(record)
-            self._image_inputs.pop(record.triton_name, None)
-        elif op == "model_draining":
-            return self._drain_model(str(message["name"]), float(message["seconds"]))
-        elif op == "model_removed":
-            self.models.pop(str(message["name"]), None)
-        else:
-            raise BadRequest(f"unknown operation {op!r}")
+        match message:
+            case StateChanged(state=state):
+                return self.apply(state)
+            case ModelAdded(record=record):
+                self.models[record.model_name] = Invocable(record)
+                self._image_inputs.pop(record.triton_name, None)
+            case ModelDraining(name=name, seconds=seconds):
+                return self._drain_model(name, seconds)
+            case ModelRemoved(name=name):
+                self._forget_model(name)
+            case Heartbeat():
+                pass
+            case _:
+                raise BadRequest(f"unknown operation {message.op!r}")
         return None
+
+    def _forget_model(self, name: str) -> Invocable | None:
+        model = self.models.pop(name, None)
+        if model is not None:
+            self._image_inputs.pop(model.record.triton_name, None)
+        return model
 
     def apply(self, state: EndpointState) -> Awaitable[None] | None:
         """Take the owner's state; new loopback ports (Triton restarted) mean new clients, and the old
@@ -211,10 +255,12 @@ class DataPlane:
     def _drain_model(self, name: str, timeout: float) -> Awaitable[None] | None:
         """An unload: new invokes of ``name`` get 404 from now on; the invokes running finish in what is
         returned (up to ``timeout`` seconds)."""
-        model = self.models.pop(name, None)
+        model = self._forget_model(name)
         return _wait_idle(name, model, timeout) if model is not None else None
 
     async def close(self) -> None:
+        if self._oom is not None:
+            self._oom.close()
         if self.client is not None:
             await self.client.close()
         if self._stream_client is not None:
@@ -270,12 +316,12 @@ class DataPlane:
         else:
             header_length = codec.request_header_length(content_type, len(body))
         if header_length is None and 0 < self.settings.transcode_json_min_bytes <= len(body):
-            binary = transcode.to_binary(body)  # also refuses a body nested too deep
+            binary = transcode.to_binary(body)  # also refuses a body nested too deep, or lying about its size
             if binary is not None:
                 body, header_length = binary
                 self.metrics.transcoded.inc()
         elif header_length != 0:
-            guard.check_json_depth(body, header_length)
+            guard.check_request(body, header_length)
         extra = _request_parameters(body, header_length, custom_attributes, parameters)
         if extra:
             body, header_length = codec.add_request_parameters(body, header_length, extra)
@@ -328,6 +374,8 @@ class DataPlane:
         if images.is_image(content_type):
             raise UnsupportedMediaType("a model that streams its answer takes JSON or binary+json, not an image body")
         header_length = codec.request_header_length(content_type, len(body))
+        if header_length != 0:
+            guard.check_request(body, header_length)
         extra = _request_parameters(body, header_length, custom_attributes, parameters)
         request = streaming.build_request(triton_name, body, header_length, extra)
         self._ready_client()
@@ -352,7 +400,7 @@ class DataPlane:
         return max(1, total)
 
     # ----- multi-model endpoint: invoke here, the rest asked of the owner -------------------------
-    def begin_invoke(self, name: str, target_model: str | None) -> Invocable:
+    def begin_invoke(self, name: str, target_model: str | None) -> Invoke:
         """Resolve an MME model for one invocation; pair with :meth:`end_invoke` (unloads wait for it)."""
         model = self.models.get(name)
         if model is None:
@@ -360,20 +408,25 @@ class DataPlane:
         model.record.check_target(target_model)
         model.inflight += 1
         model.idle.clear()
-        return model
+        return Invoke(model, self._oom.read() if self._oom is not None else None)
 
     @staticmethod
-    def end_invoke(model: Invocable) -> None:
+    def end_invoke(invoke: Invoke) -> None:
+        model = invoke.model
         model.inflight -= 1
         if model.inflight == 0:
             model.idle.set()
 
-    async def _ask(self, op: str, *, mme: bool = True, **fields: Any) -> Any:
+    async def _ask(self, message: Call[R], *, mme: bool = True) -> R:
+        """The owner's answer to ``message``; 503 when the main process cannot be reached."""
         if mme and not self.multi_model:
             raise BadRequest("the multi-model API needs SAGEMAKER_MULTI_MODEL=true")
         if self.owner is None:
             raise NotReady("the endpoint's owner is not reachable")
-        return await self.owner.call(op, **fields)
+        try:
+            return await self.owner.call(message)
+        except ChannelClosed:
+            raise NotReady("the server's main process is not reachable (it is stopping or restarting)") from None
 
     # ----- stateful sessions: the owner keeps them, this plane asks and sets the sequence ----------
     async def session_step(
@@ -389,20 +442,20 @@ class DataPlane:
             if request.control is None and streamed:
                 raise BadRequest("a streamed answer cannot open a session: open it first (NEW_SESSION, or "
                                  '{"requestType": "NEW_SESSION"}), then stream in it')  # fmt: skip
-            opened = await self._ask("session_open", mme=False, model=triton_name)
+            opened = await self._ask(OpenSession(triton_name), mme=False)
             value = f"{opened['id']}; Expires={opened['expires']}".encode()
             headers = [(_SESSION, value), (_NEW_SESSION, value)]
             if request.control == "open":
                 answer = orjson.dumps({"session_id": opened["id"], "expires": opened["expires"]})
                 return SessionStep(opened["id"], None, headers, answer)
-            start = {"sequence_id": opened["sequence_id"], "sequence_start": True}
+            start: dict[str, str | int | bool] = {"sequence_id": opened["sequence_id"], "sequence_start": True}
             return SessionStep(opened["id"], start, headers, opened=True)
         session = request.session
         closed = [(_CLOSED_SESSION, session.encode())]
         if request.control == "close":
-            await self._ask("session_close", mme=False, model=triton_name, session=session)
+            await self._ask(CloseSession(session, triton_name), mme=False)
             return SessionStep(session, None, closed, orjson.dumps({"closed_session_id": session}))
-        used = await self._ask("session_use", mme=False, model=triton_name, session=session)
+        used = await self._ask(UseSession(session, triton_name), mme=False)
         parameters: dict[str, str | int | bool] = {"sequence_id": used["sequence_id"]}
         if used["start"]:
             parameters["sequence_start"] = True
@@ -415,33 +468,31 @@ class DataPlane:
         failed never began, one whose closing inference was answered is closed, and otherwise the
         sequence has started (when answered) and was used now."""
         if (step.opened and not answered) or (step.closes and answered):
-            await self._ask("session_close", mme=False, model="", session=step.session, any_model=True)
+            await self._ask(CloseSession(step.session, "", any_model=True), mme=False)
         elif answered and step.parameters is not None and step.parameters.get("sequence_start"):
             # The sequence started: the owner must know before the caller can send the next request,
             # which another worker may take, or that one would start the sequence again.
-            await self._ask("session_answered", mme=False, session=step.session)
+            await self._ask(SessionAnswered(step.session), mme=False)
         elif answered and self.owner is not None:
-            self.owner.notify("session_answered", session=step.session)
+            self.owner.notify(SessionAnswered(step.session))
 
     def stream_in_session(self, step: SessionStep, responses: AsyncGenerator[dict[str, Any], None]) -> SessionStream:
         """A streamed answer in a session: its responses to iterate, and the clean-up to run once it
         ends (:meth:`SessionStream.close`), also when nothing ever iterated it."""
         return SessionStream(self, step, responses)
 
-    async def invoke_oom(self, message: str) -> bool:
+    async def invoke_out_of_memory(self, invoke: Invoke, message: str, status: int) -> bool:
         """Whether a failed invoke was out of memory (the owner decides, once for all workers)."""
-        return bool(await self._ask("invoke_oom", message=message))
+        return await self._ask(InvokeFailed(message, status, invoke.oom_kills))
 
     async def load(self, body: bytes, target_model: str | None) -> None:
-        await self._ask("load", body=body.decode("latin-1"), target=target_model)
+        await self._ask(LoadModel(body.decode("latin-1"), target_model))
 
     async def unload(self, name: str, target_model: str | None) -> None:
-        await self._ask("unload", name=name, target=target_model)
+        await self._ask(UnloadModel(name, target_model))
 
     async def list_models(self, token: str | None, limit: str | None) -> dict[str, Any]:
-        listed: dict[str, Any] = await self._ask("list", token=token, limit=limit)
-        return listed
+        return await self._ask(ListModels(token, limit))
 
     async def describe(self, name: str) -> dict[str, str]:
-        described: dict[str, str] = await self._ask("describe", name=name)
-        return described
+        return await self._ask(DescribeModel(name))

@@ -1,28 +1,43 @@
-"""The endpoint's one owner, in `serve`'s main process: what every front worker must agree on.
+"""The endpoint's owner, in `serve`'s main process: what every front worker must agree on.
 
-Triton's life (through the supervisor), the served model's health, the drain on SIGTERM and the
-multi-model table (through the registry) are decided here, once, whichever worker a request reached
-(docs/design.md §4). Workers hold a copy of what they need on the hot path — Triton's loopback ports,
-whether requests may go to Triton, what `/ping` answers, the multi-model records — which this owner
-sends them on every change, and ask it for the rest (load, unload, list, describe, out-of-memory
-verdicts). A model is announced to every worker before its load is answered, and an unload first has
-every worker stop taking new invokes of it and finish those it runs.
+Each job has one owner here (docs/design.md §3a): :class:`Health` decides what `/ping` answers and
+whether requests may go to Triton (the SME model's readiness, Triton's life, the drain) and sends it to
+every worker; :class:`Announcer` tells every worker each change of the multi-model table before the
+registry answers anyone; the registry (:mod:`smtriton.serve.multimodel`) keeps the table; the session
+keeper (:mod:`smtriton.serve.sessions`) the stateful sessions. :class:`Endpoint` assembles them, runs
+the supervisor's hooks, and answers what a worker asks through the part that owns it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Callable
 from typing import Any
 
-from smtriton.serve import sessions
-from smtriton.serve.channel import EndpointState, Message
 from smtriton.serve.errors import BadRequest, ModelLoadFailed, ModelNotFound, ServeError
+from smtriton.serve.messages import (
+    CloseSession,
+    DescribeModel,
+    EndpointState,
+    Hello,
+    InvokeFailed,
+    ListModels,
+    LoadModel,
+    Message,
+    ModelAdded,
+    ModelDraining,
+    ModelRemoved,
+    OpenSession,
+    SessionAnswered,
+    StateChanged,
+    UnloadModel,
+    UseSession,
+)
 from smtriton.serve.metrics import Metrics
 from smtriton.serve.multimodel import ModelRegistry, load_failure
 from smtriton.serve.records import ModelRecord
+from smtriton.serve.sessions import SessionKeeper
 from smtriton.serve.settings import Settings
 from smtriton.serve.supervisor import TritonState, TritonSupervisor
 from smtriton.serve.workers import WorkerPool
@@ -33,38 +48,30 @@ HEALTH_INTERVAL_S = 1.0
 ANNOUNCE_TIMEOUT_S = 10.0  # a worker that takes longer to record a new model is passed over (logged)
 
 
-class Endpoint:
-    """The SME ``default_model``, or the MME ``registry``, on one supervised Triton, for ``workers``."""
+class Health:
+    """What `/ping` answers and whether requests may go to Triton, decided once for every worker: the
+    SME model's readiness (or, in an MME, the restore), Triton's state and the drain."""
 
     def __init__(
         self,
         settings: Settings,
         supervisor: TritonSupervisor,
-        metrics: Metrics,
         workers: WorkerPool,
-        default_model: str | None = None,
-        registry: ModelRegistry | None = None,
+        default_model: str | None,
         on_fatal: Callable[[str], None] | None = None,
     ) -> None:
         """``on_fatal`` is told why the endpoint cannot serve at all (the SME model failed to load)."""
         self.settings = settings
         self.supervisor = supervisor
-        self.metrics = metrics
         self.workers = workers
         self.default_model = default_model
-        self.registry = registry
         self.decoupled = False  # SME: the default model streams (decoupled transaction policy)
         self.model_ready = False  # SME: the default model is READY; MME: the registry is restored
         self.model_failed = False  # SME: the default model failed to load (or is no longer ready)
         self.draining = False
         self._published: EndpointState | None = None
         self._on_fatal = on_fatal
-        self.sessions = sessions.SessionTable(settings.session_ttl_s)
-        self._sequence_idle_s: dict[str, float] = {}  # a sequence model's idle timeout, once read
-        if registry is not None:
-            registry.listener = self
 
-    # ----- what workers see -------------------------------------------------------------------------
     def state(self) -> EndpointState:
         supervisor = self.supervisor
         live = supervisor.live
@@ -101,37 +108,26 @@ class Endpoint:
         state = self.state()
         if state != self._published:
             self._published = state
-            self.workers.notify_all("state", state=state.to_wire())
-
-    def hello(self, index: int) -> Message:
-        """The first message a worker gets: who it is, the settings, the state and the models."""
-        models = self.registry.announced() if self.registry is not None else ()
-        return {
-            "index": index,
-            "settings": self.settings.model_dump(mode="json"),
-            "default_model": self.default_model,
-            "state": self.state().to_wire(),
-            "models": [record.to_wire() for record in models],
-        }
+            self.workers.notify_all(StateChanged(state))
 
     def begin_drain(self) -> None:
         """SIGTERM arrived: /ping fails on every worker from now on; accepted requests still finish."""
         self.draining = True
         self.publish()
 
-    # ----- the supervisor's hooks --------------------------------------------------------------------
-    async def on_triton_live(self) -> None:
-        """Triton (re)started: load the SME model, or restore the MME models, before /ping turns 200."""
+    def triton_started(self) -> None:
+        """A new Triton is live: nothing is ready on it until the models are (re)loaded."""
         self.model_ready = self.model_failed = False
         self.publish()
-        self._forget_sequences()
-        if self.default_model is None:
-            if self.registry is not None:
-                await self.registry.restore()
-            self.model_ready = True
-            return
-        client = self.supervisor.running_client()
+
+    def ready(self) -> None:
+        self.model_ready = True
+
+    async def load_default_model(self) -> None:
+        """The SME model on a Triton that just started: ready, or failed (``on_fatal`` told why)."""
         model = self.default_model
+        assert model is not None
+        client = self.supervisor.running_client()
         # Triton loaded the model as it started (the supervisor's load_models); ask how that went, and
         # load it here only if Triton does not list it (then the load's own error says why).
         state, reason = await client.model_state(model)
@@ -169,87 +165,123 @@ class Endpoint:
                 log.warning("model %s is %s", model, "ready" if ready else "no longer ready")
                 self.publish()
 
+
+class Announcer:
+    """What every worker has been told of the multi-model table (:attr:`models`), and the registry's
+    listener: each change reaches every worker before the registry answers anyone.
+
+    :attr:`models` changes before the workers are told, and a worker's first message (hello) is built
+    from it: a worker that starts while a change is being told either gets the change in its hello or
+    is among the workers told, never neither."""
+
+    def __init__(self, workers: WorkerPool, on_model_gone: Callable[[str], None]) -> None:
+        """``on_model_gone`` is told the Triton name of each model that is (re)added or leaves: what was
+        kept about a model of that name (its sessions) no longer holds."""
+        self.workers = workers
+        self.models: dict[str, ModelRecord] = {}
+        self._gone = on_model_gone
+
+    async def added(self, record: ModelRecord) -> None:
+        self._gone(record.triton_name)
+        self.models[record.model_name] = record
+        await self.workers.call_all(ModelAdded(record), ANNOUNCE_TIMEOUT_S)
+
+    async def draining_model(self, record: ModelRecord, timeout: float) -> None:
+        """Every worker stops taking invokes of the model and finishes those it runs (up to ``timeout``)."""
+        self._gone(record.triton_name)
+        self.models.pop(record.model_name, None)
+        await self.workers.call_all(ModelDraining(record.model_name, timeout), timeout + ANNOUNCE_TIMEOUT_S)
+
+    async def removed(self, record: ModelRecord) -> None:
+        self._gone(record.triton_name)
+        self.models.pop(record.model_name, None)
+        await self.workers.call_all(ModelRemoved(record.model_name), ANNOUNCE_TIMEOUT_S)
+
+
+class Endpoint:
+    """The SME ``default_model``, or the MME ``registry``, on one supervised Triton, for ``workers``."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        supervisor: TritonSupervisor,
+        metrics: Metrics,
+        workers: WorkerPool,
+        default_model: str | None = None,
+        registry: ModelRegistry | None = None,
+        on_fatal: Callable[[str], None] | None = None,
+    ) -> None:
+        self.settings = settings
+        self.supervisor = supervisor
+        self.metrics = metrics
+        self.default_model = default_model
+        self.registry = registry
+        self.health = Health(settings, supervisor, workers, default_model, on_fatal)
+        self.sessions = SessionKeeper(settings.session_ttl_s, supervisor.running_client)
+        self.announcer = Announcer(workers, self.sessions.forget_model)
+        if registry is not None:
+            registry.listener = self.announcer
+
+    def hello(self, index: int) -> Hello:
+        """The first message a worker gets: who it is, the settings, the state and the models."""
+        return Hello(
+            index=index,
+            settings=self.settings.model_dump(mode="json"),
+            default_model=self.default_model,
+            state=self.health.state(),
+            models=tuple(self.announcer.models.values()),
+        )
+
+    def publish(self) -> None:
+        self.health.publish()
+
+    def begin_drain(self) -> None:
+        self.health.begin_drain()
+
+    # ----- the supervisor's hooks --------------------------------------------------------------------
+    async def on_triton_live(self) -> None:
+        """Triton (re)started: load the SME model, or restore the MME models, before /ping turns 200."""
+        self.health.triton_started()
+        self.sessions.clear()  # every sequence's state went with the old Triton
+        if self.registry is not None:
+            await self.registry.restore()
+            self.health.ready()
+        elif self.default_model is not None:
+            await self.health.load_default_model()
+
+    async def watch_model_health(self) -> None:
+        await self.health.watch_model_health()
+
     def on_triton_exit(self) -> None:
         self.metrics.triton_restarts.inc()
 
     # ----- what workers ask -------------------------------------------------------------------------
-    async def handle(self, op: str, message: Message) -> Any:
-        """A worker's call (the multi-model API and the stateful sessions, decided here once)."""
-        if op.startswith("session_"):
-            return await self._session(op, message)
+    async def handle(self, message: Message) -> Any:
+        """A worker's call, answered by the part that owns it (the sessions, the multi-model table)."""
+        sessions = self.sessions
+        match message:
+            case OpenSession(model=model):
+                return await sessions.open(model)
+            case UseSession(session=session, model=model):
+                return sessions.use(session, model)
+            case CloseSession(session=session, model=model, any_model=any_model):
+                return sessions.close(session, model, any_model)
+            case SessionAnswered(session=session):
+                return sessions.answered(session)
         registry = self.registry
         if registry is None:
-            if op == "describe" or op == "unload":
-                raise ModelNotFound(str(message.get("name")))
+            if isinstance(message, DescribeModel | UnloadModel):
+                raise ModelNotFound(message.name)
             raise BadRequest("the multi-model API needs SAGEMAKER_MULTI_MODEL=true")
-        if op == "load":
-            await registry.load(str(message["body"]).encode("latin-1"), message.get("target"))
-            return None
-        if op == "unload":
-            await registry.unload(str(message["name"]), message.get("target"))
-            return None
-        if op == "list":
-            return registry.list(message.get("token"), message.get("limit"))
-        if op == "describe":
-            return registry.describe(str(message["name"]))
-        if op == "invoke_oom":
-            return registry.invoke_oom(str(message["message"]))
-        raise BadRequest(f"unknown operation {op!r}")
-
-    async def _session(self, op: str, message: Message) -> Any:
-        table, now = self.sessions, time.time()
-        if op == "session_open":
-            model = str(message["model"])
-            session = table.open(model, await self._idle_s(model), now)
-            expires = sessions.expires_text(session.expires_at)
-            return {"id": session.id, "sequence_id": session.sequence_id, "expires": expires}
-        if op == "session_use":
-            session = table.use(str(message["session"]), str(message["model"]), now)
-            return {"sequence_id": session.sequence_id, "start": not session.started}
-        if op == "session_close":
-            if not message.get("any_model"):  # the caller's close: 400 unless open for this model
-                table.get(str(message["session"]), str(message["model"]), now)
-            table.forget(str(message["session"]))
-            return None
-        if op == "session_answered":  # the model answered a request of the session (a call for its first)
-            table.answered(str(message["session"]))
-            return None
-        raise BadRequest(f"unknown operation {op!r}")
-
-    async def _idle_s(self, model: str) -> float:
-        """How long Triton keeps an idle sequence of ``model`` (400 for a model that keeps none)."""
-        idle = self._sequence_idle_s.get(model)
-        if idle is None:
-            config = await self.supervisor.running_client().model_config(model)
-            batching = config.get("sequence_batching")
-            if not isinstance(batching, dict):
-                raise BadRequest(
-                    f"model '{model}' keeps no state between requests (its config has no sequence_batching): "
-                    "a stateful session needs a sequence model"
-                )
-            microseconds = int(str(batching.get("max_sequence_idle_microseconds") or 0))
-            idle = microseconds / 1e6 if microseconds > 0 else sessions.TRITON_IDLE_S
-            self._sequence_idle_s[model] = idle
-        return idle
-
-    def _forget_sequences(self, model: str | None = None) -> None:
-        """Triton restarted (every sequence's state is gone), or ``model`` was unloaded."""
-        if model is None:
-            self.sessions.clear()
-            self._sequence_idle_s.clear()
-        else:
-            self.sessions.drop_model(model)
-            self._sequence_idle_s.pop(model, None)
-
-    # ----- the registry's listener: every worker sees a change before it is answered -----------------
-    async def added(self, record: ModelRecord) -> None:
-        await self.workers.call_all("model_added", ANNOUNCE_TIMEOUT_S, record=record.to_wire())
-
-    async def draining_model(self, name: str, timeout: float) -> None:
-        record = self.registry.records.get(name) if self.registry is not None else None
-        if record is not None:  # unloading a model ends its sessions
-            self._forget_sequences(record.triton_name)
-        await self.workers.call_all("model_draining", timeout + ANNOUNCE_TIMEOUT_S, name=name, seconds=timeout)
-
-    async def removed(self, name: str) -> None:
-        await self.workers.call_all("model_removed", ANNOUNCE_TIMEOUT_S, name=name)
+        match message:
+            case LoadModel(body=body, target=target):
+                return await registry.load(body.encode("latin-1"), target)
+            case UnloadModel(name=name, target=target):
+                return await registry.unload(name, target)
+            case ListModels(token=token, limit=limit):
+                return registry.list(token, limit)
+            case DescribeModel(name=name):
+                return registry.describe(name)
+            case InvokeFailed(message=text, status=status, oom_kills=kills):
+                return registry.invoke_out_of_memory(text, status, kills)
+        raise BadRequest(f"unknown operation {message.op!r}")

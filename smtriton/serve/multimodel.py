@@ -13,6 +13,7 @@ name take its lock in turn, so the second finds nothing (404).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import logging
 import os
@@ -20,15 +21,16 @@ import posixpath
 import re
 import shutil
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import orjson
 
 from smtriton import model_config
 from smtriton.model_config import CONFIG_FILE, ConfigParseError
+from smtriton.serve import cgroups
 from smtriton.serve.errors import (
     BadRequest,
     Conflict,
@@ -261,41 +263,21 @@ def tree_size(root: Path) -> int:
     return total
 
 
-def oom_kills() -> int:
-    """Processes the kernel's OOM killer ended in this cgroup (cgroup v2 ``memory.events``)."""
-    try:
-        for line in Path("/sys/fs/cgroup/memory.events").read_text().splitlines():
-            key, _, value = line.partition(" ")
-            if key == "oom_kill":
-                return int(value)
-    except (OSError, ValueError):
-        pass
-    return 0
+# Triton's answers to an invoke that may come from the OOM killer: a model instance's process that died
+# (a Python stub: "Stub process ... is not healthy") is an internal error. A 4xx is Triton refusing
+# the request itself (a wrong shape, a wrong type), which no killed process explains.
+KILLABLE_STATUS = 500
 
 
-def is_oom_failure(message: str, kills_before: int) -> bool:
-    """An OOM by its message, or a Python stub that died while the OOM killer struck (docs/contract.md §6 B15)."""
-    return is_oom(message) or oom_kills() > kills_before
-
-
-def available_memory() -> int:
-    """Host memory a load may use: the tighter of the cgroup's limit and the kernel's MemAvailable."""
-    available = None
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                available = int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    try:
-        limit = Path("/sys/fs/cgroup/memory.max").read_text().strip()
-        if limit != "max":
-            used = int(Path("/sys/fs/cgroup/memory.current").read_text())
-            room = int(limit) - used
-            available = room if available is None else min(available, room)
-    except (OSError, ValueError):
-        pass
-    return available if available is not None else 1 << 62
+def out_of_memory(message: str, kills_before: int | None, group: cgroups.MemoryGroup | None) -> bool:
+    """An OOM by its message, or a failure while the OOM killer struck in this cgroup since
+    ``kills_before`` was read (docs/contract.md §6 B15; None: not counted, nothing struck)."""
+    if is_oom(message):
+        return True
+    if kills_before is None or group is None:
+        return False
+    kills = group.oom_kills()
+    return kills is not None and kills > kills_before
 
 
 class RegistryListener(Protocol):
@@ -304,10 +286,10 @@ class RegistryListener(Protocol):
 
     async def added(self, record: ModelRecord) -> None: ...
 
-    async def draining_model(self, name: str, timeout: float) -> None:
-        """Stop taking invokes of ``name`` and wait (up to ``timeout`` s) for those running to finish."""
+    async def draining_model(self, record: ModelRecord, timeout: float) -> None:
+        """Stop taking invokes of the model and wait (up to ``timeout`` s) for those running to finish."""
 
-    async def removed(self, name: str) -> None: ...
+    async def removed(self, record: ModelRecord) -> None: ...
 
 
 class ModelRegistry:
@@ -321,12 +303,13 @@ class ModelRegistry:
         *,
         unload_drain_s: float = 60.0,
         unload_timeout_s: float = 240.0,
+        memory: cgroups.MemoryGroup | None = None,
     ) -> None:
         """``managed`` is the repository Triton serves; ``client`` gives the Triton client while it runs."""
         self._budget = settings.model_memory_budget_bytes
         self._pending: dict[str, int] = {}  # estimates of loads past the memory check, not yet recorded
         self._gpu_reserve = settings.gpu_memory_reserve_bytes
-        self._oom_kills_seen = oom_kills()
+        self._memory = memory if memory is not None else cgroups.memory_group()
         self.model_root = settings.model_root
         self.managed = managed
         self._client = client
@@ -338,12 +321,24 @@ class ModelRegistry:
         self._load_timeout_s = settings.startup_timeout_s
         self.records: dict[str, ModelRecord] = {}
         self._loading: set[str] = set()
+        self._announcing: dict[str, ModelRecord] = {}  # loaded in Triton, the workers being told
         self._unloading: set[str] = set()
-        self._locks: dict[str, asyncio.Lock] = {}
+        self._locks: dict[str, list[Any]] = {}  # name -> [its lock, how many hold or wait for it]
         self.listener: RegistryListener | None = None
 
-    def _lock(self, name: str) -> asyncio.Lock:
-        return self._locks.setdefault(name, asyncio.Lock())
+    @contextlib.asynccontextmanager
+    async def _exclusive(self, name: str) -> AsyncIterator[None]:
+        """Hold ``name``'s lock; the lock is forgotten once nobody holds or waits for it, so the table
+        of locks stays as small as the names in use."""
+        entry = self._locks.setdefault(name, [asyncio.Lock(), 0])
+        entry[1] += 1
+        try:
+            async with entry[0]:
+                yield
+        finally:
+            entry[1] -= 1
+            if entry[1] == 0:
+                del self._locks[name]
 
     # ----- queries ------------------------------------------------------------------------------
     def list(self, token: str | None, limit: str | None) -> dict[str, object]:
@@ -355,10 +350,6 @@ class ModelRegistry:
             raise ModelNotFound(name)
         return record.describe()
 
-    def announced(self) -> tuple[ModelRecord, ...]:
-        """The records invokes may reach now (a worker that starts gets these)."""
-        return tuple(r for name, r in self.records.items() if name not in self._unloading)
-
     # ----- load ---------------------------------------------------------------------------------
     async def load(self, body: bytes, target_model: str | None) -> None:
         name, url = parse_load_body(body)
@@ -368,13 +359,28 @@ class ModelRegistry:
         try:
             async with self._load_slots:
                 record = await self._load(name, url, target_model)
-            if self.listener is not None:
-                await self.listener.added(record)
+            await self._announce(record)
             self.records[name] = record
         finally:
             self._loading.discard(name)
             self._pending.pop(name, None)
         log.info("loaded model %s (Triton %s) from %s", name, record.triton_name, url)
+
+    async def _announce(self, record: ModelRecord) -> None:
+        """Tell the workers of a model Triton loaded. Meanwhile it counts as loaded for a restore (a
+        Triton that restarts now loads it too); if it cannot be told, or the restore could not load it
+        again, the load fails and leaves nothing behind."""
+        self._announcing[record.model_name] = record
+        try:
+            if self.listener is not None:
+                await self.listener.added(record)
+        except BaseException:
+            self._announcing.pop(record.model_name, None)
+            await self._discard(record.triton_names)
+            raise
+        if self._announcing.pop(record.model_name, None) is None:  # dropped by a restore that failed it
+            await self._discard(record.triton_names)
+            raise ModelLoadFailed(f"model '{record.model_name}' failed to load again when Triton restarted")
 
     async def _load(self, name: str, url: str, target_model: str | None) -> ModelRecord:
         real = await asyncio.to_thread(confine_url, url, self.model_root)
@@ -407,20 +413,32 @@ class ModelRegistry:
                 sources[stage.name] = Path(url) / source.relative_to(real)
             listed = await asyncio.to_thread(listed_url, url, real)
             record = ModelRecord(name, listed, target_model, triton_name, staged, shown, estimate=needed)
-            await self._load_in_triton(record, sources)
-            record.decoupled = await self._client().is_decoupled(triton_name)
+            client = self._client()
+            await self._load_in_triton(record, client, sources)
+            record.decoupled = await client.is_decoupled(triton_name)
+            if self._client() is not client:  # the Triton that loaded it is gone, and so is the model
+                raise NotReady(f"Triton restarted while model '{name}' was loading: load it again")
         except BaseException:
-            await self._unload_in_triton(staged, wait=False)
-            await asyncio.to_thread(remove_staged, self.managed, staged)
+            await self._discard(staged)
             raise
         return record
+
+    async def _discard(self, triton_names: Sequence[str]) -> None:
+        """Remove what a failed load staged: unloaded from Triton where one runs (a Triton that died
+        took the models with it, and a new one never loaded them), then the staged directories, always."""
+        try:
+            await self._unload_in_triton(triton_names, wait=False)
+        except ServeError as exc:
+            log.info("Triton did not unload %s (%s); removing the staged models", ", ".join(triton_names), exc.message)
+        finally:
+            await asyncio.to_thread(remove_staged, self.managed, triton_names)
 
     def _check_memory(self, name: str, needed: int) -> None:
         """507 when the load would leave less free host memory than the reserve, or (with a budget) when
         the estimates of the models loaded and loading would pass it. Free memory alone cannot see the
         loads still under way, nor a model that allocates lazily on its first request."""
-        free = available_memory()
-        if needed + self._reserve > free:
+        free = cgroups.available_memory(self._memory)
+        if free is not None and needed + self._reserve > free:
             raise InsufficientStorage(
                 f"not enough memory to load model '{name}': it needs about {needed >> 20} MiB plus a reserve of "
                 f"{self._reserve >> 20} MiB, and {free >> 20} MiB are available"
@@ -433,12 +451,13 @@ class ModelRegistry:
                     f"loaded or loading hold {held >> 20} MiB of the {self._budget >> 20} MiB model memory budget"
                 )
 
-    async def _load_in_triton(self, record: ModelRecord, sources: dict[str, Path] | None = None) -> None:
+    async def _load_in_triton(
+        self, record: ModelRecord, client: TritonClient, sources: dict[str, Path] | None = None
+    ) -> None:
         """Members first (BLS targets must exist), the entry last; failures mapped 507/400, worded for the
         caller (:func:`load_failure`; ``sources``: each staged name's directory as the caller sent it),
         Triton's whole message in the log."""
-        client = self._client()
-        kills = oom_kills()
+        kills = self._memory.oom_kills() if self._memory is not None else None
         for triton_name in record.triton_names:
             try:
                 await client.load_model(triton_name, self._load_timeout_s)
@@ -446,7 +465,7 @@ class ModelRegistry:
                 log.warning("model %s did not load in Triton: %s", record.model_name, exc.message)
                 paths = {self.managed / staged: source for staged, source in (sources or {}).items()}
                 message = load_failure(record.model_name, exc.message, paths)
-                if is_oom_failure(exc.message, kills):
+                if out_of_memory(exc.message, kills, self._memory):
                     raise InsufficientStorage(message) from None
                 raise ModelLoadFailed(message) from None
 
@@ -454,26 +473,33 @@ class ModelRegistry:
     async def unload(self, name: str, target_model: str | None) -> None:
         if name not in self.records:
             raise ModelNotFound(name)
-        async with self._lock(name):
+        async with self._exclusive(name):
             record = self.records.get(name)
             if record is None:  # a concurrent unload finished first
                 raise ModelNotFound(name)
             record.check_target(target_model)
-            self._unloading.add(name)
-            try:
-                if self.listener is not None:  # invokes already running finish; new ones get 404 from here on
-                    await self.listener.draining_model(name, self._drain_s)
-                try:
-                    await self._unload_in_triton(list(reversed(record.triton_names)), wait=True)
-                except BaseException:
-                    if self.listener is not None:  # still loaded: invokes may reach it again
-                        await self.listener.added(record)
-                    raise
-                del self.records[name]
-            finally:
-                self._unloading.discard(name)
+            await self._unload(record)
         await asyncio.to_thread(remove_staged, self.managed, record.triton_names)
         log.info("unloaded model %s", name)
+
+    async def _unload(self, record: ModelRecord) -> None:
+        """Invokes already running finish and new ones get 404 from here on; then Triton unloads the
+        model. If Triton cannot, the model stays loaded and invokes may reach it again."""
+        name = record.model_name
+        self._unloading.add(name)
+        try:
+            if self.listener is not None:
+                await self.listener.draining_model(record, self._drain_s)
+            try:
+                await self._unload_in_triton(list(reversed(record.triton_names)), wait=True)
+            except BaseException:
+                self._unloading.discard(name)  # before it is announced again: a worker starting now gets it
+                if self.listener is not None:
+                    await self.listener.added(record)
+                raise
+            del self.records[name]
+        finally:
+            self._unloading.discard(name)
 
     async def _unload_in_triton(self, triton_names: Sequence[str], wait: bool) -> None:
         client = self._client()
@@ -497,28 +523,30 @@ class ModelRegistry:
             await asyncio.sleep(0.1)
 
     # ----- invoke -------------------------------------------------------------------------------
-    def invoke_oom(self, message: str) -> bool:
-        """Whether a failed invoke was out of memory: by its message, or because the OOM killer struck
-        since the last failure looked (read on failures only: no cgroup file read per request)."""
-        kills = oom_kills()
-        struck, self._oom_kills_seen = kills > self._oom_kills_seen, kills
-        return is_oom(message) or struck
+    def invoke_out_of_memory(self, message: str, status: int, kills_before: int | None) -> bool:
+        """Whether a failed invoke was out of memory: by its message, or, for a failure a killed process
+        explains, because the OOM killer struck in this cgroup since the invoke began
+        (``kills_before``)."""
+        return out_of_memory(message, kills_before if status >= KILLABLE_STATUS else None, self._memory)
 
     # ----- Triton restarted ---------------------------------------------------------------------
     async def restore(self) -> None:
-        """Re-load every recorded model after a Triton restart, oldest first. A model Triton refuses is
-        dropped; a Triton that goes away meanwhile ends the restore (raised: the supervisor starts it
-        again and the records stay for the next restore)."""
-        for record in sorted(self.records.values(), key=lambda r: r.loaded_at):
+        """Re-load every recorded model after a Triton restart, oldest first (with the models whose load
+        is being announced). A model Triton refuses is dropped; a Triton that goes away meanwhile ends the
+        restore (raised: the supervisor starts it again and the records stay for the next restore)."""
+        client = self._client()
+        for record in sorted([*self.records.values(), *self._announcing.values()], key=lambda r: r.loaded_at):
             try:
-                await self._load_in_triton(record)
+                await self._load_in_triton(record, client)
             except NotReady:
                 raise
             except ServeError as exc:
                 log.error("model %s could not be restored and is dropped: %s", record.model_name, exc.message)
+                if self._announcing.pop(record.model_name, None) is not None:
+                    continue  # its load fails, and cleans up after itself
                 self.records.pop(record.model_name, None)
                 if self.listener is not None:
-                    await self.listener.removed(record.model_name)
+                    await self.listener.removed(record)
                 await asyncio.to_thread(remove_staged, self.managed, record.triton_names)
             else:
                 log.info("restored model %s", record.model_name)

@@ -18,20 +18,19 @@ collects the body as the parser hands it over, without uvicorn's 64 KiB pause/re
 ``bytearray`` appends (0.5 ms of front CPU less on a 600 KB image, bench/NOTES.md), calls the routes'
 one implementation (:meth:`DataRoutes.reply`) and writes the whole answer in one call. Everything else
 (the control plane, unusual paths) goes to the ASGI app, with the route it matched. The fast path
-builds uvicorn's request cycle itself, from attributes of its protocol that are not public API: it is
-used only on the uvicorn releases it was tested with (:data:`TESTED_UVICORN`, and every internal it
-reads present, :data:`UVICORN_INTERNALS`); elsewhere `serve` logs once and serves every request
-through uvicorn's own cycle and the ASGI app. A uvicorn whose internals cannot be imported, or whose
-classes cannot be built as the fast path builds them, gets its stock protocol (logged once, with why).
+builds uvicorn's request cycle itself, from attributes of its protocol that are not public API, so
+pyproject.toml allows only the uvicorn release it was tested with (:data:`TESTED_UVICORN`), and a test
+fails when a release moves one of the internals it reads (:data:`UVICORN_INTERNALS`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any
 
-import uvicorn
+from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol, RequestResponseCycle
+from uvicorn.protocols.utils import get_client_addr, get_path_with_query_string
 
 from smtriton.serve.codec import JSON
 from smtriton.serve.errors import (
@@ -47,21 +46,6 @@ from smtriton.serve.errors import (
 )
 from smtriton.serve.routes import PING_TYPE, ROUTE_SCOPE_KEY, DataRoutes, Headers, Invocation, Route, route_of
 
-# uvicorn's private names the module is built on. A uvicorn that moved one must not stop serve at
-# import: the classes below are then defined on stand-in bases and never used, and :func:`data_protocol`
-# hands uvicorn its own httptools protocol by name (logged once). mypy reads uvicorn's real names.
-_unimportable: str | None = None  # why they could not be imported (None: they were)
-if TYPE_CHECKING:
-    from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol, RequestResponseCycle
-    from uvicorn.protocols.utils import get_client_addr, get_path_with_query_string
-else:
-    try:
-        from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol, RequestResponseCycle
-        from uvicorn.protocols.utils import get_client_addr, get_path_with_query_string
-    except ImportError as exc:
-        _unimportable = str(exc)
-        HttpToolsProtocol, RequestResponseCycle = asyncio.Protocol, object
-
 log = logging.getLogger("serve")
 
 _CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
@@ -69,8 +53,7 @@ _ONE_WRITE = 64 * 1024  # answers up to this size go out with their head in a si
 # uvicorn releases (major.minor) the fast path was tested with; pyproject.toml allows only these.
 TESTED_UVICORN = ("0.54",)
 # What the fast path reads or calls of uvicorn's protocol and request cycle (not public API), beside
-# ``url``, which uvicorn's own ``on_message_begin`` sets: tests/unit/test_protocol.py fails when one
-# goes missing, and serve checks them before using it.
+# ``url``, which uvicorn's own ``on_message_begin`` sets: a test fails when one goes missing.
 UVICORN_INTERNALS = {
     HttpToolsProtocol: (
         "parser", "scope", "cycle", "pipeline", "flow", "transport", "server_state", "tasks", "loop",
@@ -189,6 +172,11 @@ class EdgeProtocol(HttpToolsProtocol):
             self.flow.pause_reading()
             if len(self.pipeline) == queued and self._owed <= 0:  # nothing was started: all answered
                 self._write_refusal()
+
+    def awaiting_request(self) -> bool:
+        """Whether a request is on its way on this connection: accepted and nothing parsed yet, or a
+        request's head arriving. Closing such a connection would drop a request the client sent."""
+        return (self.cycle is None or self._in_head) and not self.transport.is_closing()
 
     # ----- refusals ----------------------------------------------------------------------------
     def _cancel_timers(self) -> None:
@@ -431,78 +419,6 @@ def _plain_path(url: bytes) -> str | None:
     return path.decode("ascii") if path.isascii() and b"%" not in path else None
 
 
-def missing_internals() -> list[str]:
-    """What the fast path needs of uvicorn and this uvicorn lacks (class.attribute). Raises what
-    uvicorn raises when its classes cannot be built with the arguments the fast path gives them, and
-    ImportError when this module could not import them (:func:`data_protocol` falls back on either)."""
-    if _unimportable is not None:
-        raise ImportError(_unimportable)
-    missing = []
-    for cls, names in UVICORN_INTERNALS.items():
-        probe = _probe(cls)
-        missing += [f"{cls.__name__}.{name}" for name in names if not hasattr(probe, name) and not hasattr(cls, name)]
-    return missing
-
-
-def _probe(cls: type) -> object:
-    """An instance of ``cls`` with the attributes its constructor sets (uvicorn's own arguments)."""
-    if cls is HttpToolsProtocol:
-        from uvicorn.server import ServerState
-
-        config = uvicorn.Config(app=lambda scope, receive, send: None, log_config=None)
-        config.load()
-        loop = asyncio.new_event_loop()  # the protocol only keeps it; no connection is made
-        try:
-            return HttpToolsProtocol(config=config, server_state=ServerState(), app_state={}, _loop=loop)
-        finally:
-            loop.close()
-    scope: Any = {"type": "http"}
-    return cls(
-        scope=scope, transport=None, flow=None, logger=log, access_logger=log, access_log=False, default_headers=[],
-        message_event=asyncio.Event(), expect_100_continue=False, keep_alive=True, on_response=lambda: None,
-    )  # fmt: skip
-
-
-_warned: list[str] = []  # the kinds of problem logged (:func:`_warn_once`)
-
-
-def data_protocol(routes: DataRoutes) -> type[HttpToolsProtocol] | Literal["httptools"]:
-    """The protocol uvicorn instantiates per connection, bound to ``routes``: the fast path and the
-    edge's rules on a uvicorn they were tested with; on another, the edge's rules only if every
-    internal they read is there, else uvicorn's stock protocol (by name when this module could not
-    import uvicorn's class; see :func:`checks_headers`). Logged once, with the reason."""
-    version = uvicorn.__version__
-    stock = "served by its stock protocol"
-    if _unimportable is not None:
-        _warn_once("stock", f"uvicorn {version} moved what the fast path imports ({_unimportable}): {stock}")
-        return "httptools"
-    try:
-        missing = missing_internals()
-    except Exception as exc:  # e.g. a constructor that takes other arguments: nothing can be checked
-        _warn_once("stock", f"uvicorn {version}: the fast path cannot probe its internals ({exc!r}): {stock}")
-        return HttpToolsProtocol
-    if missing:
-        _warn_once("stock", f"uvicorn {version} lacks {', '.join(missing)}: {stock}")
-        return HttpToolsProtocol
-    base: type[EdgeProtocol] = DataProtocol
-    if ".".join(version.split(".")[:2]) not in TESTED_UVICORN:
-        _warn_once(
-            "untested",
-            f"uvicorn {version} is not one the fast path was tested with ({', '.join(TESTED_UVICORN)}): "
-            "the data routes are served through uvicorn's own cycle and the ASGI app",
-        )
-        base = EdgeProtocol
-    return type("BoundDataProtocol", (base,), {"routes": routes})
-
-
-def checks_headers(protocol: type[asyncio.Protocol] | str) -> bool:
-    """Whether ``protocol`` refuses oversized headers itself (else the ASGI app must)."""
-    return isinstance(protocol, type) and issubclass(protocol, EdgeProtocol)
-
-
-def _warn_once(kind: str, problem: str) -> None:
-    """Log ``problem`` unless a problem of this ``kind`` was logged already (the uvicorn is the same
-    for the life of the process: one line says why, however many times serve asks)."""
-    if kind not in _warned:
-        _warned.append(kind)
-        log.warning("%s", problem)
+def data_protocol(routes: DataRoutes) -> type[DataProtocol]:
+    """The protocol uvicorn instantiates per connection, bound to ``routes``."""
+    return type("BoundDataProtocol", (DataProtocol,), {"routes": routes})

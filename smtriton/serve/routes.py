@@ -344,19 +344,21 @@ class DataRoutes:
 
     async def _mme(self, name: str, body: bytes, request: Invocation) -> Reply:
         plane = self.plane
-        model = plane.begin_invoke(name, request.target_model)
-        record = model.record
+        invoke = plane.begin_invoke(name, request.target_model)
+        record = invoke.model.record
         ended = False
 
         def end() -> None:  # the invoke is no longer in flight: once, streamed or not
             nonlocal ended
             if not ended:
                 ended = True
-                plane.end_invoke(model)
+                plane.end_invoke(invoke)
 
         async def answer(upstream: UpstreamResponse) -> edge.Answer:
             end()
-            oom = edge.may_be_out_of_memory(upstream) and await plane.invoke_oom(edge.failure_message(upstream))
+            oom = edge.may_be_out_of_memory(upstream) and await plane.invoke_out_of_memory(
+                invoke, edge.failure_message(upstream), upstream.status
+            )
             return edge.to_mme_response(record, upstream, oom)
 
         try:

@@ -17,13 +17,18 @@ from __future__ import annotations
 import re
 import secrets
 import time
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
 
 import orjson
 
 from smtriton.serve.codec import json_part
 from smtriton.serve.errors import BadRequest
+from smtriton.serve.messages import OpenedSession, UsedSession
+
+if TYPE_CHECKING:
+    from smtriton.serve.triton.client import TritonClient
 
 SESSION_HEADER = "X-Amzn-SageMaker-Session-Id"  # the request's session, or NEW_SESSION
 NEW_SESSION_HEADER = "X-Amzn-SageMaker-New-Session-Id"  # a session opened: "<id>; Expires=<time>"
@@ -117,12 +122,15 @@ def names_a_session_sequence(body: bytes, header_length: int | None) -> bool:
 # ----- the table, in the endpoint's owner ---------------------------------------------------------------
 @dataclass
 class Session:
+    """One open session. Its times are of the monotonic clock (a change of the wall clock moves no
+    session's expiry); the wall clock only writes the expiry SageMaker is told."""
+
     id: str
     model: str  # the Triton model it is a sequence of
     sequence_id: int
     idle_s: float  # it expires once idle this long (the model's max_sequence_idle_microseconds)
     expires_at: float  # and at this time in any case
-    last_used: float = field(default_factory=time.time)
+    last_used: float
     started: bool = False  # a request with the start flag reached the model and was answered
 
     def expired(self, now: float) -> bool:
@@ -130,13 +138,14 @@ class Session:
 
 
 class SessionTable:
-    """The open sessions of an endpoint; every decision about them is made here, once."""
+    """The open sessions of an endpoint; every decision about them is made here, once. ``now`` is
+    always the monotonic clock's."""
 
     def __init__(self, ttl_s: float) -> None:
         self.ttl_s = ttl_s
         self.sessions: dict[str, Session] = {}
         self._sequences: set[int] = set()
-        self._swept = 0.0
+        self._swept = -SWEEP_INTERVAL_S
 
     def open(self, model: str, idle_s: float, now: float) -> Session:
         if now - self._swept >= SWEEP_INTERVAL_S or len(self.sessions) >= MAX_OPEN:
@@ -206,3 +215,60 @@ class SessionTable:
         self._swept = now
         for session in [s for s in self.sessions.values() if s.expired(now)]:
             self.forget(session.id)
+
+
+class SessionKeeper:
+    """The endpoint's sessions, as the owner answers the workers about them: the table, and each
+    sequence model's idle timeout (read from Triton once per model, forgotten when the model goes)."""
+
+    def __init__(self, ttl_s: float, client: Callable[[], TritonClient], clock: Callable[[], float] = time.monotonic):
+        self.table = SessionTable(ttl_s)
+        self._client = client
+        self._clock = clock
+        self._idle_s: dict[str, float] = {}  # a sequence model's idle timeout, once read
+
+    async def open(self, model: str) -> OpenedSession:
+        session = self.table.open(model, await self._idle(model), self._clock())
+        expires = expires_text(time.time() + self.table.ttl_s)
+        return {"id": session.id, "sequence_id": session.sequence_id, "expires": expires}
+
+    def use(self, session_id: str, model: str) -> UsedSession:
+        session = self.table.use(session_id, model, self._clock())
+        return {"sequence_id": session.sequence_id, "start": not session.started}
+
+    def close(self, session_id: str, model: str, any_model: bool) -> None:
+        """The caller's close (400 unless the session is open for ``model``), or with ``any_model`` the
+        front's, after the request that ended it."""
+        if not any_model:
+            self.table.get(session_id, model, self._clock())
+        self.table.forget(session_id)
+
+    def answered(self, session_id: str) -> None:
+        self.table.answered(session_id)
+
+    def forget_model(self, model: str) -> None:
+        """The Triton model ``model`` was unloaded or loaded anew: its sessions end, its idle timeout is
+        read again."""
+        self.table.drop_model(model)
+        self._idle_s.pop(model, None)
+
+    def clear(self) -> None:
+        """Triton restarted: every sequence's state is gone, and every model may have changed."""
+        self.table.clear()
+        self._idle_s.clear()
+
+    async def _idle(self, model: str) -> float:
+        """How long Triton keeps an idle sequence of ``model`` (400 for a model that keeps none)."""
+        idle = self._idle_s.get(model)
+        if idle is None:
+            config = await self._client().model_config(model)
+            batching = config.get("sequence_batching")
+            if not isinstance(batching, dict):
+                raise BadRequest(
+                    f"model '{model}' keeps no state between requests (its config has no sequence_batching): "
+                    "a stateful session needs a sequence model"
+                )
+            microseconds = int(str(batching.get("max_sequence_idle_microseconds") or 0))
+            idle = microseconds / 1e6 if microseconds > 0 else TRITON_IDLE_S
+            self._idle_s[model] = idle
+        return idle

@@ -18,6 +18,7 @@ import logging
 import shlex
 import sys
 from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -257,6 +258,21 @@ class TritonOptions(BaseModel):
     )
 
 
+@dataclass(frozen=True)
+class StopBudget:
+    """One budget for the stop (``SMTRITON_SHUTDOWN_TIMEOUT_S``): the workers drain for ``drain_s``
+    (uvicorn closes what is left a second before, then the pool kills a worker still there), and Triton
+    exits in what remains, at least ``triton_s``."""
+
+    drain_s: float
+    triton_s: float
+
+    @property
+    def graceful_s(self) -> int:
+        """uvicorn's own graceful timeout: below the pool's, so a worker ends its connections itself."""
+        return max(1, int(self.drain_s) - 1)
+
+
 class Settings(BaseSettings):
     """The whole configuration of one `serve` process."""
 
@@ -270,7 +286,7 @@ class Settings(BaseSettings):
         "SAGEMAKER_MODEL_SERVER_WORKERS",
         "front worker processes accepting on the port, all in front of the one Triton",
         default_factory=lambda data: _default_workers(),
-        shown="one per two CPUs the container may use, at least 1",
+        shown="one per two CPUs the container may use (its affinity and cgroup quota), at least 1, at most 8",
         flag=True,
         ge=1,
     )
@@ -419,14 +435,30 @@ class Settings(BaseSettings):
         gt=0,
     )
     shutdown_timeout_s: Number = _setting(
-        "SMTRITON_SHUTDOWN_TIMEOUT_S", "seconds of draining after SIGTERM (inside SageMaker's 30)", 25.0, gt=0
+        "SMTRITON_SHUTDOWN_TIMEOUT_S",
+        "seconds the whole stop may take after SIGTERM, inside SageMaker's 30: the workers drain, then "
+        "Triton gets the rest (at least `SMTRITON_TRITON_EXIT_TIMEOUT_S`, or half)",
+        25.0,
+        gt=0,
     )
     triton_exit_timeout_s: Number = _setting(
         "SMTRITON_TRITON_EXIT_TIMEOUT_S",
-        "seconds Triton may drain, then its process group gets SIGKILL",
+        "seconds of the stop kept for Triton's own exit (at most half of it); then its process group gets SIGKILL",
+        5.0,
+        gt=0,
+    )
+    worker_heartbeat_timeout_s: Number = _setting(
+        "SMTRITON_WORKER_HEARTBEAT_TIMEOUT_S",
+        "a front worker that does not answer the main process's heartbeat this long (stopped, or its event "
+        "loop stuck) is killed and replaced",
         10.0,
         gt=0,
     )
+
+    def stop_budget(self) -> StopBudget:
+        """How the stop's seconds are shared between the workers' drain and Triton's exit."""
+        triton = min(self.triton_exit_timeout_s, self.shutdown_timeout_s / 2)
+        return StopBudget(drain_s=self.shutdown_timeout_s - triton, triton_s=triton)
 
     @field_validator("max_payload_bytes")
     @classmethod

@@ -17,12 +17,14 @@ from collections.abc import Callable, Coroutine, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from smtriton.serve.backoff import Backoff
 from smtriton.serve.errors import NotReady, ServeError
 from smtriton.serve.settings import Settings
 from smtriton.serve.triton.backends import assemble_backends
 from smtriton.serve.triton.installation import TritonInstallation
 from smtriton.serve.triton.ports import pick_port
 from smtriton.serve.triton.process import Ports, TritonProcess, build_command
+from smtriton.serve.triton.shm import given_prefix, new_prefix, remove_regions
 
 if TYPE_CHECKING:  # imported when Triton has been spawned: start-up does not wait for them
     from smtriton.serve.triton.client import TritonClient
@@ -92,6 +94,10 @@ class TritonSupervisor:
         self._task: asyncio.Task[None] | None = None
         self._stopping = asyncio.Event()
         self._spawned = asyncio.Event()
+        # The Python backend's shared memory of each Triton started here carries this prefix, so what a
+        # killed Triton leaves in /dev/shm is removed before the next starts (a prefix the deployment
+        # set itself may be shared with others: left alone).
+        self.shm_prefix = None if given_prefix(settings.triton.additional_args) else new_prefix()
 
     @property
     def state(self) -> TritonState:
@@ -142,8 +148,9 @@ class TritonSupervisor:
         its own, and the front can spend the time on its imports."""
         await self._spawned.wait()
 
-    async def stop(self) -> None:
-        """Stop Triton (drain, then kill its group) and close the clients; once."""
+    async def stop(self, timeout: float | None = None) -> None:
+        """Stop Triton (drain, then kill its group, within ``timeout`` seconds: by default Triton's exit
+        timeout and a margin) and close the clients; once."""
         if self._state is TritonState.STOPPING:
             return
         self._set_state(TritonState.STOPPING)
@@ -156,7 +163,13 @@ class TritonSupervisor:
             # First: Triton's HTTP shutdown waits for open connections, and our pool holds some.
             await self._client.close()
         if self.process is not None:
-            await self.process.stop(self.settings.triton_exit_timeout_s + 5)
+            await self.process.stop(timeout if timeout is not None else self.settings.triton_exit_timeout_s + 5)
+        await self._remove_shared_memory()
+
+    async def _remove_shared_memory(self) -> None:
+        """Remove the shared memory of Tritons started here (none of them runs now)."""
+        if self.shm_prefix is not None:
+            await asyncio.to_thread(remove_regions, self.shm_prefix)
 
     def running_client(self) -> TritonClient:
         """The client while a Triton process runs (model loads need it before it is marked live)."""
@@ -182,8 +195,15 @@ class TritonSupervisor:
             metrics = opts.metrics_port or pick_port(port_range, taken | {http, grpc}) if self._metrics_wanted else None
             ports = Ports(http=http, grpc=grpc, metrics=metrics)
             command = build_command(
-                self.installation, self.settings, self.repository, self._backend_dir, ports, self._load_models
+                self.installation,
+                self.settings,
+                self.repository,
+                self._backend_dir,
+                ports,
+                self._load_models,
+                self.shm_prefix,
             )
+            await self._remove_shared_memory()  # what a Triton killed before left behind
             process = TritonProcess(command, self.installation.env)
             await process.spawn()
             self._spawned.set()
@@ -259,7 +279,7 @@ class TritonSupervisor:
         still serves, and restarting it would unload every model for a fault of the watch. A watch that
         returns has finished its work; one that fails because Triton exited says nothing (the
         supervisor reports the exit, cancels this task, and watches the Triton it starts next)."""
-        backoff = _Backoff()
+        backoff = _backoff()
         failures = 0
         while True:
             started = time.monotonic()
@@ -292,7 +312,7 @@ class TritonSupervisor:
 
     async def _supervise(self) -> None:
         """Start Triton, run the hooks, watch it; restart it with back-off when it dies."""
-        backoff = _Backoff()
+        backoff = _backoff()
         while not self._stopping.is_set():
             try:
                 process = await self._start()
@@ -324,23 +344,8 @@ class TritonSupervisor:
             await backoff.wait()
 
 
-class _Backoff:
-    """The wait before the next try: :data:`FIRST_BACKOFF_S`, doubled after each wait up to
-    :data:`MAX_BACKOFF_S`, and the first again once something ran :data:`STABLE_RUN_S` before failing."""
-
-    def __init__(self) -> None:
-        self.delay = FIRST_BACKOFF_S
-
-    def after_run(self, seconds: float) -> bool:
-        """What failed had run ``seconds``: whether that was long enough to start from the first wait."""
-        if seconds > STABLE_RUN_S:
-            self.delay = FIRST_BACKOFF_S
-            return True
-        return False
-
-    async def wait(self) -> None:
-        await asyncio.sleep(self.delay)
-        self.delay = min(self.delay * 2, MAX_BACKOFF_S)
+def _backoff() -> Backoff:
+    return Backoff(FIRST_BACKOFF_S, MAX_BACKOFF_S, stable_s=STABLE_RUN_S)
 
 
 def _reason(exc: Exception) -> str:

@@ -21,6 +21,7 @@ import simdjson
 
 from smtriton import dtypes
 from smtriton.serve import guard
+from smtriton.serve.errors import BadRequest
 
 # numpy kind -> simdjson buffer kind: "d" doubles, "i" int64, "u" uint64.
 _BUFFER_KIND: dict[str, Literal["d", "i", "u"]] = {"f": "d", "i": "i", "u": "u"}
@@ -41,8 +42,6 @@ def _limits(kind: str, numeric: type[np.generic]) -> tuple[Any, Any]:
 # numpy type -> the (min, max) its values must lie within, built once.
 _LIMITS = {numeric: _limits(kind, numeric) for kind, numeric in _NUMERIC.values()}
 _WIDE: dict[str, type[np.generic]] = {"d": np.float64, "i": np.int64, "u": np.uint64}
-# Parameters that already say where an input's data is: such a request is not plain JSON.
-_DATA_ELSEWHERE = ("binary_data_size", "shared_memory_region", "shared_memory_byte_size", "shared_memory_offset")
 
 
 class _Unsure(Exception):
@@ -52,20 +51,24 @@ class _Unsure(Exception):
 def to_binary(body: bytes) -> tuple[bytes, int] | None:
     """``(binary body, JSON header length)`` for a plain JSON inference request, else None.
 
-    Raises for a body that could crash Triton's parser (:func:`smtriton.serve.guard.refuse_unparsed`):
-    the parse here is the depth check of the large bodies that come this way.
+    Raises for a body that could crash Triton (:mod:`smtriton.serve.guard`): the parse here is the
+    depth and declared-size check of the large bodies that come this way, whether or not they are
+    re-encoded.
     """
     try:
         document = simdjson.Parser().parse(body)
-        try:
-            return _encode(document)
-        finally:
-            del document
     except (RuntimeError, ValueError) as exc:  # simdjson could not parse it
         guard.refuse_unparsed(body, exc)
         return None
+    try:
+        guard.check_declared_elements(document, len(body))  # a lying shape is refused, never forwarded
+        return _encode(document)
+    except BadRequest:
+        raise
     except Exception:  # _Unsure, wrong types, 64-bit overflow...: an optimisation only, so
         return None  # whatever it cannot do, Triton does with its own error message
+    finally:
+        del document
 
 
 def _encode(document: Any) -> tuple[bytes, int]:
@@ -84,7 +87,7 @@ def _encode(document: Any) -> tuple[bytes, int]:
         data = spec["data"]
         raw = _tensor_bytes(header, data)
         parameters = header.setdefault("parameters", {})
-        if not isinstance(parameters, dict) or any(key in parameters for key in _DATA_ELSEWHERE):
+        if not isinstance(parameters, dict) or any(key in parameters for key in guard.DATA_ELSEWHERE):
             raise _Unsure
         parameters["binary_data_size"] = len(raw)
         headers.append(header)

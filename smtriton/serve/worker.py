@@ -16,9 +16,10 @@ import signal
 import socket
 from typing import Any
 
-from smtriton.serve.channel import Channel, EndpointState, Message
+from smtriton.serve.channel import Channel
 from smtriton.serve.dataplane import DataPlane
 from smtriton.serve.logs import configure_logging
+from smtriton.serve.messages import Hello, Message, ModelAdded
 from smtriton.serve.metrics import Metrics
 from smtriton.serve.server import http_server
 from smtriton.serve.settings import Settings
@@ -55,11 +56,11 @@ def run(index: int, channel: socket.socket) -> None:
 async def _serve(index: int, channel_socket: socket.socket) -> int:
     hello: asyncio.Future[DataPlane] = asyncio.get_running_loop().create_future()
 
-    def handle(op: str, message: Message) -> Any:
-        if op == "hello":  # the first message: the plane is built before the next one is taken
-            hello.set_result(_plane(index, message, channel))
+    def handle(message: Message) -> Any:
+        if isinstance(message, Hello):  # the first message: the plane is built before the next one is taken
+            hello.set_result(_plane(message, channel))
             return None
-        return hello.result().handle(op, message)
+        return hello.result().handle(message)
 
     channel = await Channel.open(channel_socket, handle)
     reader = asyncio.create_task(channel.run(), name="channel")
@@ -86,18 +87,18 @@ async def _serve(index: int, channel_socket: socket.socket) -> int:
     return 0
 
 
-def _plane(index: int, hello: Message, owner: Channel) -> DataPlane:
+def _plane(hello: Hello, owner: Channel) -> DataPlane:
     """This worker's data plane, as the main process's first message describes it."""
-    settings = Settings.model_validate(hello["settings"])
-    configure_logging(settings.log_level, settings.log_format, worker=index)
+    settings = Settings.model_validate(hello.settings)
+    configure_logging(settings.log_level, settings.log_format, worker=hello.index)
     plane = DataPlane(
         settings,
         Metrics(enabled=settings.metrics_port is not None),
-        hello["default_model"],
+        hello.default_model,
         owner=owner,
         pool_size=upstream_pool_size(settings.workers),
     )
-    for record in hello["models"]:
-        plane.handle("model_added", {"record": record})
-    plane.apply(EndpointState.from_wire(hello["state"]))  # no clients yet: nothing to close
+    for record in hello.models:
+        plane.handle(ModelAdded(record))
+    plane.apply(hello.state)  # no clients yet: nothing to close
     return plane

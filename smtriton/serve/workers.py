@@ -30,19 +30,28 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from multiprocessing.context import ForkServerProcess
-from pathlib import Path
-from typing import Any
 
-from smtriton.serve.channel import Channel, ChannelClosed, Handler, Message
+from smtriton.serve import cgroups
+from smtriton.serve.backoff import Backoff
+from smtriton.serve.channel import Channel, ChannelClosed, Handler
 from smtriton.serve.errors import StartupError
+from smtriton.serve.messages import Call, Heartbeat, Hello, Message
 
 log = logging.getLogger("serve.workers")
 
 BACKLOG = 2048  # uvicorn's default
-# A worker that lived this long before dying is replaced at once; one that dies younger, with back-off.
+# A worker that lived this long before dying is replaced at once; one that dies younger, with back-off
+# (as a worker that cannot be started at all).
 STABLE_RUN_S = 10.0
 FIRST_RESTART_S = 0.1
 MAX_RESTART_S = 10.0
+# The default count stops here: on a 16-core host 12 and 16 workers answered no more than 8 (the CPU
+# per request, front and Triton, is the limit there: bench/NOTES.md Part 8), and each worker costs
+# memory, upstream connections and one of Triton's HTTP threads.
+MAX_DEFAULT_WORKERS = 8
+# A heartbeat goes to each worker this often (at most), and one not answered within the heartbeat
+# timeout has its worker killed and replaced.
+HEARTBEAT_INTERVAL_S = 1.0
 # What a worker runs, as "module:function": function(its index, its end of the channel), which serves
 # until it exits. Named, not passed: the fork server imports the module, the main
 # process never does.
@@ -95,23 +104,27 @@ class WorkerSlot:
 
 class WorkerPool:
     """``count`` workers running ``entry``. :meth:`open` gives them the first message and the handler
-    of their calls; until then they are started but wait (and accept nothing)."""
+    of their calls; until then they are started but wait (and accept nothing). A worker that exits is
+    replaced; one that does not answer a heartbeat within ``heartbeat_timeout`` seconds (frozen, or its
+    event loop stuck) is killed, and so replaced."""
 
     def __init__(
         self,
         count: int,
         *,
         entry: str = WORKER_ENTRY,
+        heartbeat_timeout: float = 10.0,
         on_exit: Callable[[int], None] | None = None,
     ) -> None:
         """``on_exit`` is told the pid of each worker that exited on its own."""
         self.count = count
         self.entry = entry
+        self.heartbeat_timeout = heartbeat_timeout
         self._on_exit = on_exit
         self._context = multiprocessing.get_context("forkserver")
         self._context.set_forkserver_preload([entry.partition(":")[0], "smtriton.serve.preloaded"])
         self.slots = [WorkerSlot(index) for index in range(1, count + 1)]
-        self._hello: Callable[[int], Message] | None = None
+        self._hello: Callable[[int], Hello] | None = None
         self._handler: Handler | None = None
         self._opened = asyncio.Event()
         self._stopping = False
@@ -122,7 +135,7 @@ class WorkerPool:
         for slot in self.slots:
             slot.task = asyncio.create_task(self._keep(slot), name=f"worker-{slot.index}")
 
-    def open(self, hello: Callable[[int], Message], handler: Handler) -> None:
+    def open(self, hello: Callable[[int], Hello], handler: Handler) -> None:
         """The endpoint is assembled: workers get ``hello(index)`` first, then every change."""
         self._hello, self._handler = hello, handler
         self._opened.set()
@@ -134,18 +147,18 @@ class WorkerPool:
     def channels(self) -> list[Channel]:
         return [s.channel for s in self.slots if s.channel is not None and not s.channel.closed.is_set()]
 
-    def notify_all(self, op: str, **fields: Any) -> None:
+    def notify_all(self, message: Message) -> None:
         for channel in self.channels():
-            channel.notify(op, **fields)
+            channel.notify(message)
 
-    async def call_all(self, op: str, timeout: float, **fields: Any) -> None:
+    async def call_all(self, message: Call[None], timeout: float) -> None:
         """Call every worker and wait for each to answer (a worker that is gone counts as done; one that
         does not answer within ``timeout`` is logged and passed over)."""
         channels = self.channels()
-        results = await asyncio.gather(*(c.call(op, timeout, **fields) for c in channels), return_exceptions=True)
+        results = await asyncio.gather(*(c.call(message, timeout) for c in channels), return_exceptions=True)
         for result in results:
             if isinstance(result, asyncio.TimeoutError):
-                log.warning("a worker did not answer %r within %.0f s", op, timeout)
+                log.warning("a worker did not answer %r within %.0f s", message.op, timeout)
             elif isinstance(result, BaseException) and not isinstance(result, ChannelClosed):
                 raise result
 
@@ -169,39 +182,80 @@ class WorkerPool:
         return process, ours
 
     async def _keep(self, slot: WorkerSlot) -> None:
-        """Run the slot's worker; replace it whenever it exits, until the pool stops."""
-        delay = FIRST_RESTART_S
+        """Run the slot's worker; replace it whenever it exits (or could not be started), until the
+        pool stops. Nothing here ends the slot but the pool's stop."""
+        backoff = Backoff(FIRST_RESTART_S, MAX_RESTART_S, factor=4, stable_s=STABLE_RUN_S)
         while not self._stopping:
-            slot.process, ours = await self._spawn(slot)
-            slot.started = time.monotonic()
-            reader: asyncio.Task[None] | None = None
             try:
-                await self._opened.wait()
-                assert self._hello is not None and self._handler is not None
-                channel = await Channel.open(ours, self._handler)
-                channel.notify("hello", **self._hello(slot.index))
-                slot.channel = channel  # after hello: every later change reaches it, in order
-                reader = asyncio.create_task(channel.run(), name=f"worker-{slot.index}-channel")
-                code = await _exited(slot.process)
-            finally:
-                slot.channel = None
-                if reader is not None:
-                    reader.cancel()
-                ours.close()
+                process, ours = await self._spawn(slot)
+            except Exception as exc:  # no descriptors left, no memory to fork...: try again, later
+                log.error(
+                    "worker %d could not be started: %s; trying again in %.1f s", slot.index, _why(exc), backoff.delay
+                )
+                await backoff.wait()
+                continue
+            slot.process, slot.started = process, time.monotonic()
+            code = await self._serve(slot, process, ours)
             if self._stopping:
                 return
-            lived = time.monotonic() - slot.started
-            delay = FIRST_RESTART_S if lived > STABLE_RUN_S else min(delay * 4, MAX_RESTART_S)
+            backoff.after_run(time.monotonic() - slot.started)
             slot.restarts += 1
-            pid = slot.process.pid or 0
-            log.error("worker %d (pid %d) exited with %s; replacing it in %.1f s", slot.index, pid, _exit(code), delay)
+            pid = process.pid or 0
+            log.error(
+                "worker %d (pid %d) exited with %s; replacing it in %.1f s", slot.index, pid, _exit(code), backoff.delay
+            )
             if self._on_exit is not None:
                 self._on_exit(pid)
-            await asyncio.sleep(delay)
+            await backoff.wait()
+
+    async def _serve(self, slot: WorkerSlot, process: ForkServerProcess, ours: socket.socket) -> int | None:
+        """Say hello to a started worker, then keep its channel and its heartbeat until it exits; its
+        exit code. A worker that cannot be told hello is killed (and replaced)."""
+        tasks: list[asyncio.Task[None]] = []
+        try:
+            await self._opened.wait()
+            assert self._hello is not None and self._handler is not None
+            channel = await Channel.open(ours, self._handler)
+            channel.notify(self._hello(slot.index))
+            slot.channel = channel  # after hello: every later change reaches it, in order
+            tasks.append(asyncio.create_task(channel.run(), name=f"worker-{slot.index}-channel"))
+            tasks.append(asyncio.create_task(self._beat(slot, process, channel), name=f"worker-{slot.index}-beat"))
+        except Exception as exc:
+            log.error(
+                "worker %d (pid %s) could not be told hello: %s; replacing it", slot.index, process.pid, _why(exc)
+            )
+            _kill(process)
+        try:
+            return await _exited(process)
+        finally:
+            slot.channel = None
+            for task in tasks:
+                task.cancel()
+            ours.close()
+
+    async def _beat(self, slot: WorkerSlot, process: ForkServerProcess, channel: Channel) -> None:
+        """Ask the worker for a heartbeat every so often; kill it when one goes unanswered too long (a
+        stopped or stuck worker keeps its socket, and the kernel keeps handing it connections)."""
+        interval = min(HEARTBEAT_INTERVAL_S, self.heartbeat_timeout / 5)
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                await channel.call(Heartbeat(), self.heartbeat_timeout)
+            except asyncio.TimeoutError:
+                log.error(
+                    "worker %d (pid %s) did not answer its heartbeat for %g s; killing it",
+                    slot.index,
+                    process.pid,
+                    self.heartbeat_timeout,
+                )
+                _kill(process)
+                return
+            except ChannelClosed:
+                return
 
     async def stop(self, timeout: float) -> None:
         """SIGTERM to every worker (each drains what it accepted), up to ``timeout`` seconds, then SIGKILL;
-        once."""
+        once. Never raises for a worker: what failed is logged, so the caller goes on to stop Triton."""
         if self._stopped:
             return
         self._stopped = self._stopping = True
@@ -215,19 +269,31 @@ class WorkerPool:
             for process in processes:
                 if process.exitcode is None:
                     log.warning("worker pid %s did not drain within %.0f s; killing it", process.pid, timeout)
-                    with contextlib.suppress(ProcessLookupError, AttributeError):
-                        process.kill()
+                    _kill(process)
             if late:
                 await asyncio.wait(late, timeout=5)
         for slot in self.slots:
             if slot.task is not None:
                 slot.task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
+                try:
                     await slot.task
+                except asyncio.CancelledError:
+                    pass
+                except Exception:
+                    log.exception("worker %d's supervision failed", slot.index)
         for process in processes:
             if process.exitcode not in (0, None):
                 log.warning("worker pid %s exited with %s", process.pid, _exit(process.exitcode))
         await asyncio.to_thread(_stop_helpers)
+
+
+def _kill(process: ForkServerProcess) -> None:
+    with contextlib.suppress(ProcessLookupError, AttributeError):
+        process.kill()
+
+
+def _why(exc: BaseException) -> str:
+    return str(exc) or exc.__class__.__name__
 
 
 def _stop_helpers() -> None:
@@ -276,24 +342,21 @@ def _exit(code: int | None) -> str:
     return f"status {code}"
 
 
-CGROUP_CPU_MAX = Path("/sys/fs/cgroup/cpu.max")  # cgroup v2: "<quota> <period>" or "max <period>"
-
-
-def available_cpus(cpu_max: Path = CGROUP_CPU_MAX) -> int:
-    """CPUs this process may use: its affinity, bounded by the cgroup's CPU quota (a container's limit)."""
+def available_cpus() -> int:
+    """CPUs this process may use: its affinity, bounded by its cgroup's CPU quota (a container's
+    limit, cgroup v1 or v2)."""
     try:
         count = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
         count = os.cpu_count() or 1
-    try:
-        quota, period = cpu_max.read_text().split()[:2]
-        if quota != "max":
-            count = min(count, max(1, int(int(quota) / int(period))))
-    except (OSError, ValueError):
-        pass
+    group = cgroups.cpu_group()
+    quota = group.quota() if group is not None else None
+    if quota is not None:
+        count = min(count, max(1, int(quota)))
     return max(1, count)
 
 
 def default_worker_count() -> int:
-    """Front workers when the setting is not given: one per two CPUs, so Triton keeps half of them."""
-    return max(1, available_cpus() // 2)
+    """Front workers when the setting is not given: one per two CPUs, so Triton keeps half of them, and
+    no more than :data:`MAX_DEFAULT_WORKERS`."""
+    return min(MAX_DEFAULT_WORKERS, max(1, available_cpus() // 2))

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import signal
 import threading
 import time
@@ -12,6 +11,7 @@ from pathlib import Path
 
 import requests
 from prometheus_client.parser import text_string_to_metric_families
+from urllib3.exceptions import NewConnectionError
 
 from smtriton.local import serve_process
 from smtriton.local.serve_process import free_port
@@ -24,6 +24,9 @@ __all__ = [
     "free_port",
     "metric_samples",
     "triton_pids",
+    "wait_for",
+    "worker_pids",
+    "workers_that_answered",
 ]
 
 
@@ -84,6 +87,42 @@ def descendants(pid: int) -> list[int]:
     return sorted(found)
 
 
+def worker_pids(server: ServeProcess) -> list[int]:
+    """The front workers of ``server`` running now: the children of the fork server it started."""
+    children: dict[int, list[int]] = {}
+    commands: dict[int, bytes] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            commands[int(entry.name)] = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        children.setdefault(int(stat[stat.rindex(")") + 2 :].split()[1]), []).append(int(entry.name))
+    servers = [p for p in children.get(server.pid, []) if b"multiprocessing.forkserver" in commands.get(p, b"")]
+    return sorted(pid for fork_server in servers for pid in children.get(fork_server, []))
+
+
+def workers_that_answered(server: ServeProcess, path: str) -> set[int]:
+    """The workers whose access log has a request for ``path``."""
+    seen = set()
+    for line in server.log_text().splitlines():
+        if line.startswith("{") and '"uvicorn.access"' in line and path in line:
+            entry = json.loads(line)
+            seen.add(entry["worker"])
+    return seen
+
+
+def wait_for(predicate, timeout: float, interval: float = 0.05) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(interval)
+    return False
+
+
 def alive(pids: list[int]) -> list[int]:
     return [pid for pid in pids if Path(f"/proc/{pid}").exists()]
 
@@ -99,6 +138,7 @@ class ServeProcess(serve_process.ServeProcess):
         log_path: Path,
         env: dict[str, str] | None = None,
         args: list[str] | None = None,
+        launcher: list[str] | None = None,
     ) -> None:
         self.repository = repository
         # serve's scratch (backend directory, MME repository) goes here, and so it is in Triton's
@@ -114,7 +154,7 @@ class ServeProcess(serve_process.ServeProcess):
         full_env.update(env or {})
         metrics_port = full_env.get("SMTRITON_METRICS_PORT")
         self.metrics_url = f"http://127.0.0.1:{metrics_port}/metrics" if metrics_port else None
-        super().__init__(serve_args, log_path, env=full_env)
+        super().__init__(serve_args, log_path, env=full_env, launcher=launcher or ())
 
     def stop(self, timeout: float = 60) -> int:
         """serve's own stop, then SIGKILL to any Triton still serving this server's scratch directory."""
@@ -125,10 +165,18 @@ class ServeProcess(serve_process.ServeProcess):
                 os.kill(pid, signal.SIGKILL)
 
 
+def refused_before_sending(exc: requests.ConnectionError) -> bool:
+    """Whether a request failed because its connection could not be made (nothing was sent), as
+    opposed to a connection that was made, took the request and then broke."""
+    reason = getattr(exc.args[0] if exc.args else None, "reason", None)
+    return isinstance(reason, NewConnectionError)
+
+
 class ClientsUntilStopped:
-    """``count`` clients posting to the ``slow`` test model's ``/invocations`` until stopped, each
-    recording "ok" (its own answer, complete), "refused" (the connection refused or reset before a front
-    read the request: allowed while serve shuts down) or "failed: ..." (anything else)."""
+    """``count`` clients posting to the ``slow`` test model's ``/invocations`` until stopped, each on a
+    new connection, recording "ok" (its own answer, complete), "refused" (the connection could not be
+    made, so nothing was sent: allowed while serve shuts down) or "failed: ..." (anything else, a
+    request written and then left without an answer included)."""
 
     def __init__(self, url: str, count: int = 8, second: float = 0.5) -> None:
         self.results: list[str] = []
@@ -143,8 +191,7 @@ class ClientsUntilStopped:
             try:
                 r = requests.post(self._url, data=body, timeout=30)
             except requests.ConnectionError as exc:
-                refused = re.search(r"refused|reset|aborted", str(exc), re.I)
-                self.results.append("refused" if refused else f"failed: {exc}")
+                self.results.append("refused" if refused_before_sending(exc) else f"failed: {exc}")
                 time.sleep(0.05)
                 continue
             # complete, uncut, this request's own (checked in the test's thread, from what is recorded here)

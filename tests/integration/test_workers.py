@@ -33,6 +33,9 @@ from tests.integration.harness import (
     free_port,
     metric_samples,
     triton_pids,
+    wait_for,
+    worker_pids,
+    workers_that_answered,
 )
 
 pytestmark = pytest.mark.integration
@@ -42,42 +45,6 @@ A = np.arange(16, dtype=np.int32).reshape(1, 16)
 B = np.full((1, 16), 3, dtype=np.int32)
 ADDSUB = json.dumps(json_request({"INPUT0": A, "INPUT1": B})).encode()
 ROUNDS = 24  # requests on fresh connections per check: both workers are reached (checked from the log)
-
-
-def worker_pids(server: ServeProcess) -> list[int]:
-    """The front workers of ``server`` running now: the children of the fork server it started."""
-    children: dict[int, list[int]] = {}
-    commands: dict[int, bytes] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-            commands[int(entry.name)] = (entry / "cmdline").read_bytes()
-        except OSError:
-            continue
-        children.setdefault(int(stat[stat.rindex(")") + 2 :].split()[1]), []).append(int(entry.name))
-    servers = [p for p in children.get(server.pid, []) if b"multiprocessing.forkserver" in commands.get(p, b"")]
-    return sorted(pid for fork_server in servers for pid in children.get(fork_server, []))
-
-
-def workers_that_answered(server: ServeProcess, path: str) -> set[int]:
-    """The workers whose access log has a request for ``path``."""
-    seen = set()
-    for line in server.log_text().splitlines():
-        if line.startswith("{") and '"uvicorn.access"' in line and path in line:
-            entry = json.loads(line)
-            seen.add(entry["worker"])
-    return seen
-
-
-def wait_for(predicate, timeout: float, interval: float = 0.05) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(interval)
-    return False
 
 
 def _archive(root: Path, name: str) -> str:

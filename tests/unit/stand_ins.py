@@ -7,6 +7,8 @@ import asyncio
 from collections.abc import AsyncGenerator
 from typing import Any
 
+from smtriton.serve.messages import Message
+
 # One response of a decoupled model, as Triton's stream gives it.
 OUT = {"model_name": "m", "outputs": [{"name": "OUT", "datatype": "INT32", "shape": [1], "data": [1]}]}
 
@@ -16,14 +18,17 @@ class RecordingOwner:
 
     def __init__(self, answers: dict[str, object] | None = None) -> None:
         self.said: list[tuple[str, str]] = []
+        self.messages: list[Message] = []
         self.answers = answers or {}  # what a call answers, by operation (None when not given)
 
-    async def call(self, op: str, timeout: float | None = None, **fields: object) -> object:
-        self.said.append(("call", op))
-        return self.answers.get(op)
+    async def call(self, message: Message, timeout: float | None = None) -> object:
+        self.said.append(("call", message.op))
+        self.messages.append(message)
+        return self.answers.get(message.op)
 
-    def notify(self, op: str, **fields: object) -> None:
-        self.said.append(("notice", op))
+    def notify(self, message: Message) -> None:
+        self.said.append(("notice", message.op))
+        self.messages.append(message)
 
 
 class TritonStream:

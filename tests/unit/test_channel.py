@@ -1,14 +1,33 @@
-"""The channel between serve's main process and a front worker, over a real socketpair."""
+"""The channel between serve's main process and a front worker, over a real socketpair, and the typed
+messages that cross it."""
 
 from __future__ import annotations
 
 import asyncio
 import socket
+from dataclasses import dataclass
 
+import orjson
 import pytest
 
-from smtriton.serve.channel import STARTING, Channel, ChannelClosed, EndpointState
+from smtriton.serve.channel import Channel, ChannelClosed
 from smtriton.serve.errors import Conflict, ModelNotFound, ServeError
+from smtriton.serve.messages import (
+    STARTING,
+    Call,
+    DescribeModel,
+    EndpointState,
+    Hello,
+    ListModels,
+    LoadModel,
+    Message,
+    ModelAdded,
+    ModelDraining,
+    StateChanged,
+    UnknownMessage,
+    UnloadModel,
+)
+from smtriton.serve.records import ModelRecord
 
 
 async def _pair(left_handler, right_handler) -> tuple[Channel, Channel, list[asyncio.Task[None]]]:
@@ -18,26 +37,32 @@ async def _pair(left_handler, right_handler) -> tuple[Channel, Channel, list[asy
     return left, right, [asyncio.create_task(left.run()), asyncio.create_task(right.run())]
 
 
-def _unused(op, message):
-    raise AssertionError(f"unexpected {op}")
+def _unused(message):
+    raise AssertionError(f"unexpected {message}")
+
+
+def _record(name: str) -> ModelRecord:
+    return ModelRecord(name, f"/opt/ml/models/{name}", None, name, [name], name)
 
 
 def test_a_call_returns_the_result_and_an_error_keeps_its_status():
     async def scenario() -> None:
-        def owner(op, message):
-            if op == "describe":
-                return {"modelName": message["name"]}
-            if op == "load":
-                raise Conflict(f"model '{message['name']}' is already loaded")
-            raise ModelNotFound(message["name"])
+        def owner(message: Message):
+            match message:
+                case DescribeModel(name=name):
+                    return {"modelName": name}
+                case LoadModel(body=body):
+                    raise Conflict(f"model '{orjson.loads(body)['model_name']}' is already loaded")
+                case UnloadModel(name=name):
+                    raise ModelNotFound(name)
 
         worker, main, tasks = await _pair(_unused, owner)
-        assert await worker.call("describe", name="m") == {"modelName": "m"}
+        assert await worker.call(DescribeModel("m")) == {"modelName": "m"}
         with pytest.raises(ServeError) as conflict:
-            await worker.call("load", name="m")
+            await worker.call(LoadModel('{"model_name": "m"}', None))
         assert (conflict.value.status, conflict.value.message) == (409, "model 'm' is already loaded")
         with pytest.raises(ServeError) as missing:
-            await worker.call("unload", name="gone")
+            await worker.call(UnloadModel("gone", None))
         assert missing.value.status == 404
         await worker.close()
         await main.close()
@@ -48,22 +73,27 @@ def test_a_call_returns_the_result_and_an_error_keeps_its_status():
 
 def test_messages_are_taken_in_order_and_waiting_calls_do_not_hold_later_ones():
     async def scenario() -> None:
-        seen: list[str] = []
+        seen: list[Message] = []
         release = asyncio.Event()
 
-        def worker_side(op, message):
-            seen.append(f"{op}:{message.get('name')}")  # the ordered part, before anything is awaited
-            if op == "model_draining":
-                return release.wait()  # what is left to wait for: later messages go on meanwhile
+        async def drained() -> bool:
+            await release.wait()
+            return True
+
+        def worker_side(message: Message):
+            seen.append(message)  # the ordered part, before anything is awaited
+            if isinstance(message, ModelDraining):
+                return drained()  # what is left to wait for: later messages go on meanwhile
             return None
 
         main, worker, tasks = await _pair(_unused, worker_side)
-        draining = asyncio.create_task(main.call("model_draining", name="a"))
+        draining = asyncio.create_task(main.call(ModelDraining("a", 60.0)))
         await asyncio.sleep(0)  # the call is written as its task starts
-        main.notify("state", name="s1")
-        added = await main.call("model_added", name="b")
-        assert added is None
-        assert seen == ["model_draining:a", "state:s1", "model_added:b"]
+        state = EndpointState(True, True, "", 8001, 8002)
+        main.notify(StateChanged(state))
+        added = ModelAdded(_record("b"))
+        assert await main.call(added) is None
+        assert seen == [ModelDraining("a", 60.0), StateChanged(state), added]
         assert not draining.done()
         release.set()
         assert await draining is True
@@ -76,14 +106,34 @@ def test_messages_are_taken_in_order_and_waiting_calls_do_not_hold_later_ones():
 
 def test_a_bug_in_a_handler_is_a_500_for_the_caller():
     async def scenario() -> None:
-        def broken(op, message):
+        def broken(message):
             raise KeyError("missing")
 
         worker, main, tasks = await _pair(_unused, broken)
         with pytest.raises(ServeError) as failed:
-            await worker.call("list")
+            await worker.call(ListModels(None, None))
         assert failed.value.status == 500
         assert "KeyError" in failed.value.message
+        await worker.close()
+        await main.close()
+        await asyncio.gather(*tasks)
+
+    asyncio.run(scenario())
+
+
+def test_an_operation_the_other_side_does_not_know_is_a_400_naming_it():
+    @dataclass(frozen=True)
+    class Unheard(Call[None], op="unheard_of_here"):
+        pass
+
+    async def scenario() -> None:
+        worker, main, tasks = await _pair(_unused, _unused)
+        from smtriton.serve import messages
+
+        del messages._BY_OP["unheard_of_here"]  # as a side of another version would have it
+        with pytest.raises(ServeError) as refused:
+            await worker.call(Unheard())
+        assert (refused.value.status, refused.value.message) == (400, "unknown operation 'unheard_of_here'")
         await worker.close()
         await main.close()
         await asyncio.gather(*tasks)
@@ -95,19 +145,19 @@ def test_calls_pending_when_the_other_side_goes_fail_at_once():
     async def scenario() -> None:
         never = asyncio.Event()
 
-        def stuck(op, message):
+        def stuck(message):
             return never.wait()
 
         worker, main, tasks = await _pair(_unused, stuck)
-        pending = asyncio.create_task(worker.call("load", name="m"))
+        pending = asyncio.create_task(worker.call(LoadModel("{}", None)))
         await asyncio.sleep(0.05)
         await main.close()
         with pytest.raises(ChannelClosed):
             await asyncio.wait_for(pending, 5)
         assert worker.closed.is_set()
         with pytest.raises(ChannelClosed):
-            await worker.call("list")
-        worker.notify("state")  # a notice to a closed channel is dropped, not raised
+            await worker.call(ListModels(None, None))
+        worker.notify(StateChanged(STARTING))  # a notice to a closed channel is dropped, not raised
         await asyncio.gather(*tasks)
 
     asyncio.run(scenario())
@@ -116,9 +166,9 @@ def test_calls_pending_when_the_other_side_goes_fail_at_once():
 def test_a_call_times_out_when_no_reply_comes():
     async def scenario() -> None:
         never = asyncio.Event()
-        worker, main, tasks = await _pair(_unused, lambda op, message: never.wait())
+        worker, main, tasks = await _pair(_unused, lambda message: never.wait())
         with pytest.raises(asyncio.TimeoutError):
-            await worker.call("load", 0.1, name="m")
+            await worker.call(LoadModel("{}", None), 0.1)
         await worker.close()
         await main.close()
         await asyncio.gather(*tasks)
@@ -126,8 +176,25 @@ def test_a_call_times_out_when_no_reply_comes():
     asyncio.run(scenario())
 
 
-def test_the_endpoint_state_crosses_as_it_is():
-    state = EndpointState(True, True, "", 8001, 8002, decoupled=True)
-    assert EndpointState.from_wire(state.to_wire()) == state
+def test_every_field_of_a_message_crosses_as_it_is_nested_records_and_state_included():
+    record = _record("m")
+    record.decoupled = True
+    hello = Hello(3, {"port": 8080}, None, EndpointState(True, True, "", 8001, 8002, decoupled=True), (record,))
+    wire = orjson.loads(orjson.dumps({"op": hello.op, "args": hello}))
+    assert wire["op"] == "hello"
+    back = Message.from_wire(wire["op"], wire["args"])
+    assert back == hello
+    assert isinstance(back, Hello)
+    assert isinstance(back.models[0], ModelRecord)
+    assert back.models[0].decoupled
     assert not STARTING.healthy
     assert not STARTING.serving
+    with pytest.raises(UnknownMessage):
+        Message.from_wire("no_such_operation", {})
+
+
+def test_two_messages_cannot_share_an_operation():
+    with pytest.raises(TypeError, match="two messages named 'load'"):
+
+        class Duplicate(Call[None], op="load"):
+            pass

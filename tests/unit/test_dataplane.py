@@ -11,9 +11,9 @@ from typing import Any, Literal
 import orjson
 import pytest
 
-from smtriton.serve.channel import STARTING, EndpointState
 from smtriton.serve.dataplane import DataPlane, SessionStep
 from smtriton.serve.errors import BadRequest, ModelNotFound, NotReady, UnsupportedMediaType
+from smtriton.serve.messages import STARTING, EndpointState, ModelAdded, ModelDraining, ModelRemoved
 from smtriton.serve.metrics import Metrics
 from smtriton.serve.records import ModelRecord
 from smtriton.serve.settings import Settings
@@ -111,30 +111,31 @@ class WatchedEvent(asyncio.Event):
 
 def test_mme_invokes_resolve_through_the_owners_records_and_an_unload_waits_for_them():
     async def scenario(triton: TritonStandIn, plane: DataPlane) -> None:
-        assert plane.handle("model_added", {"record": RECORD.to_wire()}) is None
-        model = plane.begin_invoke("shown", "a.tar.gz")
+        assert plane.handle(ModelAdded(RECORD)) is None
+        invoke = plane.begin_invoke("shown", "a.tar.gz")
+        model = invoke.model
         with pytest.raises(BadRequest, match="does not match"):
             plane.begin_invoke("shown", "other.tar.gz")
         model.idle = idle = WatchedEvent()  # unset, as the running invoke left it
-        drained = plane.handle("model_draining", {"name": "shown", "seconds": 30})
+        drained = plane.handle(ModelDraining("shown", 30))
         assert drained is not None
         waiting = asyncio.ensure_future(drained)
         with pytest.raises(ModelNotFound):  # new invokes are refused from the start of the drain
             plane.begin_invoke("shown", None)
         await asyncio.wait_for(idle.awaited.wait(), 1)  # the unload now waits for the invoke to end
         assert not waiting.done()  # the running invoke holds the unload
-        plane.end_invoke(model)
+        plane.end_invoke(invoke)
         await asyncio.wait_for(waiting, 1)
-        assert plane.handle("model_removed", {"name": "shown"}) is None
+        assert plane.handle(ModelRemoved("shown")) is None
 
     run(scenario, default_model=None)
 
 
 def test_a_drain_that_outlasts_its_bound_gives_up_waiting():
     async def scenario(triton: TritonStandIn, plane: DataPlane) -> None:
-        plane.handle("model_added", {"record": RECORD.to_wire()})
+        plane.handle(ModelAdded(RECORD))
         plane.begin_invoke("shown", None)  # never ends
-        drained = plane.handle("model_draining", {"name": "shown", "seconds": 0.1})
+        drained = plane.handle(ModelDraining("shown", 0.1))
         assert drained is not None
         await asyncio.wait_for(drained, 2)
 

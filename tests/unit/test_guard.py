@@ -6,7 +6,7 @@ import pytest
 
 from smtriton.serve import transcode
 from smtriton.serve.errors import BadRequest
-from smtriton.serve.guard import MAX_JSON_DEPTH, JsonTooDeep, check_json_depth
+from smtriton.serve.guard import MAX_JSON_DEPTH, JsonTooDeep, check_json_depth, check_request
 
 
 def nested(depth: int) -> bytes:
@@ -54,3 +54,39 @@ def test_the_transcoder_refuses_what_it_parses_too_deep():
     with pytest.raises(BadRequest):
         transcode.to_binary(b"[" * 200_000)
     assert transcode.to_binary(b"[" * 10 + b"oops") is None  # malformed, few brackets: Triton says why
+
+
+LYING = b'{"inputs":[{"name":"INPUT0","datatype":"FP32","shape":[899970039,4],"data":[1,2,3,4,5,6,7,8]}]}'
+
+
+def test_a_json_input_declaring_more_elements_than_its_body_can_carry_is_refused_by_name():
+    with pytest.raises(BadRequest, match=r"input 'INPUT0' declares shape \[899970039, 4\]: 3599880156 elements"):
+        check_request(LYING)
+    check_request(b'{"inputs":[{"name":"INPUT0","datatype":"FP32","shape":[2,4],"data":[1,2,3,4,5,6,7,8]}]}')
+    # every input of a request shares the one body: two shapes that each fit may not fit together
+    body = b'{"inputs":[{"name":"a","shape":[50],"data":[1]},{"name":"b","shape":[50],"data":[1]}]}'
+    with pytest.raises(BadRequest, match=r"input 'b' declares shape \[50\]: 50 elements, .* with the inputs before it"):
+        check_request(body)
+    # a negative dimension lies as much as its size (Triton refuses it, but must not be the one to see it)
+    with pytest.raises(BadRequest, match="input 'x'"):
+        check_request(b'{"inputs":[{"name":"x","shape":[-100000,-100000],"data":[1]}]}')
+
+
+def test_inputs_whose_data_is_elsewhere_are_left_to_triton():
+    header = (
+        b'{"inputs":[{"name":"INPUT0","datatype":"FP32","shape":[899970039,4],"parameters":{"binary_data_size":32}}]}'
+    )
+    check_request(header + b"\0" * 32, len(header))  # binary+json: Triton compares the size before allocating
+    shm = b'{"inputs":[{"name":"x","shape":[1000000000],"parameters":{"shared_memory_region":"r"}}]}'
+    check_request(shm)
+    for odd in (b'{"inputs":[{"name":"x","shape":[1e12],"data":[1]}]}', b'{"inputs":5}', b"[1,2]", b"{bad"):
+        check_request(odd)  # no shape Triton would allocate by, or no request at all: Triton's to answer
+
+
+def test_a_large_lying_request_is_refused_before_it_is_re_encoded():
+    padding = b" " * (200 * 1024)  # past the re-encoding threshold
+    body = LYING[:-2] + padding + b"]}"
+    with pytest.raises(BadRequest, match="input 'INPUT0' declares shape"):
+        transcode.to_binary(body)
+    honest = b'{"inputs":[{"name":"INPUT0","datatype":"FP32","shape":[2],"data":[1,2]}]}' + padding
+    assert transcode.to_binary(honest) is not None

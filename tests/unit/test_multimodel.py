@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from smtriton.serve import edge, multimodel
+from smtriton.serve import cgroups, edge, multimodel
 from smtriton.serve.errors import BadRequest, InsufficientStorage
 from smtriton.serve.records import ModelRecord
 from smtriton.serve.settings import Settings
@@ -27,10 +27,25 @@ def test_oom_patterns_match_native_and_whole_word_oom():
     assert not multimodel.is_oom("ZOOM level out of range")
 
 
-def test_a_stub_killed_by_the_oom_killer_counts_as_oom(monkeypatch):
-    monkeypatch.setattr(multimodel, "oom_kills", lambda: 3)
-    assert multimodel.is_oom_failure("Stub process 'm_0' is not healthy.", kills_before=2)
-    assert not multimodel.is_oom_failure("Stub process 'm_0' is not healthy.", kills_before=3)
+class FakeMemoryCgroup(cgroups.MemoryGroup):
+    """A cgroup v2 directory of the test's own: its OOM killer's count is what the test writes."""
+
+    def __init__(self, directory: Path) -> None:
+        directory.mkdir(parents=True, exist_ok=True)
+        super().__init__(directory, 2)
+        self.kills(0)
+
+    def kills(self, count: int) -> None:
+        (self.directory / "memory.events").write_text(f"low 0\nhigh 0\nmax 0\noom 0\noom_kill {count}\n")
+
+
+def test_a_stub_killed_by_the_oom_killer_counts_as_oom(tmp_path):
+    group = FakeMemoryCgroup(tmp_path / "cgroup")
+    group.kills(3)
+    assert multimodel.out_of_memory("Stub process 'm_0' is not healthy.", 2, group)
+    assert not multimodel.out_of_memory("Stub process 'm_0' is not healthy.", 3, group)
+    assert not multimodel.out_of_memory("Stub process 'm_0' is not healthy.", None, group)  # not counted
+    assert multimodel.out_of_memory("CUDA out of memory", None, None)  # by its words, wherever
 
 
 @pytest.mark.parametrize("name", ["hashA", "model.tar.gz", "a_b-c.1"])
@@ -104,20 +119,24 @@ def test_archive_layouts(tmp_path):
     assert len(layout.others) == 2
 
 
-def test_an_invoke_failure_is_oom_once_per_oom_kill(monkeypatch, tmp_path):
-    kills = iter([0, 0, 1, 1, 1])
-    monkeypatch.setattr(multimodel, "oom_kills", lambda: next(kills))
-    registry = multimodel.ModelRegistry(settings(tmp_path), tmp_path, lambda: None)  # type: ignore[arg-type]
-    assert not registry.invoke_oom("Stub process 'm_0' is not healthy.")
-    assert registry.invoke_oom("Stub process 'm_0' is not healthy.")  # the OOM killer struck since
-    assert not registry.invoke_oom("Stub process 'm_0' is not healthy.")  # counted once
+def test_an_invoke_is_out_of_memory_only_if_the_oom_killer_struck_during_it(tmp_path):
+    group = FakeMemoryCgroup(tmp_path / "cgroup")
+    registry = multimodel.ModelRegistry(settings(tmp_path), tmp_path, lambda: None, memory=group)  # type: ignore[arg-type]
+    stub_died = "Stub process 'm_0' is not healthy."
+    assert not registry.invoke_out_of_memory(stub_died, 500, 0)
+    group.kills(1)  # a load (or anything) was OOM-killed before this invoke began
+    assert not registry.invoke_out_of_memory(stub_died, 500, 1)
+    assert registry.invoke_out_of_memory(stub_died, 500, 0)  # it struck while this one ran
+    assert registry.invoke_out_of_memory(stub_died, 500, 0)  # and for every invoke that ran meanwhile
+    # A failure no killed process explains stays what it is, whatever the OOM killer did meanwhile.
+    assert not registry.invoke_out_of_memory("unexpected shape for input 'INPUT0'", 400, 0)
     failed = UpstreamResponse(500, "application/json", None, b'{"error":"CUDA out of memory"}')
-    verdict = edge.may_be_out_of_memory(failed) and registry.invoke_oom(edge.failure_message(failed))
+    verdict = edge.may_be_out_of_memory(failed) and registry.invoke_out_of_memory(edge.failure_message(failed), 500, 1)
     assert edge.to_mme_response(ModelRecord("m", "/u", None, "m", ["m"], "m"), failed, verdict)[0] == 507
 
 
 def test_the_memory_budget_counts_models_loaded_and_loading(monkeypatch, tmp_path):
-    monkeypatch.setattr(multimodel, "available_memory", lambda: 1 << 40)  # free memory is never the limit
+    monkeypatch.setattr(cgroups, "available_memory", lambda group: 1 << 40)  # free memory is never the limit
     budgeted = settings(tmp_path, model_memory_budget_bytes=100 << 20)
     registry = multimodel.ModelRegistry(budgeted, tmp_path, lambda: None)  # type: ignore[arg-type]
     registry.records["a"] = ModelRecord("a", "/u", None, "a", ["a"], "a", estimate=40 << 20)

@@ -9,30 +9,28 @@ path to the ASGI app's answers.
 
 from __future__ import annotations
 
+import asyncio
 import gzip
-import importlib.util
 import json
 import logging
 import socket
 import threading
 import time
 from collections.abc import Iterator
-from types import ModuleType
 from typing import Any
 
 import orjson
 import pytest
 import uvicorn
-from uvicorn.protocols import utils as uvicorn_utils
-from uvicorn.protocols.http import httptools_impl
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from smtriton.serve import protocol
 from smtriton.serve.app import create_app
-from smtriton.serve.channel import EndpointState
 from smtriton.serve.dataplane import DataPlane
+from smtriton.serve.messages import EndpointState
 from smtriton.serve.metrics import Metrics
-from smtriton.serve.protocol import TESTED_UVICORN, EdgeProtocol, checks_headers, data_protocol, missing_internals
+from smtriton.serve.protocol import TESTED_UVICORN, UVICORN_INTERNALS, data_protocol
+from smtriton.serve.server import http_server
 from smtriton.serve.settings import Settings
 from tests.unit.triton_stand_in import TEST_SETTINGS, TritonStandIn, call, stand_in_thread
 
@@ -479,134 +477,40 @@ def test_a_connection_that_never_sends_a_byte_is_closed(server):
 
 
 # ----- which uvicorn the fast path runs on --------------------------------------------------------
+def _probe(cls: type) -> object:
+    """An instance of ``cls`` with the attributes its constructor sets (uvicorn's own arguments)."""
+    if cls is HttpToolsProtocol:
+        from uvicorn.server import ServerState
+
+        config = uvicorn.Config(app=lambda scope, receive, send: None, log_config=None)
+        config.load()
+        loop = asyncio.new_event_loop()  # the protocol only keeps it; no connection is made
+        try:
+            return HttpToolsProtocol(config=config, server_state=ServerState(), app_state={}, _loop=loop)
+        finally:
+            loop.close()
+    scope: Any = {"type": "http"}
+    logger = logging.getLogger("test")
+    return cls(
+        scope=scope, transport=None, flow=None, logger=logger, access_logger=logger, access_log=False,
+        default_headers=[], message_event=asyncio.Event(), expect_100_continue=False, keep_alive=True,
+        on_response=lambda: None,
+    )  # fmt: skip
+
+
 def test_every_uvicorn_internal_the_fast_path_reads_is_there():
-    """Fails loudly when a uvicorn release moves what the fast path relies on: update TESTED_UVICORN
-    and UVICORN_INTERNALS (smtriton/serve/protocol.py) only after the fast path works on it."""
-    assert missing_internals() == []
+    """Fails loudly when a uvicorn release moves what the fast path relies on: pyproject.toml pins the
+    release; update TESTED_UVICORN and UVICORN_INTERNALS (smtriton/serve/protocol.py) only after the
+    fast path works on another."""
+    missing = [
+        f"{cls.__name__}.{name}"
+        for cls, names in UVICORN_INTERNALS.items()
+        for name in names
+        if not hasattr(_probe(cls), name) and not hasattr(cls, name)
+    ]
+    assert missing == []
     assert ".".join(uvicorn.__version__.split(".")[:2]) in TESTED_UVICORN
-    assert issubclass(data_protocol(create_app(DataPlane(SETTINGS, Metrics(False), "m"))), protocol.DataProtocol)
-
-
-def test_an_untested_uvicorn_serves_through_its_own_cycle_with_the_edge_rules(monkeypatch, caplog, triton):
-    monkeypatch.setattr(uvicorn, "__version__", "0.99.0")
-    monkeypatch.setattr(protocol, "_warned", [])
-    with Server(triton) as server:
-        assert issubclass(server.protocol, EdgeProtocol)
-        assert not issubclass(server.protocol, protocol.DataProtocol)
-        client = server.connect()
-        client.send(post("/invocations", b"{}") + get("/ping"))
-        assert [client.read()[0], client.read()[0]] == [200, 200]
-        client.send(b"GET /" + b"a" * 5000)  # the edge's rules still hold
-        assert refused(client.read(), 414)
-        client.close()
-        assert server.asgi_paths == ["/invocations", "/ping"]
-    assert caplog.text.count("is not one the fast path was tested with") == 1
-
-
-def _routes() -> Any:
-    return create_app(DataPlane(SETTINGS, Metrics(False), "m"))
-
-
-def _fallback_warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
-    return [r.getMessage() for r in caplog.records if r.name == "serve" and r.levelno == logging.WARNING]
-
-
-def test_an_untested_uvicorn_is_logged_once_however_often_serve_asks(monkeypatch, caplog):
-    monkeypatch.setattr(uvicorn, "__version__", "0.99.0")
-    monkeypatch.setattr(protocol, "_warned", [])
-    for chosen in [data_protocol(_routes()) for _ in range(3)]:
-        assert issubclass(chosen, EdgeProtocol)
-        assert not issubclass(chosen, protocol.DataProtocol)
-    (warning,) = _fallback_warnings(caplog)
-    assert warning.startswith("uvicorn 0.99.0 is not one the fast path was tested with")
-
-
-def test_a_uvicorn_without_the_internals_gets_its_stock_protocol_and_the_app_checks_headers(monkeypatch, caplog):
-    monkeypatch.setattr(protocol, "missing_internals", lambda: ["HttpToolsProtocol.pipeline"])
-    monkeypatch.setattr(protocol, "_warned", [])
-    chosen = [data_protocol(_routes()) for _ in range(3)]
-    assert chosen == [HttpToolsProtocol] * 3
-    assert not checks_headers(chosen[0])  # so http_server puts HeaderLimit in front of the app
-    (warning,) = _fallback_warnings(caplog)
-    assert "lacks HttpToolsProtocol.pipeline: served by its stock protocol" in warning
-
-
-def _init_raising(error: Exception) -> Any:
-    def init(self: object, *args: object, **kwargs: object) -> None:
-        raise error
-
-    return init
-
-
-@pytest.mark.parametrize(
-    ("cls", "init", "why"),
-    [
-        (HttpToolsProtocol, lambda self, config, server_state: None, "unexpected keyword argument 'app_state'"),
-        (RequestResponseCycle, lambda self, scope, transport, flow: None, "unexpected keyword argument 'logger'"),
-        (HttpToolsProtocol, _init_raising(AttributeError("no attribute 'ws_protocol_class'")), "AttributeError"),
-    ],
-    ids=["protocol-signature", "cycle-signature", "protocol-attribute"],
-)
-def test_a_uvicorn_whose_classes_cannot_be_probed_gets_its_stock_protocol(monkeypatch, caplog, cls, init, why):
-    """uvicorn's classes built as 0.54 builds them: another constructor is a fallback, not a crash."""
-    monkeypatch.setattr(cls, "__init__", init)
-    monkeypatch.setattr(protocol, "_warned", [])
-    chosen = [data_protocol(_routes()) for _ in range(3)]
-    assert chosen == [HttpToolsProtocol] * 3
-    assert not checks_headers(chosen[0])
-    (warning,) = _fallback_warnings(caplog)
-    assert "cannot probe its internals" in warning
-    assert why in warning
-    assert warning.endswith("served by its stock protocol")
-
-
-def _protocol_module_imported_anew() -> ModuleType:
-    """A second copy of smtriton/serve/protocol.py, imported now (the one the other tests use is kept)."""
-    spec = importlib.util.spec_from_file_location("smtriton.serve._protocol_anew", protocol.__file__)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-@pytest.mark.parametrize(
-    ("module", "name"),
-    [
-        (httptools_impl, "STATUS_LINE"),
-        (httptools_impl, "RequestResponseCycle"),
-        (httptools_impl, "HttpToolsProtocol"),
-        (uvicorn_utils, "get_client_addr"),
-        (uvicorn_utils, "get_path_with_query_string"),
-    ],
-    ids=lambda value: value if isinstance(value, str) else "",
-)
-def test_a_uvicorn_that_moved_an_internal_still_imports_and_gets_its_stock_protocol(monkeypatch, caplog, module, name):
-    monkeypatch.delattr(module, name)
-    moved = _protocol_module_imported_anew()  # no ImportError here
-    chosen = [moved.data_protocol(_routes()) for _ in range(3)]
-    assert chosen == ["httptools"] * 3  # uvicorn's own name for its protocol, wherever it now lives
-    assert not moved.checks_headers(chosen[0])
-    with pytest.raises(ImportError, match=name):
-        moved.missing_internals()
-    (warning,) = _fallback_warnings(caplog)
-    assert f"cannot import name '{name}'" in warning
-    assert warning.endswith("served by its stock protocol")
-    monkeypatch.undo()
-    config = uvicorn.Config(_routes(), http=chosen[0], log_config=None)
-    config.load()
-    assert config.http_protocol_class is HttpToolsProtocol
-
-
-def test_header_sizes_are_checked_once_by_the_protocol_or_else_by_the_app(monkeypatch):
-    from smtriton.serve import server
-    from smtriton.serve.app import HeaderLimit
-
-    plane = DataPlane(SETTINGS, Metrics(enabled=False), "m")
-    edge = server.http_server(plane).config
-    assert checks_headers(edge.http)
-    assert not isinstance(edge.app, HeaderLimit)  # the protocol refuses them while it parses
-    monkeypatch.setattr(server, "data_protocol", lambda routes: HttpToolsProtocol)  # uvicorn's stock protocol
-    stock = server.http_server(plane).config
-    assert stock.http is HttpToolsProtocol
-    assert isinstance(stock.app, HeaderLimit)
+    plane = DataPlane(SETTINGS, Metrics(False), "m")
+    assert issubclass(data_protocol(create_app(plane)), protocol.DataProtocol)
+    config = http_server(plane).config
+    assert issubclass(config.http, protocol.DataProtocol)  # header sizes are the protocol's to check

@@ -9,10 +9,9 @@ import json
 import orjson
 import pytest
 
-from smtriton.serve.app import HeaderLimit
 from smtriton.serve.routes import EMPTY_BODY
 from smtriton.serve.settings import Settings
-from tests.unit.triton_stand_in import TritonStandIn, asgi_call, call
+from tests.unit.triton_stand_in import TritonStandIn, call
 
 
 @pytest.mark.parametrize(("healthy", "status"), [(True, 200), (False, 503)])
@@ -56,27 +55,6 @@ def test_a_body_over_the_limit_is_413_before_anything_is_forwarded():
     assert call("POST", "/invocations", b"x" * 1025).status == 413
     declared = call("POST", "/invocations", b"", [(b"content-length", b"5000")])
     assert (declared.status, declared.reached_triton) == (413, [])
-
-
-def test_headers_over_the_limit_are_431_where_the_protocol_does_not_check_them():
-    """uvicorn's stock protocol (serve falls back to it on an unknown uvicorn) leaves header sizes to
-    the app: HeaderLimit answers them, in the one JSON error shape."""
-
-    async def ok(scope, receive, send):
-        await send({"type": "http.response.start", "status": 200, "headers": []})
-        await send({"type": "http.response.body", "body": b""})
-
-    import asyncio
-
-    status, headers, payload = asyncio.run(
-        asgi_call(HeaderLimit(ok, 2048), "POST", "/invocations", b"{}", [(b"x-big", b"y" * 3000)])
-    )
-    assert (status, headers[b"content-type"], json.loads(payload)) == (
-        431,
-        b"application/json",
-        {"error": "request headers are larger than the limit of 2048 bytes"},
-    )
-    assert asyncio.run(asgi_call(HeaderLimit(ok, 2048), "GET", "/ping"))[0] == 200
 
 
 def test_invocations_on_a_multi_model_endpoint_and_invoke_on_a_single_model_one_are_refused():

@@ -178,6 +178,7 @@ BOUNDS = [
     ("SMTRITON_REQUEST_TIMEOUT_S", "0", "0.5"),
     ("SMTRITON_SHUTDOWN_TIMEOUT_S", "0", "0.5"),
     ("SMTRITON_TRITON_EXIT_TIMEOUT_S", "0", "0.5"),
+    ("SMTRITON_WORKER_HEARTBEAT_TIMEOUT_S", "0", "0.5"),
     ("SAGEMAKER_TRITON_GRPC_PORT", "0", "1"),
     ("SAGEMAKER_TRITON_GRPC_PORT", "65536", "65535"),
     ("SAGEMAKER_TRITON_METRICS_PORT", "0", "1"),
@@ -303,29 +304,41 @@ def test_the_settings_reach_each_worker_unchanged():
     assert Settings.model_validate(settings.model_dump(mode="json")) == settings
 
 
-def test_the_default_worker_count_is_one_per_two_cpus(monkeypatch):
+def test_the_default_worker_count_is_one_per_two_cpus_and_at_most_eight(monkeypatch):
     from smtriton.serve import workers
 
-    for cpus, expected in ((1, 1), (2, 1), (3, 1), (4, 2), (16, 8), (96, 48)):
+    for cpus, expected in ((1, 1), (2, 1), (3, 1), (4, 2), (16, 8), (17, 8), (96, 8), (192, 8)):
         monkeypatch.setattr(workers, "available_cpus", lambda cpus=cpus: cpus)
         assert Settings.from_env({}).workers == expected
-    assert Settings.from_env({"SAGEMAKER_MODEL_SERVER_WORKERS": "5"}).workers == 5
+    assert Settings.from_env({"SAGEMAKER_MODEL_SERVER_WORKERS": "12"}).workers == 12  # asked for: no cap
     assert Settings.from_env({}, workers=2).workers == 2
 
 
-def test_available_cpus_are_the_affinity_bounded_by_the_cgroup_quota(tmp_path, monkeypatch):
-    from smtriton.serve.workers import available_cpus
+def test_the_stop_budget_is_shared_between_the_drain_and_triton():
+    budget = Settings.from_env({}).stop_budget()
+    assert (budget.drain_s, budget.triton_s, budget.graceful_s) == (20.0, 5.0, 19)  # 25 s in all
+    short = Settings.from_env({"SMTRITON_SHUTDOWN_TIMEOUT_S": "6"}).stop_budget()
+    assert (short.drain_s, short.triton_s, short.graceful_s) == (3.0, 3.0, 2)  # Triton keeps at most half
+    tiny = Settings.from_env({"SMTRITON_SHUTDOWN_TIMEOUT_S": "1"}).stop_budget()
+    assert tiny.graceful_s == 1
+
+
+def test_available_cpus_are_the_affinity_bounded_by_the_cgroup_quota(monkeypatch):
+    from smtriton.serve import cgroups, workers
+
+    class Quota:
+        def __init__(self, cpus: float | None) -> None:
+            self.cpus = cpus
+
+        def quota(self) -> float | None:
+            return self.cpus
 
     monkeypatch.setattr(os, "sched_getaffinity", lambda _pid: set(range(16)))
-    cpu_max = tmp_path / "cpu.max"
-    assert available_cpus(cpu_max) == 16  # no cgroup file: the affinity
-    for quota, expected in (("max 100000", 16), ("400000 100000", 4), ("250000 100000", 2), ("50000 100000", 1)):
-        cpu_max.write_text(quota + "\n")
-        assert available_cpus(cpu_max) == expected, quota
-    cpu_max.write_text("3200000 100000\n")  # a quota above the affinity does not add CPUs
-    assert available_cpus(cpu_max) == 16
-    cpu_max.write_text("garbage\n")
-    assert available_cpus(cpu_max) == 16
+    monkeypatch.setattr(cgroups, "cpu_group", lambda: None)
+    assert workers.available_cpus() == 16  # no CPU cgroup: the affinity
+    for quota, expected in ((None, 16), (4.0, 4), (2.5, 2), (0.5, 1), (32.0, 16)):  # never above the affinity
+        monkeypatch.setattr(cgroups, "cpu_group", lambda quota=quota: Quota(quota))
+        assert workers.available_cpus() == expected, quota
 
 
 def test_each_worker_keeps_a_share_of_the_upstream_connections():

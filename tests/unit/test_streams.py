@@ -11,8 +11,8 @@ import orjson
 import pytest
 
 from smtriton.serve.app import create_app
-from smtriton.serve.channel import EndpointState
 from smtriton.serve.dataplane import DataPlane
+from smtriton.serve.messages import EndpointState, ModelAdded, ModelDraining
 from smtriton.serve.metrics import Metrics
 from smtriton.serve.records import ModelRecord
 from smtriton.serve.sessions import CLOSE_PARAMETER, SESSION_HEADER
@@ -133,7 +133,7 @@ def test_a_decoupled_invoke_always_gives_back_its_in_flight_count(leave_at_once)
         async with TritonStandIn().running() as triton:
             plane = await _plane(triton, Settings(), default_model=None)
             record = ModelRecord("dec", "/u", None, "dec", ["dec"], "dec", decoupled=True)
-            plane.handle("model_added", {"record": record.to_wire()})
+            plane.handle(ModelAdded(record))
             body = orjson.dumps({"inputs": [{"name": "N", "shape": [1], "datatype": "INT32", "data": [3]}]})
             status, _ = await asyncio.wait_for(_call(plane, "/models/dec/invoke", body, leave_at_once), 30)
             model = plane.models["dec"]
@@ -141,7 +141,7 @@ def test_a_decoupled_invoke_always_gives_back_its_in_flight_count(leave_at_once)
             assert model.idle.is_set()
             if not leave_at_once:  # read: the stream reports that Triton cannot be reached
                 assert status in (200, 503)
-            drained = plane.handle("model_draining", {"name": "dec", "seconds": 60})
+            drained = plane.handle(ModelDraining("dec", 60))
             assert drained is not None
             await asyncio.wait_for(drained, 1)  # nothing to wait for
             await plane.close()

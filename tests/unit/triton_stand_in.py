@@ -15,8 +15,8 @@ import orjson
 from aiohttp import web
 
 from smtriton.serve.app import create_app
-from smtriton.serve.channel import EndpointState
 from smtriton.serve.dataplane import DataPlane
+from smtriton.serve.messages import EndpointState
 from smtriton.serve.metrics import Metrics
 from smtriton.serve.settings import Settings
 

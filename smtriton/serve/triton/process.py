@@ -21,6 +21,7 @@ from pathlib import Path
 from smtriton.serve.settings import Settings
 from smtriton.serve.triton.installation import TritonInstallation
 from smtriton.serve.triton.ports import LOOPBACK
+from smtriton.serve.triton.shm import PREFIX_OPTION
 
 log = logging.getLogger("serve.triton")
 triton_log = logging.getLogger("triton")
@@ -45,11 +46,13 @@ def build_command(
     backend_dir: Path,
     ports: Ports,
     load_models: Sequence[str] = (),
+    shm_prefix: str | None = None,
 ) -> list[str]:
     """The tritonserver argv: loopback only, explicit model control, SageMaker variables mapped.
 
     ``load_models`` are loaded by Triton itself as it starts, before it answers as live: the SME model
-    loads while the front is still importing its own modules."""
+    loads while the front is still importing its own modules. ``shm_prefix`` names the Python
+    backend's shared-memory regions (:mod:`smtriton.serve.triton.shm`)."""
     opts = settings.triton
     cmd = [
         str(installation.binary),
@@ -60,7 +63,7 @@ def build_command(
         "--allow-http=true",
         f"--http-address={LOOPBACK}",
         f"--http-port={ports.http}",
-        f"--exit-timeout-secs={max(1, int(settings.triton_exit_timeout_s))}",
+        f"--exit-timeout-secs={max(1, int(settings.stop_budget().triton_s))}",
         # serve decides what a failed model means (it exits, saying why, after draining); Triton must not.
         "--exit-on-error=false",
         "--strict-readiness=true",
@@ -68,6 +71,8 @@ def build_command(
         f"--backend-config=python,shm-default-byte-size={opts.shm_default_byte_size}",
         f"--backend-config=python,shm-growth-byte-size={opts.shm_growth_byte_size}",
     ]
+    if shm_prefix is not None:
+        cmd.append(f"--backend-config=python,{PREFIX_OPTION}{shm_prefix}")
     if ports.grpc is not None:
         cmd += ["--allow-grpc=true", f"--grpc-address={LOOPBACK}", f"--grpc-port={ports.grpc}"]
     else:

@@ -1,0 +1,42 @@
+"""The Python backend's shared memory: each Triton's regions named so serve knows its own, and removed
+once that Triton is gone."""
+
+from __future__ import annotations
+
+from smtriton.serve.settings import Settings
+from smtriton.serve.supervisor import TritonSupervisor
+from smtriton.serve.triton import shm
+from smtriton.serve.triton.installation import TritonInstallation
+from smtriton.serve.triton.process import Ports, build_command
+
+
+def test_every_serve_names_its_regions_apart_from_tritons_own_and_each_other():
+    first, second = shm.new_prefix(), shm.new_prefix()
+    assert first != second
+    assert first.startswith(shm.TRITON_PREFIX)
+
+
+def test_only_the_regions_of_the_prefix_are_removed(tmp_path):
+    ours = shm.new_prefix()
+    for name in (f"{ours}a1b2", f"{ours}c3d4"):
+        (tmp_path / name).write_bytes(b"\0" * 1024)
+    others = [f"{shm.new_prefix()}e5f6", f"{shm.TRITON_PREFIX}0f1e2d", "psm_12345"]
+    for name in others:
+        (tmp_path / name).write_bytes(b"\0" * 10)
+    assert shm.remove_regions(ours, tmp_path) == 2048
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(others)
+    assert shm.remove_regions(ours, tmp_path) == 0
+    assert shm.remove_regions(ours, tmp_path / "missing") == 0
+
+
+def test_a_prefix_the_deployment_set_is_its_own_and_left_alone(tmp_path):
+    mine = "--backend-config=python,shm-region-prefix-name=mine_"
+    assert shm.given_prefix([mine, "--log-verbose=1"]) == "mine_"
+    assert shm.given_prefix(["--backend-config=python,shm-default-byte-size=1"]) is None
+    installation = TritonInstallation(binary=tmp_path / "tritonserver", backends=tmp_path)
+    theirs = TritonSupervisor(Settings(triton={"additional_args": [mine]}), installation, tmp_path, tmp_path)
+    assert theirs.shm_prefix is None  # nothing of theirs is removed
+    ours = TritonSupervisor(Settings(), installation, tmp_path, tmp_path)
+    assert ours.shm_prefix is not None
+    command = build_command(installation, Settings(), tmp_path, tmp_path, Ports(http=1), (), ours.shm_prefix)
+    assert f"--backend-config=python,shm-region-prefix-name={ours.shm_prefix}" in command
