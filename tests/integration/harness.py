@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
+import socket
 import threading
 import time
+from http.client import HTTPConnection
 from pathlib import Path
 
 import requests
@@ -19,10 +22,13 @@ from smtriton.local.serve_process import free_port
 __all__ = [
     "ServeProcess",
     "alive",
+    "connection_accepted_by",
     "descendants",
     "failing_tritonserver",
     "free_port",
     "metric_samples",
+    "post_on",
+    "triton_has",
     "triton_pids",
     "wait_for",
     "worker_pids",
@@ -120,6 +126,60 @@ def wait_for(predicate, timeout: float, interval: float = 0.05) -> bool:
         if predicate():
             return True
         time.sleep(interval)
+    return False
+
+
+def connection_accepted_by(server: ServeProcess, pid: int, timeout: float = 30) -> socket.socket:
+    """A connection to ``server`` that the worker ``pid`` accepted (the kernel spreads connections over
+    the workers by their addresses: new ones are made until that worker takes one)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        client = socket.create_connection(("127.0.0.1", server.port), timeout=60)
+        port = client.getsockname()[1]
+        if wait_for(lambda port=port: _socket_inode(server.port, port) in _socket_inodes(pid), 0.5):
+            return client
+        client.close()  # queued on another worker's socket
+    raise AssertionError(f"worker {pid} took no connection in {timeout} s")
+
+
+def _socket_inode(server_port: int, client_port: int) -> str:
+    """The inode of the server's end of the loopback connection from ``client_port`` (once accepted)."""
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        fields = line.split()
+        local, remote = fields[1].rsplit(":", 1)[1], fields[2].rsplit(":", 1)[1]
+        if int(local, 16) == server_port and int(remote, 16) == client_port:
+            return fields[9]
+    return ""
+
+
+def _socket_inodes(pid: int) -> set[str]:
+    inodes = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        with contextlib.suppress(OSError):
+            target = os.readlink(fd)
+            if target.startswith("socket:["):
+                inodes.add(target[8:-1])
+    return inodes
+
+
+def post_on(connection: socket.socket, path: str, body: bytes) -> int:
+    """POST ``body`` on an open connection; the answer's status."""
+    http = HTTPConnection("127.0.0.1")
+    http.sock = connection
+    http.request("POST", path, body=body, headers={"Content-Type": "application/json"})
+    status = http.getresponse().status
+    http.close()
+    return status
+
+
+def triton_has(server: ServeProcess, triton_name: str) -> bool:
+    """Whether Triton has loaded ``triton_name`` (asked on its own loopback port, as serve does)."""
+    (pid,) = triton_pids(server.marker)
+    for arg in Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0"):
+        if arg.startswith("--http-port="):
+            port = arg.split("=", 1)[1]
+            ready = requests.get(f"http://127.0.0.1:{port}/v2/models/{triton_name}/ready", timeout=5)
+            return ready.status_code == 200
     return False
 
 

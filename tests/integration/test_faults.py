@@ -7,16 +7,13 @@ JSON line per request, naming its worker) shows which worker answered.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import resource
 import shutil
 import signal
-import socket
 import time
 from concurrent.futures import ThreadPoolExecutor
-from http.client import HTTPConnection
 from pathlib import Path
 
 import numpy as np
@@ -28,6 +25,9 @@ from tests.integration.conftest import TEST_MODELS, start_serve
 from tests.integration.contract_client import BJ, json_request, parse
 from tests.integration.harness import (
     ServeProcess,
+    connection_accepted_by,
+    post_on,
+    triton_has,
     triton_pids,
     wait_for,
     worker_pids,
@@ -236,49 +236,6 @@ def test_a_triton_killed_twice_leaves_no_region_of_its_stubs_in_dev_shm(tmp_path
         server.stop()
 
 
-def _connection_accepted_by(server: ServeProcess, pid: int, timeout: float = 30) -> socket.socket:
-    """A connection to ``server`` that the worker ``pid`` accepted (the kernel spreads connections over
-    the workers by their addresses: new ones are made until that worker takes one)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        client = socket.create_connection(("127.0.0.1", server.port), timeout=60)
-        port = client.getsockname()[1]
-        if wait_for(lambda port=port: _socket_inode(server.port, port) in _socket_inodes(pid), 0.5):
-            return client
-        client.close()  # queued on another worker's socket
-    raise AssertionError(f"worker {pid} took no connection in {timeout} s")
-
-
-def _socket_inode(server_port: int, client_port: int) -> str:
-    """The inode of the server's end of the loopback connection from ``client_port`` (once accepted)."""
-    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
-        fields = line.split()
-        local, remote = fields[1].rsplit(":", 1)[1], fields[2].rsplit(":", 1)[1]
-        if int(local, 16) == server_port and int(remote, 16) == client_port:
-            return fields[9]
-    return ""
-
-
-def _socket_inodes(pid: int) -> set[str]:
-    inodes = set()
-    for fd in Path(f"/proc/{pid}/fd").iterdir():
-        with contextlib.suppress(OSError):
-            target = os.readlink(fd)
-            if target.startswith("socket:["):
-                inodes.add(target[8:-1])
-    return inodes
-
-
-def _post_on(connection: socket.socket, path: str, body: bytes) -> int:
-    """POST ``body`` on an open connection; the answer's status."""
-    http = HTTPConnection("127.0.0.1")
-    http.sock = connection
-    http.request("POST", path, body=body, headers={"Content-Type": "application/json"})
-    status = http.getresponse().status
-    http.close()
-    return status
-
-
 def test_a_worker_replaced_while_a_load_is_announced_serves_the_model(tmp_path):
     """Three workers: one is stopped, so the announcement of a load (sent to another) waits for it
     until its heartbeat timeout kills it; meanwhile the third is killed and replaced: its replacement
@@ -287,12 +244,12 @@ def test_a_worker_replaced_while_a_load_is_announced_serves_the_model(tmp_path):
     try:
         url = _archive(server.root, "m")  # type: ignore[attr-defined]
         stopped, loading, killed = worker_pids(server)
-        connection = _connection_accepted_by(server, loading)
+        connection = connection_accepted_by(server, loading)
         os.kill(stopped, signal.SIGSTOP)
         body = json.dumps({"model_name": "m", "url": url}).encode()
         with ThreadPoolExecutor(1) as pool:
-            load = pool.submit(_post_on, connection, "/models", body)
-            assert wait_for(lambda: _triton_has(server, "m"), 30)  # loaded in Triton: now being announced
+            load = pool.submit(post_on, connection, "/models", body)
+            assert wait_for(lambda: triton_has(server, "m"), 30)  # loaded in Triton: now being announced
             os.kill(killed, signal.SIGKILL)
             assert wait_for(lambda: len(worker_pids(server)) == 3 and killed not in worker_pids(server), 5)
             assert not load.done()  # the replacement started while the load was still being announced
@@ -309,17 +266,6 @@ def test_a_worker_replaced_while_a_load_is_announced_serves_the_model(tmp_path):
         assert _answered_since(server, mark, "/models/m/invoke") == {1, 2, 3}
     finally:
         server.stop()
-
-
-def _triton_has(server: ServeProcess, triton_name: str) -> bool:
-    """Whether Triton has loaded ``triton_name`` (asked on its own loopback port, as serve does)."""
-    (pid,) = triton_pids(server.marker)
-    for arg in Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0"):
-        if arg.startswith("--http-port="):
-            port = arg.split("=", 1)[1]
-            ready = requests.get(f"http://127.0.0.1:{port}/v2/models/{triton_name}/ready", timeout=5)
-            return ready.status_code == 200
-    return False
 
 
 def _lowest_free_descriptor(pid: int) -> int:

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from tests.integration.conftest import TEST_MODELS, start_serve
 from tests.integration.contract_client import BJ
-from tests.integration.harness import ClientsUntilStopped, ServeProcess, failing_tritonserver, triton_pids
+from tests.integration.harness import ClientsUntilStopped, ServeProcess, failing_tritonserver, triton_pids, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -239,13 +239,16 @@ def test_triton_killed_again_while_it_comes_back_restarts_and_keeps_the_models(t
     try:
         load = {"model_name": "kept", "url": str(root / "kept" / "model")}
         assert requests.post(f"{server.url}/models", json=load, timeout=120).status_code == 200
-        killed: list[int] = []
-        for _ in range(3):
+        (first,) = triton_pids(server.marker)
+        killed = [first]
+        os.kill(first, signal.SIGKILL)
+        for _ in range(2):  # then each Triton that comes back, as soon as it is restoring the model
+            restores = server.log_text().count("loading: kept:1")  # Triton's line as it begins a load
             deadline = time.monotonic() + 60
             while not (pids := [p for p in triton_pids(server.marker) if p not in killed]):
                 assert time.monotonic() < deadline, "no new Triton was started"
                 time.sleep(0.02)
-            time.sleep(0.3)  # it is starting (or restoring the model) now
+            assert wait_for(lambda restores=restores: server.log_text().count("loading: kept:1") > restores, 60)
             os.kill(pids[0], signal.SIGKILL)
             killed.append(pids[0])
         server.wait_healthy(180)

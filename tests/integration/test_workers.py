@@ -28,10 +28,12 @@ from tests.integration.harness import (
     ClientsUntilStopped,
     ServeProcess,
     alive,
+    connection_accepted_by,
     descendants,
     failing_tritonserver,
     free_port,
     metric_samples,
+    post_on,
     triton_pids,
     wait_for,
     worker_pids,
@@ -110,21 +112,29 @@ def test_racing_duplicate_loads_give_one_200_and_one_409(mme):
         assert requests.delete(f"{mme.url}/models/{name}", timeout=60).status_code == 200
 
 
-def test_an_unload_waits_for_invokes_running_on_another_worker(mme):
+def test_an_unload_waits_for_invokes_running_on_another_worker(mme, tmp_path):
+    """Two invokes on each worker (connections pinned to them), all four running in the model (each
+    says so when it starts, and takes 2 s), then an unload: it answers only after every invoke did."""
     url = mme.root / "slowmodel" / "model"
     shutil.copytree(TEST_MODELS / "slow", url)
+    started = tmp_path / "started"
+    started.mkdir()
     model = url / "1" / "model.py"
-    model.write_text(model.read_text().replace("time.sleep(0.2)", "time.sleep(2.0)"))
+    source = model.read_text().replace("time.sleep(0.2)", "time.sleep(2.0)")
+    source = source.replace(
+        "    def execute(self, requests):\n",
+        f"    def execute(self, requests):\n        open({str(started)!r} + '/' + str(id(requests)), 'w').close()\n",
+    )
+    model.write_text(source)
     assert _load(mme, "slowmodel", str(url)).status_code == 200
-    body = json.dumps({"inputs": [{"name": "INPUT0", "shape": [2], "datatype": "FP32", "data": [3, 2.0]}]})
+    body = json.dumps({"inputs": [{"name": "INPUT0", "shape": [2], "datatype": "FP32", "data": [3, 2.0]}]}).encode()
+    connections = [connection_accepted_by(mme, pid) for pid in worker_pids(mme) for _ in range(2)]
     with ThreadPoolExecutor(4) as pool:
-        invokes = [
-            pool.submit(requests.post, f"{mme.url}/models/slowmodel/invoke", data=body, timeout=60) for _ in range(4)
-        ]
-        time.sleep(0.5)  # the invokes are running (each takes 2 s) on both workers
+        invokes = [pool.submit(post_on, c, "/models/slowmodel/invoke", body) for c in connections]
+        assert wait_for(lambda: len(list(started.iterdir())) == 4, 30)  # all four are running in the model
         unload = requests.delete(f"{mme.url}/models/slowmodel", timeout=120)
         assert all(f.done() for f in invokes), "the unload answered before the invokes it waits for"
-        assert [f.result().status_code for f in invokes] == [200] * 4
+        assert [f.result() for f in invokes] == [200] * 4
     assert unload.status_code == 200
     assert _invoke(mme, "slowmodel").status_code == 404
 
@@ -272,9 +282,11 @@ def test_sigterm_under_load_loses_no_request_and_leaves_no_process(tmp_path, tes
     clients = ClientsUntilStopped(server.url)
     try:
         clients.start()
-        time.sleep(1.5)
+        assert wait_for(lambda: clients.results.count("ok") >= 8, 30)  # under load: answers are coming
+        started = time.monotonic()
         server.send_signal(signal.SIGTERM)
         assert server.wait(40) == 0
+        assert time.monotonic() - started < 30  # inside SageMaker's grace
         clients.stop()
         assert clients.results.count("ok") >= 8
         assert clients.failures() == []
