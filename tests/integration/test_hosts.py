@@ -1,0 +1,152 @@
+"""SageMaker's hosts as they are: `serve` inside a memory cgroup with a limit (v1 on hosts like
+SageMaker's Amazon Linux 2 and this project's CI, v2 where that is what the host has).
+
+The cgroup is made here, as a child of this process's own memory cgroup, and `serve` is started inside
+it; where no child cgroup can be made (no permission, no delegation) the tests say so and skip.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+import requests
+
+from smtriton.serve import cgroups
+from tests.integration.conftest import TEST_MODELS, start_serve
+from tests.integration.contract_client import json_request
+from tests.integration.harness import ServeProcess
+
+pytestmark = pytest.mark.integration
+
+MIB = 1 << 20
+LIMIT = 1024 * MIB
+RESERVE = 100 * MIB
+A = np.arange(16, dtype=np.int32).reshape(1, 16)
+ADDSUB = json.dumps(json_request({"INPUT0": A, "INPUT1": A})).encode()
+
+
+@pytest.fixture
+def memory_cgroup() -> Iterator[Path]:
+    """A child of this process's memory cgroup with a limit of :data:`LIMIT` (and no swap beyond it)."""
+    parent = cgroups.memory_group()
+    if parent is None:
+        pytest.skip("no memory cgroup found for this process")
+    child = parent.directory / f"smtriton-test-{uuid.uuid4().hex[:8]}"
+    try:
+        child.mkdir()
+    except OSError as exc:
+        pytest.skip(f"cannot make a child memory cgroup under {parent.directory}: {exc.strerror}")
+    try:
+        if parent.version == 1:
+            (child / "memory.limit_in_bytes").write_text(str(LIMIT))
+            swap = child / "memory.memsw.limit_in_bytes"
+            if swap.exists():
+                swap.write_text(str(LIMIT))
+        else:
+            (child / "memory.max").write_text(str(LIMIT))
+            (child / "memory.swap.max").write_text("0")
+    except OSError as exc:
+        child.rmdir()
+        pytest.skip(f"cannot set a memory limit in {child}: {exc.strerror}")
+    yield child
+    for _ in range(50):  # the processes that were in it are gone once serve stopped; the kernel may lag
+        try:
+            child.rmdir()
+            break
+        except OSError:
+            time.sleep(0.1)
+
+
+def _inside(cgroup: Path) -> list[str]:
+    """A launcher that starts serve inside ``cgroup`` (and so Triton, its stubs and the workers)."""
+    return ["sh", "-c", f'echo $$ > {cgroup}/cgroup.procs && exec "$@"', "sh"]
+
+
+def _mme(tmp_path: Path, cgroup: Path | None) -> ServeProcess:
+    root = tmp_path / "models"
+    root.mkdir(parents=True)
+    env = {"SAGEMAKER_MODEL_SERVER_WORKERS": "1", "SMTRITON_MEMORY_RESERVE_BYTES": str(RESERVE)}
+    args = ["--multi-model", "--model-root", str(root)]
+    server = start_serve(tmp_path, None, None, env=env, args=args, launcher=_inside(cgroup) if cgroup else None)
+    server.root = root  # type: ignore[attr-defined]
+    return server
+
+
+def _big_archive(root: Path, name: str, size: int) -> str:
+    """addsub with a ``size``-byte file beside it (sparse: it costs no disk, and counts as its size)."""
+    url = root / name / "model"
+    shutil.copytree(TEST_MODELS / "addsub", url, ignore=shutil.ignore_patterns("__pycache__"))
+    with (url / "1" / "weights.bin").open("wb") as weights:
+        weights.truncate(size)
+    return str(url)
+
+
+def _load(server: ServeProcess, name: str, url: str) -> requests.Response:
+    return requests.post(f"{server.url}/models", json={"model_name": name, "url": url}, timeout=120)
+
+
+def test_a_load_past_the_cgroups_limit_is_507_and_the_same_load_without_the_limit_is_not(tmp_path, memory_cgroup):
+    limited = _mme(tmp_path / "limited", memory_cgroup)
+    try:
+        assert "limits: memory: 1024 MiB (cgroup v" in limited.log_text()  # found, and said once at start
+        url = _big_archive(limited.root, "big", LIMIT)  # type: ignore[attr-defined]
+        refused = _load(limited, "big", url)
+        assert refused.status_code == 507, refused.text
+        available = int(refused.json()["error"].rsplit(" and ", 1)[1].split(" MiB")[0])
+        assert available < LIMIT // MIB  # the cgroup's room, not the host's
+        small = _big_archive(limited.root, "small", 8 * MIB)  # type: ignore[attr-defined]
+        assert _load(limited, "small", small).status_code == 200
+        assert requests.post(f"{limited.url}/models/small/invoke", data=ADDSUB, timeout=30).status_code == 200
+    finally:
+        limited.stop()
+    unlimited = _mme(tmp_path / "unlimited", None)
+    try:
+        url = _big_archive(unlimited.root, "big", LIMIT)  # type: ignore[attr-defined]
+        accepted = _load(unlimited, "big", url)
+        assert accepted.status_code == 200, accepted.text
+    finally:
+        unlimited.stop()
+
+
+HOG = """import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        self.weights = np.ones({size}, dtype=np.uint8)  # every page written: all of it resident
+
+    def execute(self, requests):
+        return [pb_utils.InferenceResponse(error=pb_utils.TritonError("never reached")) for _ in requests]
+"""
+
+
+def test_a_400_after_an_oom_killed_load_stays_a_400(tmp_path, memory_cgroup):
+    server = _mme(tmp_path, memory_cgroup)
+    try:
+        root: Path = server.root  # type: ignore[attr-defined]
+        assert _load(server, "small", _big_archive(root, "small", 0)).status_code == 200
+        hog = _big_archive(root, "hog", 0)
+        (Path(hog) / "1" / "model.py").write_text(HOG.format(size=2 * LIMIT))
+        group = cgroups.MemoryGroup(memory_cgroup, cgroups.memory_group().version)  # type: ignore[union-attr]
+        kills = group.oom_kills()
+        if kills is None:
+            pytest.skip("this kernel does not count OOM kills in a cgroup")
+        oom = _load(server, "hog", hog)
+        assert group.oom_kills() == kills + 1  # the kernel's OOM killer ended the model's process
+        assert oom.status_code == 507, oom.text  # and the load says so
+        assert requests.get(f"{server.url}/ping", timeout=5).status_code == 200
+        wrong = json.dumps({"inputs": [{"name": "INPUT0", "shape": [1, 3], "datatype": "INT32", "data": [1, 2, 3]}]})
+        for _ in range(3):  # Triton's refusal of a request stays a 400: the OOM kill was before it
+            answer = requests.post(f"{server.url}/models/small/invoke", data=wrong, timeout=30)
+            assert answer.status_code == 400, answer.text
+        assert requests.post(f"{server.url}/models/small/invoke", data=ADDSUB, timeout=30).status_code == 200
+    finally:
+        server.stop()
