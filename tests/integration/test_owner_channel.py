@@ -1,0 +1,138 @@
+"""A real worker's data plane and the real endpoint's owner, over a real channel, with the real Triton:
+every message between them crosses as the running `serve` sends it (no canned answers).
+
+Both sides run in this test's event loop: the owner as `serve`'s main process assembles it (the
+supervisor, the registry, the session keeper, the announcer, a worker pool whose one slot holds the
+owner's end of the channel), the worker's plane as a worker builds it from its hello.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+import socket
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from smtriton.serve.channel import Channel
+from smtriton.serve.dataplane import DataPlane
+from smtriton.serve.endpoint import Endpoint
+from smtriton.serve.errors import ModelNotFound, NotReady, ServeError
+from smtriton.serve.messages import Heartbeat, Message
+from smtriton.serve.metrics import Metrics
+from smtriton.serve.multimodel import ModelRegistry
+from smtriton.serve.settings import Settings
+from smtriton.serve.supervisor import TritonSupervisor
+from smtriton.serve.triton.installation import find_triton
+from smtriton.serve.worker import _plane
+from smtriton.serve.workers import WorkerPool
+from tests.integration.conftest import TEST_MODELS
+from tests.integration.contract_client import json_request
+
+pytestmark = pytest.mark.integration
+
+SEQUENCE_MODELS = Path(__file__).parent / "models_sequence"
+ADDSUB = json.dumps(
+    json_request({"INPUT0": np.ones((1, 16), dtype=np.int32), "INPUT1": np.ones((1, 16), dtype=np.int32)})
+).encode()
+
+
+async def _until(predicate, timeout: float = 120) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not predicate():
+        assert asyncio.get_running_loop().time() < deadline
+        await asyncio.sleep(0.05)
+
+
+def test_a_worker_plane_and_the_owner_speak_every_message_over_a_real_channel(tmp_path):
+    root = tmp_path / "models"
+    shutil.copytree(TEST_MODELS / "addsub", root / "m" / "model")
+    shutil.copytree(SEQUENCE_MODELS / "accumulate", root / "seq" / "model")
+    managed, work = tmp_path / "managed", tmp_path / "work"
+    managed.mkdir()
+    work.mkdir()
+    settings = Settings(multi_model=True, model_root=root, memory_reserve_bytes=0, workers=1, work_dir=work)
+
+    async def scenario() -> None:
+        endpoint: list[Endpoint] = []
+
+        async def on_live() -> None:
+            await endpoint[0].on_triton_live()
+
+        supervisor = TritonSupervisor(settings, find_triton(), managed, work, on_live=on_live)
+        pool = WorkerPool(1)  # never started: its one slot holds the owner's end of the test's channel
+        registry = ModelRegistry(settings, managed, supervisor.running_client)
+        endpoint.append(Endpoint(settings, supervisor, Metrics(False), pool, None, registry))
+        owner_end, worker_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        planes: list[DataPlane] = []
+
+        def worker_handler(message: Message) -> object:
+            return planes[0].handle(message)
+
+        owner = await Channel.open(owner_end, endpoint[0].handle)
+        worker = await Channel.open(worker_end, worker_handler)
+        readers = [asyncio.create_task(owner.run()), asyncio.create_task(worker.run())]
+        supervisor.start()
+        try:
+            await _until(lambda: supervisor.live)
+            planes.append(_plane(endpoint[0].hello(1), worker))  # as a worker builds it from its hello
+            pool.slots[0].channel = owner  # from now on the worker hears every change
+            endpoint[0].publish()
+            plane = planes[0]
+            await _until(lambda: plane.state.serving, 10)  # StateChanged crossed
+
+            # the multi-model API: load, describe, list (the owner decides, the plane learns the model)
+            await plane.load(json.dumps({"model_name": "m", "url": str(root / "m" / "model")}).encode(), None)
+            assert "m" in plane.models  # ModelAdded crossed before the load was answered
+            assert await plane.describe("m") == {"modelName": "m", "modelUrl": str(root / "m")}
+            assert [m["modelName"] for m in (await plane.list_models(None, None))["models"]] == ["m"]
+            with pytest.raises(ServeError) as missing:
+                await plane.describe("absent")
+            assert missing.value.status == ModelNotFound("absent").status
+
+            # an invoke goes to Triton from the plane; a failure's verdict is the owner's
+            invoke = plane.begin_invoke("m", None)
+            answer = await plane.infer("m", ADDSUB, "application/json")
+            plane.end_invoke(invoke)
+            assert answer.status == 200
+            assert await plane.invoke_out_of_memory(invoke, "CUDA out of memory. Tried to allocate 2 GiB", 500)
+            assert not await plane.invoke_out_of_memory(invoke, "unexpected shape for input 'INPUT0'", 400)
+
+            # a stateful session: opened, used (no longer starting once answered), closed
+            await plane.load(json.dumps({"model_name": "seq", "url": str(root / "seq" / "model")}).encode(), None)
+            value = b'{"inputs":[{"name":"VALUE","shape":[1,1],"datatype":"FP32","data":[2.0]}]}'
+            opened = await plane.session_step("seq", "NEW_SESSION", value, "application/json", False)
+            assert opened.parameters is not None
+            assert opened.parameters["sequence_start"] is True
+            await plane.session_done(opened, True)  # SessionAnswered, as a call
+            used = await plane.session_step("seq", opened.session, value, "application/json", False)
+            assert used.parameters == {"sequence_id": opened.parameters["sequence_id"]}  # same sequence, started
+            closing = await plane.session_step("seq", opened.session, b'{"requestType": "CLOSE"}', None, False)
+            assert closing.parameters is None
+            assert json.loads(closing.body) == {"closed_session_id": opened.session}
+            with pytest.raises(ServeError, match="is not open here"):
+                await plane.session_step("seq", opened.session, value, "application/json", False)
+
+            # an unload: the model drains on the worker before Triton unloads it
+            await plane.unload("m", None)
+            assert "m" not in plane.models
+            with pytest.raises(ModelNotFound):
+                plane.begin_invoke("m", None)
+
+            assert await owner.call(Heartbeat(), 5) is None  # the worker's loop answers its heartbeat
+
+            await owner.close()  # the main process went away: the worker's questions are 503s, not bugs
+            with pytest.raises(NotReady, match="main process is not reachable"):
+                await plane.load(json.dumps({"model_name": "x", "url": str(root / "m" / "model")}).encode(), None)
+            await plane.close()
+        finally:
+            await supervisor.stop(10)
+            await worker.close()
+            await owner.close()
+            for reader in readers:
+                reader.cancel()
+
+    asyncio.run(scenario())
