@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 import pytest
@@ -173,3 +174,52 @@ def test_the_table_is_bounded(monkeypatch):
     with pytest.raises(BadRequest, match="too many open sessions"):
         table.open("m", idle_s=5, now=100.0)
     assert len(table.open("m", idle_s=5, now=106.0).id) == 32  # the idle ones were swept first
+
+
+class ConfigReader:
+    """Triton's client as the session keeper uses it: each model's config, read how often."""
+
+    def __init__(self, configs: dict[str, dict[str, object]]) -> None:
+        self.configs = configs
+        self.reads: list[str] = []
+
+    async def model_config(self, model: str) -> dict[str, object]:
+        self.reads.append(model)
+        return self.configs[model]
+
+
+def _keeper(clock: list[float], reader: ConfigReader) -> sessions.SessionKeeper:
+    return sessions.SessionKeeper(1200.0, lambda: reader, clock=lambda: clock[0])  # type: ignore[arg-type,return-value]
+
+
+def test_sessions_expire_on_the_monotonic_clock_whatever_the_wall_clock_does(monkeypatch):
+    clock = [1000.0]
+    reader = ConfigReader({"seq": {"sequence_batching": {"max_sequence_idle_microseconds": "3000000"}}})
+    keeper = _keeper(clock, reader)
+    opened = asyncio.run(keeper.open("seq"))
+    monkeypatch.setattr(sessions.time, "time", lambda: 0.0)  # the wall clock jumps back decades...
+    clock[0] += 2.0
+    assert keeper.use(opened["id"], "seq")["sequence_id"] == opened["sequence_id"]  # ...nothing moves
+    monkeypatch.setattr(sessions.time, "time", lambda: 4e9)  # ...and forward a century
+    clock[0] += 2.0
+    assert keeper.use(opened["id"], "seq")["start"] is True  # still open: 2 s idle of 3
+    clock[0] += 3.5  # idle past the model's 3 s, by the monotonic clock alone
+    with pytest.raises(BadRequest, match="idle for more than 3 s"):
+        keeper.use(opened["id"], "seq")
+
+
+def test_a_models_idle_time_is_read_once_and_forgotten_with_the_model():
+    clock = [0.0]
+    reader = ConfigReader({"seq": {"sequence_batching": {"max_sequence_idle_microseconds": "3000000"}}})
+    keeper = _keeper(clock, reader)
+    first = asyncio.run(keeper.open("seq"))
+    asyncio.run(keeper.open("seq"))
+    assert reader.reads == ["seq"]  # read once while the model stays
+    reader.configs["seq"] = {"sequence_batching": {"max_sequence_idle_microseconds": "9000000"}}  # loaded anew
+    keeper.forget_model("seq")  # unloaded (or loaded again): its sessions end, its idle time is read anew
+    with pytest.raises(BadRequest, match="is not open here"):
+        keeper.use(first["id"], "seq")
+    renewed = asyncio.run(keeper.open("seq"))
+    assert reader.reads == ["seq", "seq"]
+    clock[0] += 5.0  # past the old model's 3 s, inside the new one's 9 s
+    assert keeper.use(renewed["id"], "seq")["start"] is True
