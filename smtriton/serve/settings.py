@@ -371,10 +371,11 @@ class Settings(BaseSettings):
     )
     max_payload_bytes: Integer = _setting(
         "SMTRITON_MAX_PAYLOAD_BYTES",
-        "request body limit; larger → 413 before the body is read. "
-        "With `SAGEMAKER_BATCH=true`, a positive `SAGEMAKER_MAX_PAYLOAD_IN_MB` wins",
-        default_factory=lambda data: (data.get("max_payload_in_mb") or 100) * MIB,
-        shown="100 MiB, or `SAGEMAKER_MAX_PAYLOAD_IN_MB`",
+        "request body limit; larger → 413 before the body is read. The default admits what any SageMaker mode "
+        "sends (asynchronous inference: up to 1 GB; real-time and serverless bodies are capped by the platform "
+        "before they arrive). With `SAGEMAKER_BATCH=true`, a positive `SAGEMAKER_MAX_PAYLOAD_IN_MB` wins",
+        default_factory=lambda data: (data.get("max_payload_in_mb") or 1024) * MIB,
+        shown="1 GiB, or `SAGEMAKER_MAX_PAYLOAD_IN_MB`",
         ge=1,
     )
     max_header_bytes: Integer = _setting(
@@ -425,13 +426,18 @@ class Settings(BaseSettings):
     )
     access_log: Boolean = _setting("SMTRITON_ACCESS_LOG", "access log (never `/ping`)", False)
     startup_timeout_s: Number = _setting(
-        "SMTRITON_STARTUP_TIMEOUT_S", "seconds Triton's start and a model load may take", 1800.0, gt=0
+        "SMTRITON_STARTUP_TIMEOUT_S",
+        "seconds Triton's start and a model load may take: the most SageMaker waits for a container "
+        "(`ContainerStartupHealthCheckTimeoutInSeconds` up to 3600)",
+        3600.0,
+        gt=0,
     )
     request_timeout_s: Number = _setting(
         "SMTRITON_REQUEST_TIMEOUT_S",
-        "seconds an inference may take upstream, then 504",
-        default_factory=lambda data: 600.0 if data.get("batch") else 60.0,
-        shown="60; 600 with `SAGEMAKER_BATCH=true`",
+        "seconds an inference may take upstream, then 504; the default admits the longest any SageMaker mode "
+        "waits (asynchronous inference and batch transform: up to 3600 s; real-time ones are cut at 60 s by the "
+        "platform). A client that goes away first cancels the upstream request",
+        3600.0,
         gt=0,
     )
     shutdown_timeout_s: Number = _setting(

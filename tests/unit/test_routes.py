@@ -75,8 +75,8 @@ def test_a_batch_payload_of_0_is_answered_as_0_and_the_body_limit_stays():
     settings = Settings.from_env({"SAGEMAKER_BATCH": "true", "SAGEMAKER_MAX_PAYLOAD_IN_MB": "0"})
     answer = call("GET", "/execution-parameters", settings=settings)
     assert json.loads(answer.body)["MaxPayloadInMB"] == 0
-    assert settings.max_payload_bytes == 100 * 1024 * 1024
-    declared = call("POST", "/invocations", b"", [(b"content-length", b"%d" % (101 * 1024 * 1024))], settings=settings)
+    assert settings.max_payload_bytes == 1024 * 1024 * 1024
+    declared = call("POST", "/invocations", b"", [(b"content-length", b"%d" % (1025 * 1024 * 1024))], settings=settings)
     assert declared.status == 413
 
 

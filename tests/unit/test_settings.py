@@ -32,8 +32,10 @@ def test_defaults_match_the_sagemaker_container_contract():
     assert s.multi_model is False
     assert s.ping_mode == "ready"
     assert s.triton.log_verbose == 0  # docs/contract.md §6 B18: native defaults to verbose
-    assert s.max_payload_bytes == 100 * MIB
-    assert s.request_timeout_s == 60
+    # what any SageMaker mode may send and wait for: asynchronous inference's 1 GB and one hour
+    assert s.max_payload_bytes == 1024 * MIB
+    assert s.request_timeout_s == 3600
+    assert s.startup_timeout_s == 3600  # ContainerStartupHealthCheckTimeoutInSeconds' maximum
 
 
 def test_bind_port_and_default_model_come_from_sagemaker_variables():
@@ -95,7 +97,7 @@ def test_batch_payload_and_timeout_follow_batch_variables():
     s = Settings.from_env({"SAGEMAKER_BATCH": "true", "SAGEMAKER_MAX_PAYLOAD_IN_MB": "50"})
     assert s.batch is True
     assert s.max_payload_bytes == 50 * MIB
-    assert s.request_timeout_s == 600
+    assert s.request_timeout_s == 3600  # batch transform's InvocationsTimeoutInSeconds goes up to 3600
 
 
 @pytest.mark.parametrize(
@@ -221,7 +223,7 @@ def test_batch_transform_payload_limit_wins_only_when_positive():
     assert Settings.from_env(both).max_payload_bytes == 1000
     assert Settings.from_env({"SAGEMAKER_MAX_PAYLOAD_IN_MB": "50"}).max_payload_bytes == 50 * MIB
     unbounded = Settings.from_env({"SAGEMAKER_BATCH": "true", "SAGEMAKER_MAX_PAYLOAD_IN_MB": "0"})
-    assert (unbounded.max_payload_bytes, unbounded.max_payload_in_mb) == (100 * MIB, 0)
+    assert (unbounded.max_payload_bytes, unbounded.max_payload_in_mb) == (1024 * MIB, 0)
     assert Settings.from_env({"SAGEMAKER_BATCH": "true", "SMTRITON_REQUEST_TIMEOUT_S": "5"}).request_timeout_s == 5
 
 
