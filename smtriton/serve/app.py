@@ -43,7 +43,8 @@ def _json(value: object, status: int = 200) -> Response:
 async def read_body(request: Request, limit: int) -> bytes:
     """The request body, refused with 413 as soon as it is known to pass ``limit`` (before reading it all)."""
     declared = request.headers.get("content-length")
-    return await read_limited(request.receive, declared.encode("latin-1") if declared is not None else None, limit)
+    body = await read_limited(request.receive, declared.encode("latin-1") if declared is not None else None, limit)
+    return bytes(body)  # a control request's small body (a load's JSON)
 
 
 def create_control_app(plane: DataPlane) -> FastAPI:

@@ -17,6 +17,10 @@ BINARY_JSON = "application/vnd.sagemaker-triton.binary+json"
 BINARY_JSON_PREFIX = f"{BINARY_JSON};json-header-size="
 JSON = "application/json"
 
+# A request body on its way through: bytes, or the one buffer a body that came in pieces was
+# gathered in (a large body is never copied into a bytes object as well).
+RequestBody = bytes | bytearray
+
 
 def request_header_length(content_type: str | None, body_length: int) -> int | None:
     """Where the JSON part of a request ends: None for a pure JSON body, else the byte count.
@@ -59,7 +63,7 @@ def response_content_type(triton_header_length: int | None) -> str:
     return f"{BINARY_JSON_PREFIX}{triton_header_length}"
 
 
-def decompress(body: bytes, encoding: str | None, limit: int) -> bytes:
+def decompress(body: RequestBody, encoding: str | None, limit: int) -> RequestBody:
     """Undo ``Content-Encoding: gzip|deflate``; the output is bounded by ``limit`` (a zip bomb is 413)."""
     if not encoding:
         return body
@@ -83,7 +87,7 @@ def decompress(body: bytes, encoding: str | None, limit: int) -> bytes:
         raise BadRequest("request body is not valid deflate data") from None
 
 
-def _inflate(body: bytes, wbits: int, limit: int) -> bytes:
+def _inflate(body: RequestBody, wbits: int, limit: int) -> bytes:
     inflater = zlib.decompressobj(wbits)
     out = inflater.decompress(body, limit + 1)
     if len(out) > limit or inflater.unconsumed_tail:
@@ -96,13 +100,13 @@ def _inflate(body: bytes, wbits: int, limit: int) -> bytes:
     return out
 
 
-def json_part(body: bytes, header_length: int | None) -> bytes:
+def json_part(body: RequestBody, header_length: int | None) -> RequestBody:
     return body if header_length is None else body[:header_length]
 
 
 def add_request_parameters(
-    body: bytes, header_length: int | None, values: dict[str, str | int | bool]
-) -> tuple[bytes, int | None]:
+    body: RequestBody, header_length: int | None, values: dict[str, str | int | bool]
+) -> tuple[RequestBody, int | None]:
     """Set ``parameters[key]`` for each of ``values`` in a request's JSON part (recomputing its length);
     raw mode is left alone."""
     if header_length == 0:

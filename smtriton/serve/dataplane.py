@@ -81,7 +81,10 @@ class SessionStep:
 
 
 def _request_parameters(
-    body: bytes, header_length: int | None, custom_attributes: str | None, session: dict[str, str | int | bool] | None
+    body: codec.RequestBody,
+    header_length: int | None,
+    custom_attributes: str | None,
+    session: dict[str, str | int | bool] | None,
 ) -> dict[str, str | int | bool]:
     """The parameters the front sets in an inference request: the custom attributes, a session's
     sequence. A request outside a session may set its own sequence, but not one of the sessions'."""
@@ -301,7 +304,7 @@ class DataPlane:
     async def infer(
         self,
         triton_name: str,
-        body: bytes,
+        body: codec.RequestBody,
         content_type: str | None,
         custom_attributes: str | None = None,
         parameters: dict[str, str | int | bool] | None = None,
@@ -340,14 +343,14 @@ class DataPlane:
             raise known
         return known
 
-    async def generate(self, model: str, body: bytes) -> UpstreamResponse:
+    async def generate(self, model: str, body: codec.RequestBody) -> UpstreamResponse:
         client = self._ready_client()
         guard.check_json_depth(body)
         return await client.generate(model, body)
 
     @contextlib.asynccontextmanager
     async def generate_stream(
-        self, model: str, body: bytes
+        self, model: str, body: codec.RequestBody
     ) -> AsyncIterator[tuple[UpstreamResponse | None, AsyncIterator[bytes] | None]]:
         """Triton's generate stream: ``(failure, None)`` with Triton's error answer, or ``(None, events)``
         with the server-sent events as they arrive; leaving the context early drops the upstream request."""
@@ -363,7 +366,7 @@ class DataPlane:
     def stream(
         self,
         triton_name: str,
-        body: bytes,
+        body: codec.RequestBody,
         content_type: str | None,
         custom_attributes: str | None = None,
         parameters: dict[str, str | int | bool] | None = None,
@@ -430,7 +433,7 @@ class DataPlane:
 
     # ----- stateful sessions: the owner keeps them, this plane asks and sets the sequence ----------
     async def session_step(
-        self, triton_name: str, header: str, body: bytes, content_type: str | None, streamed: bool
+        self, triton_name: str, header: str, body: codec.RequestBody, content_type: str | None, streamed: bool
     ) -> SessionStep:
         """What a request in a session (``header``: X-Amzn-SageMaker-Session-Id) asks: open or close
         the session (no inference), or an inference in its sequence (the parameters to set)."""

@@ -26,6 +26,7 @@ from typing import Any
 import orjson
 import simdjson
 
+from smtriton.serve.codec import RequestBody
 from smtriton.serve.errors import BadRequest
 
 # simdjson's own maximum depth: the parse that checks a body stops there.
@@ -42,11 +43,11 @@ def is_depth_error(exc: BaseException) -> bool:
     return "DEPTH_ERROR" in str(exc)
 
 
-def _brackets(body: bytes, end: int) -> int:
+def _brackets(body: RequestBody, end: int) -> int:
     return body.count(b"[", 0, end) + body.count(b"{", 0, end)
 
 
-def refuse_unparsed(body: bytes, exc: BaseException, end: int | None = None) -> None:
+def refuse_unparsed(body: RequestBody, exc: BaseException, end: int | None = None) -> None:
     """After simdjson failed to parse ``body[:end]``: raise when forwarding it could crash Triton.
 
     simdjson checks that brackets balance before it descends, so a malformed document tells nothing
@@ -61,7 +62,7 @@ def refuse_unparsed(body: bytes, exc: BaseException, end: int | None = None) -> 
         raise BadRequest(f"failed to parse the request JSON buffer: {reason}") from None
 
 
-def check_json_depth(body: bytes, end: int | None = None) -> None:
+def check_json_depth(body: RequestBody, end: int | None = None) -> None:
     """Raise :class:`JsonTooDeep` if the JSON in ``body[:end]`` nests deeper than the limit (or
     :class:`BadRequest` if it has more brackets than the limit and does not parse)."""
     stop = len(body) if end is None else end
@@ -82,7 +83,7 @@ _OBJECTS = (dict, simdjson.Object)
 _ARRAYS = (list, simdjson.Array)
 
 
-def check_request(body: bytes, end: int | None = None) -> None:
+def check_request(body: RequestBody, end: int | None = None) -> None:
     """Refuse an inference request whose JSON (``body[:end]``, the whole body when None) would crash
     Triton: nested deeper than the limit, or declaring more tensor elements than it could carry."""
     stop = len(body) if end is None else end

@@ -16,6 +16,7 @@ from typing import Any
 
 import orjson
 
+from smtriton.serve.codec import RequestBody
 from smtriton.serve.errors import BadRequest, UnsupportedMediaType
 
 IMAGE_TYPES = frozenset({"image/jpeg", "image/png", "application/x-image"})
@@ -48,7 +49,7 @@ def image_input(model: str, metadata: dict[str, Any]) -> ImageInput:
     )
 
 
-def request(image: bytes, to: ImageInput) -> tuple[bytes, int]:
+def request(image: RequestBody, to: ImageInput) -> tuple[bytes, int]:
     """The binary+json request carrying ``image`` as the input's one element, and its JSON part's length."""
     if not image:
         raise BadRequest("the image body is empty")

@@ -32,7 +32,7 @@ from typing import Any
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol, RequestResponseCycle
 from uvicorn.protocols.utils import get_client_addr, get_path_with_query_string
 
-from smtriton.serve.codec import JSON
+from smtriton.serve.codec import JSON, RequestBody
 from smtriton.serve.errors import (
     INTERNAL_ERROR,
     BadRequest,
@@ -44,7 +44,16 @@ from smtriton.serve.errors import (
     UriTooLong,
     error_body,
 )
-from smtriton.serve.routes import PING_TYPE, ROUTE_SCOPE_KEY, DataRoutes, Headers, Invocation, Route, route_of
+from smtriton.serve.routes import (
+    PING_TYPE,
+    ROUTE_SCOPE_KEY,
+    BodyBuffer,
+    DataRoutes,
+    Headers,
+    Invocation,
+    Route,
+    route_of,
+)
 
 log = logging.getLogger("serve")
 
@@ -99,7 +108,10 @@ class EdgeProtocol(HttpToolsProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._cancel_timers()
+        cycle = self.cycle
         super().connection_lost(exc)
+        if isinstance(cycle, FastCycle) and not cycle.response_complete:
+            cycle.client_left()
 
     def data_received(self, data: bytes) -> None:
         if self._refusal is not None:
@@ -236,29 +248,28 @@ class EdgeProtocol(HttpToolsProtocol):
 
 
 class FastCycle(RequestResponseCycle):
-    """One data-route request: its body as the chunks the parser gave, then one answer."""
+    """One data-route request: its body held once as the parser gives it, then one answer. If the
+    client goes away before the answer, the request is cancelled, the call to Triton with it."""
 
     def __init__(self, *args: Any, routes: DataRoutes, route: Route, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.routes = routes
         self.route = route
-        self.chunks: list[bytes] = []
-        self.size = 0
+        self.received = BodyBuffer()
         self.too_large = False
+        self.task: asyncio.Task[None] | None = None
 
     def add_body(self, chunk: bytes) -> None:
         """Called by the protocol for each piece of the body; past the limit the rest is dropped."""
         if self.too_large:
             return
-        self.size += len(chunk)
-        if self.size > self.routes.limit:
+        self.received.add(chunk)
+        if self.received.size > self.routes.limit:
             self.too_large = True
-            self.chunks = []
+            self.received.take()
             self.message_event.set()  # answer 413 now, not after the whole body
-            return
-        self.chunks.append(chunk)
 
-    async def read_body(self) -> bytes:
+    async def read_body(self) -> RequestBody:
         if self.waiting_for_100_continue and not self.transport.is_closing():
             self.transport.write(_CONTINUE)
             self.waiting_for_100_continue = False
@@ -270,11 +281,16 @@ class FastCycle(RequestResponseCycle):
             raise PayloadTooLarge(self.routes.limit)
         if self.disconnected:
             raise ClientGone()
-        chunks, self.chunks = self.chunks, []
-        return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        return self.received.take()
+
+    def client_left(self) -> None:
+        """The connection was lost before the answer: stop the request (and its call to Triton)."""
+        if self.task is not None and not self.task.done():
+            self.task.cancel()
 
     async def run_asgi(self, app: Any) -> None:
         """Serve the request (the name is uvicorn's: its protocol starts every cycle through it)."""
+        self.task = asyncio.current_task()
         try:
             routes, (kind, name) = self.routes, self.route
             if kind == "ping":
@@ -288,6 +304,9 @@ class FastCycle(RequestResponseCycle):
                 await stream.send(self.scope, self.receive, self.send)  # type: ignore[arg-type]
             else:
                 await self.answer(status, content_type.encode(), body, headers)
+        except asyncio.CancelledError:
+            if not self.disconnected:  # not the client leaving: the server is cancelling its tasks
+                raise
         except BaseException as exc:
             self.logger.error("Exception in the data route", exc_info=exc)
             if not self.response_started:

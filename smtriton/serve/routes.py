@@ -10,6 +10,7 @@ the control app.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterable
 from typing import Any
@@ -42,6 +43,7 @@ _MODELS = "/models/"
 EMPTY_BODY = "the request body is empty: send the model's inputs as an inference request (JSON, or binary+json)"
 PING = "/ping"
 INVOCATIONS = "/invocations"
+CLIENT_CLOSED = 499  # the status counted for a request whose client left before its answer (nginx's)
 
 
 class Streamed:
@@ -99,26 +101,51 @@ def check_declared_length(content_length: bytes | None, limit: int) -> None:
             raise PayloadTooLarge(limit)
 
 
-async def read_limited(receive: Receive, content_length: bytes | None, limit: int) -> bytes:
+class BodyBuffer:
+    """A request body as it arrives, held once. Most bodies arrive in one piece, kept as it came; a body
+    in several pieces goes into one buffer that grows in place (the allocator moves a large buffer's
+    pages rather than copying them), never into a list of pieces joined at the end, which would hold a
+    1 GiB body twice. What it returns is ``bytes`` or that ``bytearray``: both are what the rest of the
+    path reads (slices, parsers, the upstream client)."""
+
+    __slots__ = ("_first", "_grown", "size")
+
+    def __init__(self) -> None:
+        self._first = b""
+        self._grown: bytearray | None = None
+        self.size = 0
+
+    def add(self, piece: bytes) -> None:
+        self.size += len(piece)
+        if self._grown is not None:
+            self._grown += piece
+        elif not self._first:
+            self._first = piece
+        elif piece:
+            self._grown = bytearray(self._first)
+            self._grown += piece
+            self._first = b""
+
+    def take(self) -> codec.RequestBody:
+        """The body so far (and the buffer emptied)."""
+        body: codec.RequestBody = self._grown if self._grown is not None else self._first
+        self._first, self._grown, self.size = b"", None, 0
+        return body
+
+
+async def read_limited(receive: Receive, content_length: bytes | None, limit: int) -> codec.RequestBody:
     """The whole request body, refused with 413 as soon as it is known to pass ``limit``: from
     Content-Length before reading anything, else while a chunked body streams in."""
     check_declared_length(content_length, limit)
-    message = await receive()
-    body: bytes = message.get("body", b"")
-    if not message.get("more_body"):
-        if len(body) > limit:
-            raise PayloadTooLarge(limit)
-        return body
-    chunks = [body]
-    size = len(body)
-    while message.get("more_body"):
+    body = BodyBuffer()
+    more = True
+    while more:
         message = await receive()
-        chunk = message.get("body", b"")
-        size += len(chunk)
-        if size > limit:
+        body.add(message.get("body", b""))
+        if body.size > limit:
             raise PayloadTooLarge(limit)
-        chunks.append(chunk)
-    return b"".join(chunks)
+        more = bool(message.get("more_body"))
+    return body.take()
 
 
 class Invocation:
@@ -226,7 +253,7 @@ class DataRoutes:
     async def _serve(self, scope: Scope, receive: Receive, send: Send, mme_name: str | None) -> None:
         request = Invocation(scope["headers"])
 
-        def body() -> Awaitable[bytes]:
+        def body() -> Awaitable[codec.RequestBody]:
             return read_limited(receive, None, self.limit)
 
         status, response_type, payload, headers, stream = await self.reply(scope["path"], request, body, mme_name)
@@ -236,7 +263,7 @@ class DataRoutes:
             await _answer(send, status, payload, response_type, headers)
 
     async def reply(
-        self, path: str, request: Invocation, body: Callable[[], Awaitable[bytes]], mme_name: str | None
+        self, path: str, request: Invocation, body: Callable[[], Awaitable[codec.RequestBody]], mme_name: str | None
     ) -> Reply:
         """One inference request: SME ``/invocations`` when ``mme_name`` is None, else an MME invoke.
         ``body`` reads the request body, refusing one that passes the payload limit while it arrives;
@@ -266,6 +293,9 @@ class DataRoutes:
         except ServeError as exc:
             status = exc.status
             answer = status, codec.JSON, error_body(exc.message), [], None
+        except asyncio.CancelledError:  # the client went away: its request upstream was cancelled
+            status = CLIENT_CLOSED
+            raise
         except Exception:  # a bug, not the client's fault: logged with its traceback, answered in JSON
             log.exception("POST %s failed inside serve", path)
             answer = 500, codec.JSON, error_body(INTERNAL_ERROR), [], None
@@ -275,7 +305,7 @@ class DataRoutes:
             log_failure("POST", path, status, request.inference_id)
         return answer
 
-    async def _sme(self, model: str, body: bytes, request: Invocation) -> Reply:
+    async def _sme(self, model: str, body: codec.RequestBody, request: Invocation) -> Reply:
         plane = self.plane
         if self.inference_type == "infer":
 
@@ -292,7 +322,7 @@ class DataRoutes:
     async def _infer(
         self,
         triton_name: str,
-        body: bytes,
+        body: codec.RequestBody,
         request: Invocation,
         decoupled: bool,
         answer: AnswerOf,
@@ -327,7 +357,7 @@ class DataRoutes:
                 headers += step.headers
         return status, content_type, payload, headers, None
 
-    async def _generate_stream(self, model: str, body: bytes) -> Reply:
+    async def _generate_stream(self, model: str, body: codec.RequestBody) -> Reply:
         """Triton's server-sent events, passed on as they arrive (chunked); a client that goes away
         closes the upstream request too."""
         context = self.plane.generate_stream(model, body)
@@ -342,7 +372,7 @@ class DataRoutes:
             return (*edge.to_sagemaker(failure), [], None)
         return 200, "", b"", [], Streamed(events, edge.SSE, close_upstream)
 
-    async def _mme(self, name: str, body: bytes, request: Invocation) -> Reply:
+    async def _mme(self, name: str, body: codec.RequestBody, request: Invocation) -> Reply:
         plane = self.plane
         invoke = plane.begin_invoke(name, request.target_model)
         record = invoke.model.record

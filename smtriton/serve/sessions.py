@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import orjson
 
-from smtriton.serve.codec import json_part
+from smtriton.serve.codec import RequestBody, json_part
 from smtriton.serve.errors import BadRequest
 from smtriton.serve.messages import OpenedSession, UsedSession
 
@@ -64,7 +64,7 @@ class SessionRequest:
     close: bool = False
 
 
-def read_request(header: str, body: bytes, header_length: int | None) -> SessionRequest:
+def read_request(header: str, body: RequestBody, header_length: int | None) -> SessionRequest:
     """The session request in a request's session header and body (400 for a malformed one)."""
     value = header.split(";", 1)[0].strip()  # the whole New-Session-Id value, sent back, names its session
     if value == NEW_SESSION:
@@ -87,7 +87,7 @@ def read_request(header: str, body: bytes, header_length: int | None) -> Session
     return SessionRequest(session, control, close)
 
 
-def _json(body: bytes, header_length: int | None) -> Any:
+def _json(body: RequestBody, header_length: int | None) -> Any:
     if header_length == 0 or not body.lstrip().startswith(b"{"):
         return None
     try:
@@ -108,7 +108,7 @@ def _control(request: Any) -> Literal["open", "close"] | None:
     return None
 
 
-def names_a_session_sequence(body: bytes, header_length: int | None) -> bool:
+def names_a_session_sequence(body: RequestBody, header_length: int | None) -> bool:
     """Whether a request without a session names a sequence id of the range sessions use."""
     part = json_part(body, header_length)
     if b'"sequence_id"' not in part:

@@ -18,6 +18,7 @@ import orjson
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 from tritonclient.utils import deserialize_bytes_tensor, serialize_byte_tensor, triton_to_np_dtype
 
+from smtriton.serve.codec import RequestBody
 from smtriton.serve.errors import BadRequest
 
 FINAL = "triton_final_response"
@@ -50,7 +51,7 @@ def _json_tensor(tensor: dict[str, Any], datatype: str, shape: list[int]) -> byt
 
 
 def build_request(
-    model: str, body: bytes, header_length: int | None, parameters: dict[str, str | int | bool] | None = None
+    model: str, body: RequestBody, header_length: int | None, parameters: dict[str, str | int | bool] | None = None
 ) -> service_pb2.ModelInferRequest:
     """The gRPC request for a KServe JSON or binary+json body."""
     if header_length == 0:

@@ -21,6 +21,7 @@ import simdjson
 
 from smtriton import dtypes
 from smtriton.serve import guard
+from smtriton.serve.codec import RequestBody
 from smtriton.serve.errors import BadRequest
 
 # numpy kind -> simdjson buffer kind: "d" doubles, "i" int64, "u" uint64.
@@ -48,7 +49,7 @@ class _Unsure(Exception):
     """The request is sent as it came."""
 
 
-def to_binary(body: bytes) -> tuple[bytes, int] | None:
+def to_binary(body: RequestBody) -> tuple[bytes, int] | None:
     """``(binary body, JSON header length)`` for a plain JSON inference request, else None.
 
     Raises for a body that could crash Triton (:mod:`smtriton.serve.guard`): the parse here is the

@@ -514,3 +514,24 @@ def test_every_uvicorn_internal_the_fast_path_reads_is_there():
     assert issubclass(data_protocol(create_app(plane)), protocol.DataProtocol)
     config = http_server(plane).config
     assert issubclass(config.http, protocol.DataProtocol)  # header sizes are the protocol's to check
+
+
+def test_a_client_that_leaves_while_triton_works_cancels_the_request_upstream(triton, caplog):
+    triton.infer_delay_s = 1.0
+    with Server(triton) as server:
+        client = server.connect()
+        client.send(post("/invocations", b'{"inputs":[]}'))
+        deadline = time.monotonic() + 5
+        while not server.bodies:  # the request reached Triton
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        client.close()  # the client gives up before Triton answers
+        deadline = time.monotonic() + 5
+        while triton.infers_abandoned == 0:
+            assert time.monotonic() < deadline, "the front kept its call to Triton after its client left"
+            time.sleep(0.05)
+        after = server.connect()  # and the server goes on
+        after.send(get("/ping"))
+        assert after.read()[0] == 200
+        after.close()
+    assert "Exception in the data route" not in caplog.text  # a client leaving is no error of serve's

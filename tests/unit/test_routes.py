@@ -86,3 +86,29 @@ def test_an_empty_body_triton_refuses_is_told_so(body):
     triton.answer = (400, b'{"error":"Raw request must only have 1 input (found 1) to be deduced but got 2 inputs"}')
     answer = call("POST", "/invocations", body, [(b"content-type", b"application/json")], triton=triton)
     assert (answer.status, json.loads(answer.body)) == (400, {"error": EMPTY_BODY})
+
+
+def test_a_body_in_many_pieces_is_held_once_not_twice():
+    import tracemalloc
+
+    from smtriton.serve.routes import BodyBuffer
+
+    piece = bytes(range(256)) * 256  # 64 KiB, as the parser hands a large body over
+    pieces = 512  # 32 MiB in all
+    buffer = BodyBuffer()
+    tracemalloc.start()
+    try:
+        for _ in range(pieces):
+            buffer.add(bytes(bytearray(piece)))  # a new object each time, as the parser's pieces are
+        body = buffer.take()
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert len(body) == pieces * len(piece)
+    assert body[: len(piece)] == piece
+    assert body[-len(piece) :] == piece
+    assert peak < 1.3 * len(body)  # one buffer (and its growth margin): a list of pieces joined would be 2x
+    single = BodyBuffer()
+    single.add(piece)
+    assert single.take() is piece  # a body in one piece is passed on as it came, no copy
+    assert BodyBuffer().take() == b""

@@ -35,6 +35,7 @@ class TritonStandIn:
         self.models: dict[str, str] = {"m": "READY"}
         self.answer: tuple[int, bytes] | None = None  # infer: this answer (status, JSON body) instead of the echo
         self.infer_delay_s = 0.0  # infer: how long Triton takes to answer
+        self.infers_abandoned = 0  # infer: requests whose client had gone when the answer was ready
         self.load_error: str | None = None  # load: refused with this message
         # metadata: each model's inputs as Triton describes them (name, datatype, shape)
         self.inputs: dict[str, list[dict[str, object]]] = {
@@ -83,6 +84,8 @@ class TritonStandIn:
         body = await self._record(request)
         if self.infer_delay_s:
             await asyncio.sleep(self.infer_delay_s)
+            if request.transport is None or request.transport.is_closing():
+                self.infers_abandoned += 1  # the front closed its connection: the request was cancelled
         model = request.match_info["model"]
         if self.models.get(model) != "READY":
             return web.json_response({"error": f"Request for unknown model: '{model}' is not found"}, status=400)

@@ -16,6 +16,7 @@ from urllib.parse import quote
 import aiohttp
 import orjson
 
+from smtriton.serve.codec import RequestBody
 from smtriton.serve.errors import (
     InternalError,
     ModelLoadFailed,
@@ -67,7 +68,7 @@ class TritonClient:
     def _model_url(self, model: str, suffix: str) -> str:
         return f"{self.base_url}/v2/models/{quote(model, safe='')}{suffix}"
 
-    async def infer(self, model: str, body: bytes, header_length: int | None) -> UpstreamResponse:
+    async def infer(self, model: str, body: RequestBody, header_length: int | None) -> UpstreamResponse:
         """POST the body to ``/v2/models/<model>/infer`` as is; ``header_length`` None means pure JSON."""
         if header_length is None:
             headers = {"Content-Type": "application/json"}
@@ -86,7 +87,7 @@ class TritonClient:
                     body=payload,
                 )
 
-    async def generate(self, model: str, body: bytes) -> UpstreamResponse:
+    async def generate(self, model: str, body: RequestBody) -> UpstreamResponse:
         """POST a generate request (JSON in, JSON out) to ``/v2/models/<model>/generate``."""
         with _calling(UpstreamTimeout(f"generate on model '{model}' did not finish in time")):
             async with self._session.post(
@@ -99,7 +100,7 @@ class TritonClient:
                 return UpstreamResponse(resp.status, resp.headers.get("Content-Type", ""), None, payload)
 
     @contextlib.asynccontextmanager
-    async def generate_stream(self, model: str, body: bytes) -> AsyncIterator[aiohttp.ClientResponse]:
+    async def generate_stream(self, model: str, body: RequestBody) -> AsyncIterator[aiohttp.ClientResponse]:
         """Open ``/v2/models/<model>/generate_stream``; closing it early drops the connection, which
         is how Triton learns the client went away."""
         with _calling(UpstreamTimeout(f"generate on model '{model}' did not start in time")):
