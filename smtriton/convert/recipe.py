@@ -96,9 +96,14 @@ class InstanceGroup:
     kind: str = "KIND_CPU"
 
 
+# The torch.export-based ONNX exporter implements opset 18 on; a lower opset is a conversion after
+# the export, which some graphs do not survive.
+DYNAMO_OPSET = 18
+
+
 @dataclass(frozen=True)
 class ExportOptions:
-    opset: int = 17  # onnx
+    opset: int = 17  # onnx (DYNAMO_OPSET with dynamo, unless the recipe names one)
     dynamo: bool = False  # onnx: False = the TorchScript-based exporter (reliable dynamic axes)
     method: str = "trace"  # torchscript: "trace" or "script"
     freeze: bool = True  # torchscript: torch.jit.freeze after trace/script
@@ -649,9 +654,10 @@ def _parse_export(t: Any, fmt: str, where: str) -> ExportOptions:
         raise RecipeError(f"{where}: must be a table")
     allowed = {"onnx": {"opset", "dynamo", "simplify", "fp16"}, "torchscript": {"method", "freeze"}}.get(fmt, set())
     _check_keys(t, allowed, f"{where} (format {fmt})")
+    dynamo = _get(t, "dynamo", bool, where, ExportOptions.dynamo)
     options = ExportOptions(
-        opset=_get(t, "opset", int, where, ExportOptions.opset),
-        dynamo=_get(t, "dynamo", bool, where, ExportOptions.dynamo),
+        opset=_get(t, "opset", int, where, DYNAMO_OPSET if dynamo else ExportOptions.opset),
+        dynamo=dynamo,
         method=_get(t, "method", str, where, ExportOptions.method),
         freeze=_get(t, "freeze", bool, where, ExportOptions.freeze),
         simplify=_get(t, "simplify", bool, where, ExportOptions.simplify),

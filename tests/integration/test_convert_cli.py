@@ -205,3 +205,60 @@ def test_a_per_sample_scalar_input_converts_to_a_config_triton_loads(tmp_path):
     with torch.no_grad():
         expected = per_sample()(torch.tensor([1, 2, 100])).numpy()
     assert out["data"] == pytest.approx(expected.reshape(-1).tolist(), abs=1e-6)
+
+
+def test_the_dynamo_exporter_converts_a_model_triton_serves(tmp_path):
+    """`convert onnx --dynamo` with the locked onnxscript and onnx-ir: the torch.export-based graph (at
+    opset 18, the exporter's own, when none is asked for) keeps the named dynamic axes, passes the parity
+    check, and Triton serves it."""
+    repo = tmp_path / "repo"
+    code, output = cli(
+        "convert", "onnx", "--factory", FACTORY, "--name", "scorer", "-o", repo, "--dynamo",
+        "--input", "ids:INT64:batch,sequence:0..50", "--input", "scale:FP32:batch,1", "--output-tensor", "scores",
+        "--max-batch-size", "4", "--axis", "sequence=3,9", "--trials", "1", "--seed", "0",
+    )  # fmt: skip
+    assert code == 0, output
+    assert "parity ok" in output
+    assert "Setting ONNX exporter to use operator set" not in output  # the exporter's chatter is held back
+    path = repo / "scorer" / "1" / "model.onnx"
+    assert next(o.version for o in onnx.load(str(path)).opset_import if o.domain in ("", "ai.onnx")) == 18
+    signature = onnx_signature(path)
+    assert [(t.name, t.shape) for t in signature.inputs] == [("ids", ("batch", "sequence")), ("scale", ("batch", 1))]
+
+    ids = [[1, 2, 3, 4, 5], [6, 7, 8, 9, 10]]
+    server = start_serve(tmp_path, repo, "scorer")
+    try:
+        flat = [i for row in ids for i in row]
+        body = {"inputs": [{"name": "ids", "shape": [2, 5], "datatype": "INT64", "data": flat},
+                           {"name": "scale", "shape": [2, 1], "datatype": "FP32", "data": [1.0, 2.0]}]}  # fmt: skip
+        response = requests.post(f"{server.url}/invocations", json=body, timeout=30)
+    finally:
+        server.stop()
+    assert response.status_code == 200, response.text
+    (out,) = response.json()["outputs"]
+    assert out["shape"] == [2, 3]
+    torch.manual_seed(0)  # what --seed 0 did before the factory ran
+    with torch.no_grad():
+        expected = tiny()(torch.tensor(ids), torch.tensor([[1.0], [2.0]])).numpy()
+    assert out["data"] == pytest.approx(expected.reshape(-1).tolist(), abs=1e-5)
+
+
+def test_the_dynamo_exporter_converts_the_demo_bert_to_the_recipes_opset(tmp_path):
+    code, output = cli("convert", "onnx", "-m", "text_encoder", "--dynamo", "-o", tmp_path, "--trials", "1")
+    assert code == 0, output
+    assert "parity ok" in output
+    graph = onnx.load(str(tmp_path / "text_encoder" / "1" / "model.onnx"), load_external_data=False)
+    assert next(o.version for o in graph.opset_import if o.domain in ("", "ai.onnx")) == 17  # the recipe's
+    assert validate_repository(tmp_path) == []
+
+
+def test_an_opset_the_dynamo_exporter_cannot_convert_to_is_one_line_saying_what_to_ask_for(tmp_path):
+    code, output = cli(
+        "convert", "onnx", "--factory", FACTORY, "-o", tmp_path, "--dynamo", "--opset", "17",
+        "--input", "ids:INT64:batch,sequence:0..50", "--input", "scale:FP32:batch,1", "--output-tensor", "scores",
+        "--max-batch-size", "4", "--trials", "1",
+    )  # fmt: skip
+    assert code == 1, output
+    (line,) = output.strip().splitlines()
+    assert line.startswith("error: the torch.export-based exporter wrote opset 18"), line
+    assert "--opset 18" in line
