@@ -176,7 +176,7 @@ class EndpointTarget:
         from smtriton.aws.session import aws_session
 
         config = Config(max_pool_connections=workers, retries={"total_max_attempts": 1, "mode": "standard"})
-        session = aws_session(region)  # no region or no credentials: one line, before any request
+        session = aws_session(region, endpoint_url=endpoint_url)  # none missing: one line, before any request
         try:
             self.client = session.client("sagemaker-runtime", endpoint_url=endpoint_url, config=config)
         except ValueError as exc:  # botocore's refusal of a URL it cannot use
