@@ -621,8 +621,10 @@ def config_command(
     from smtriton.convert.config import ConfigOptions, signature_config, unknown_parameters
     from smtriton.convert.recipe import DynamicBatching, InstanceGroup
     from smtriton.model_config import CONFIG_FILE
+    from smtriton.repo.layout import require_model_directory
 
     with _config_errors():
+        require_model_directory(model_dir)
         artifact = find_artifact(model_dir, version)
         if input_:
             tables = [parse_tensor(t, require_type=True) for t in input_]

@@ -12,6 +12,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from smtriton.errors import ToolError, ToolUsageError
+from smtriton.repo.layout import require_repository
 
 if TYPE_CHECKING:  # the validator (protobuf, tritonclient) loads only when a command runs
     from smtriton.repo.validate import Problem
@@ -72,6 +73,8 @@ def validate_command(
     """
     from smtriton.repo.validate import model_directories, validate_repository
 
+    if repo.is_dir():
+        require_repository(repo)
     runtime = _runtime(tensorrt_version, gpu_name, compute_capability, detect_runtime)
     problems = validate_repository(repo, mme=mme, runtime=runtime)
     checked = len(model_directories(repo)) if repo.is_dir() else None
@@ -141,6 +144,7 @@ def package_sme_command(
     """
     from smtriton.repo.package import model_dirs, package_sme, parse_renames, upload
 
+    require_repository(repo)
     names = list(model) if model else model_dirs(repo)
     if validate:
         _validate_before(repo, names, mme=False)
@@ -166,6 +170,7 @@ def package_mme_command(
     """
     from smtriton.repo.package import model_dirs, package_mme, parse_renames, upload
 
+    require_repository(repo)
     names = list(model) if model else model_dirs(repo)
     if validate:
         _validate_before(repo, names, mme=True)

@@ -208,13 +208,32 @@ def test_validate_names_a_missing_path_as_given(tmp_path):
     assert f"{missing}: error: no such directory" in result.stdout
 
 
-def test_validate_on_a_model_folder_says_so_and_nothing_else(onnx_model):
-    smtriton("config", onnx_model)
-    result = smtriton("validate", onnx_model)
-    assert result.exit_code == 1
-    (line,) = result.stdout.strip().splitlines()
-    assert "model directory, not a repository" in line
-    assert str(onnx_model.parent.resolve()) in line
+@pytest.mark.parametrize("with_config", [True, False], ids=["config", "converted-without-config"])
+def test_a_model_directory_where_a_repository_belongs_is_one_message_from_every_command(onnx_model, with_config):
+    """validate, package sme and package mme: the same line, naming the parent to give instead."""
+    if with_config:
+        assert smtriton("config", onnx_model).exit_code == 0
+    expected = (
+        f"error: {onnx_model} is a model directory (config.pbtxt, version folders), not a model repository "
+        f"(one directory per model): give its parent, {onnx_model.parent.resolve()}"
+    )
+    out = onnx_model.parent.parent
+    commands = {("validate",): [], ("package", "sme"): ["-o", out / "m.tar.gz"], ("package", "mme"): ["-o", out / "a"]}
+    for words, options in commands.items():
+        result = smtriton(*words, onnx_model, *options)
+        assert result.exit_code == 2, (words, result.output)
+        assert result.stdout == ""
+        assert result.stderr.strip().splitlines() == [expected], words
+    assert not (out / "m.tar.gz").exists()
+
+
+def test_a_repository_where_a_model_directory_belongs_names_its_models(onnx_model):
+    result = smtriton("config", onnx_model.parent, "--stdout")
+    assert result.exit_code == 2, result.output
+    assert result.stderr.strip().splitlines() == [
+        f"error: {onnx_model.parent} is a model repository (models: scorer), not a model directory: give one of "
+        f"its models, e.g. {onnx_model}"
+    ]
 
 
 def test_a_clean_validation_says_how_many_models_it_checked(onnx_model):
@@ -238,7 +257,7 @@ def test_each_json_input_may_name_its_dtype():
     assert parse_input("x=[0.5]", "float16")[1].dtype == np.float16  # --dtype stays the default
     with pytest.raises(typer.BadParameter, match="not a dtype"):
         parse_input("x=[1]:INT65", "float32")
-    with pytest.raises(typer.BadParameter, match=r"NAME=FILE\.npy or NAME=JSON"):
+    with pytest.raises(typer.BadParameter, match=r"NAME=@FILE, NAME=FILE\.npy or NAME=JSON"):
         parse_input("[1,2]", "float32")
 
 
@@ -265,6 +284,27 @@ def test_aws_commands_without_region_or_credentials_say_so_in_one_line(args, env
     assert result.stdout == ""
     (error,) = result.stderr.strip().splitlines()
     assert error.startswith(line), error
+
+
+@pytest.mark.parametrize("url", ["http://127.0.0.1:1", "http://localhost:1", "http://[::1]:1"])
+def test_a_local_endpoint_url_needs_no_aws_region_or_credentials(url):
+    """A loopback --endpoint-url is smtriton local-endpoint (it checks neither): with no AWS configuration
+    at all, the request goes out with placeholders and fails only because nothing listens there."""
+    result = CliRunner().invoke(cli.app, ["invoke", "local", "--endpoint-url", url, "--input", "x=[1]"],
+                                env=NO_AWS | {"AWS_MAX_ATTEMPTS": "1"})  # fmt: skip
+    assert result.exit_code == 1, result.output
+    (line,) = result.stderr.strip().splitlines()
+    assert "region" not in line, line
+    assert "credentials" not in line, line
+    assert "Could not connect to the endpoint URL" in line, line
+
+
+def test_an_endpoint_url_elsewhere_still_needs_a_region():
+    result = CliRunner().invoke(
+        cli.app, ["invoke", "demo", "--endpoint-url", "https://runtime.example.com", "--input", "x=[1]"], env=NO_AWS
+    )
+    assert result.exit_code == 1, result.output
+    assert result.stderr.strip().splitlines() == ["error: no AWS region: pass --region or set AWS_REGION"]
 
 
 def test_invoke_at_an_endpoint_url_where_nothing_listens_is_one_line():
