@@ -270,6 +270,7 @@ def build_repository_command(
         TimeElapsedColumn(),
         console=console,
         transient=True,
+        disable=not console.is_terminal,  # elsewhere it would leave a blank line before the table
     ) as bar:
 
         def on_progress(name: str, message: str) -> None:

@@ -262,3 +262,58 @@ def test_an_opset_the_dynamo_exporter_cannot_convert_to_is_one_line_saying_what_
     (line,) = output.strip().splitlines()
     assert line.startswith("error: the torch.export-based exporter wrote opset 18"), line
     assert "--opset 18" in line
+
+
+class Pair(torch.nn.Module):
+    """x FP32 [batch, 4] -> two tensors, through a Linear(4, 2)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(4, 2)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        y = self.linear(x)
+        return y, y * 2
+
+
+def pair() -> torch.nn.Module:
+    return Pair()
+
+
+def test_what_the_flags_declare_wrongly_is_said_in_the_flags_words(tmp_path):
+    """A model described by flags, not a recipe: each mistake is one line naming the flag to correct, and
+    a shape the model cannot take names each input's declared shape beside torch's own words."""
+    base = ["convert", "onnx", "--factory", f"{__name__}:pair", "-o", tmp_path, "--max-batch-size", "2"]
+    cases = {
+        "outputs": (["--input", "x:FP32:batch,4", "--output-tensor", "y"],
+                    "forward() returns 2 tensors, --output-tensor is given 1 time(s); give it once per tensor"),
+        "range": (["--input", "x:INT64:batch,4", "--output-tensor", "y", "--output-tensor", "z"],
+                  "integer inputs need their values' range, LOW..HIGH with LOW < HIGH (HIGH excluded), "
+                  "e.g. --input x:INT64:batch,4:0..30522"),
+        "shape": (["--input", "x:FP32:batch,5", "--output-tensor", "y", "--output-tensor", "z"],
+                  "forward() failed on inputs shaped as declared: x FP32 [batch, 5] (sent [1, 5]); if a shape is "
+                  "wrong, correct --input (RuntimeError: mat1 and mat2 shapes cannot be multiplied"),
+    }  # fmt: skip
+    for case, (args, words) in cases.items():
+        result = CliRunner().invoke(app, [str(a) for a in [*base, *args]])
+        assert result.exit_code == 2, (case, result.output)
+        (line,) = result.stderr.strip().splitlines()
+        assert line.startswith("error: "), (case, line)
+        assert words in line, (case, line)
+        assert "recipe" not in line, (case, line)
+
+
+def test_a_recipe_shape_the_model_cannot_take_names_the_recipes_input(tmp_path):
+    recipe = tmp_path / "recipe.toml"
+    recipe.write_text(f"""
+[[model]]
+name = "pair"
+format = "onnx"
+factory = "{__name__}:pair"
+max_batch_size = 2
+input = [{{ name = "x", dtype = "FP32", shape = ["batch", 5] }}]
+output = [{{ name = "y" }}, {{ name = "z" }}]
+""")
+    code, output = cli("convert", "onnx", recipe, "-o", tmp_path / "repo")
+    assert code == 2, output
+    assert "x FP32 [batch, 5] (sent [1, 5]); if a shape is wrong, correct the recipe's input shapes" in output
