@@ -16,6 +16,12 @@ from smtriton.serve.errors import BadRequest, PayloadTooLarge, UnsupportedEncodi
 BINARY_JSON = "application/vnd.sagemaker-triton.binary+json"
 BINARY_JSON_PREFIX = f"{BINARY_JSON};json-header-size="
 JSON = "application/json"
+# What a body may be, said where Triton could not read one: a body of any other type (text/csv, say) is
+# read as JSON, as native does.
+ACCEPTED_BODIES = (
+    f"a request body is KServe v2 JSON ({JSON}, also the reading of any other content type), binary+json "
+    f"({BINARY_JSON_PREFIX}N) or an encoded image (image/jpeg, image/png, application/x-image)"
+)
 
 
 def request_header_length(content_type: str | None, body_length: int) -> int | None:
