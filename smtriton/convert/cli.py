@@ -601,7 +601,11 @@ def config_command(
     input_: Annotated[
         list[str] | None,
         typer.Option(
-            "--input", metavar="NAME:DTYPE:DIMS", help="For artifacts without a signature (foreign model.pt)."
+            "--input",
+            metavar="NAME:DTYPE:DIMS",
+            help="For artifacts without a signature (foreign model.pt). DIMS as the model sees them, the batch "
+            "axis first when Triton batches, written as a name or -1: INPUT__0:FP32:batch,3,224,224 with "
+            "--max-batch-size 8 becomes dims [3, 224, 224]; -1 marks any other variable dim.",
         ),
     ] = None,
     output_tensor: Annotated[

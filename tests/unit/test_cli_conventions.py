@@ -99,7 +99,7 @@ def test_both_programs_print_their_version(capsys):
 
 
 def test_commands_are_listed_in_workflow_order():
-    text = smtriton("--help").output
+    text = smtriton("--help").output.split("Commands", 1)[1]  # the list, not the help's paragraphs
     positions = [text.index(f" {name} ") for name in WORKFLOW]
     assert positions == sorted(positions)
 
@@ -417,3 +417,39 @@ def test_help_fits_a_narrow_terminal_and_cuts_no_word_of_it(path):
         if getattr(param, "help", None) and not getattr(param, "hidden", False):
             cut = [w for w in param.help.replace("\\[", "[").split() if w not in joined]
             assert not cut, (param.name, cut, result.output)
+
+
+# --- issue 33.10: help tells a first run's order, and each step what comes next ---------------------------
+
+
+def test_the_root_help_gives_a_first_runs_order_and_names_serve():
+    text = " ".join(_help_lines())
+    assert "A first run, one model: convert -> config -> validate -> package -> local-endpoint" in text
+    assert "or deploy (after build-image and push-image; then invoke)" in text
+    assert "The server is a separate command, serve (serve --help)" in text
+
+
+def test_validate_and_package_say_what_comes_next(onnx_model, tmp_path):
+    assert "Next: smtriton package sme REPO" in " ".join(_help_lines("validate"))
+    assert "Next: smtriton local-endpoint --model-data model.tar.gz (SME)" in " ".join(_help_lines("package"))
+    repo = onnx_model.parent
+    assert smtriton("config", onnx_model).exit_code == 0
+    validated = smtriton("validate", repo)
+    assert validated.exit_code == 0, validated.output
+    assert (
+        validated.stderr.strip().splitlines()[-1]
+        == f"next: smtriton package sme {repo} (or package mme, one archive per model)"
+    )
+    packaged = smtriton("package", "sme", repo, "-o", tmp_path / "model.tar.gz")
+    assert packaged.exit_code == 0, packaged.output
+    assert f"next: smtriton local-endpoint --model-data {tmp_path / 'model.tar.gz'} calls it here" in packaged.stderr
+
+
+def test_config_input_help_says_how_the_batch_axis_is_written_and_does_so(onnx_model):
+    help_text = " ".join(_help_lines("config"))
+    assert "the batch axis first when Triton batches, written as a name or -1" in help_text
+    result = smtriton("config", onnx_model, "--stdout", "--max-batch-size", "8",
+                      "--input", "x:FP32:batch,4", "--output-tensor", "y:FP32:-1,2")  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert "max_batch_size: 8" in result.stdout
+    assert [line.strip() for line in result.stdout.splitlines() if "dims" in line] == ["dims: 4", "dims: 2"]
