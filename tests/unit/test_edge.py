@@ -72,6 +72,10 @@ def test_mme_answers_put_the_clients_model_name_back_and_map_errors():
     assert not edge.may_be_out_of_memory(down)
     assert edge.to_mme_response(record, down)[0] == 503
     assert edge.to_mme_response(record, UpstreamResponse(500, "", None, b'{"error":"bad input"}'))[0] == 400
+    unread = UpstreamResponse(500, "", None, b'{"error":"failed to parse the request JSON buffer: Invalid value."}')
+    status, _, body = edge.to_mme_response(record, unread)
+    assert status == 400
+    assert orjson.loads(body)["error"].endswith(f"Invalid value.; {codec.ACCEPTED_BODIES}")
 
 
 def test_custom_attributes_come_back_only_from_a_successful_response():
