@@ -64,6 +64,17 @@ def noisy() -> torch.nn.Module:
 FACTORY = f"{__name__}:tiny"
 
 
+def _served_outputs(tmp_path: Path, repo: Path, model: str, inputs: list[dict]) -> list[dict]:
+    """The outputs of one JSON request to ``model``, served from ``repo`` by the real serve and Triton."""
+    server = start_serve(tmp_path, repo, model)
+    try:
+        response = requests.post(f"{server.url}/invocations", json={"inputs": inputs}, timeout=30)
+    finally:
+        server.stop()
+    assert response.status_code == 200, response.text
+    return response.json()["outputs"]
+
+
 def cli(*args: str) -> tuple[int, str]:
     result = CliRunner().invoke(app, [str(a) for a in args])
     return result.exit_code, result.output
@@ -193,14 +204,8 @@ def test_a_per_sample_scalar_input_converts_to_a_config_triton_loads(tmp_path):
     assert "max_batch_size: 8" in printed
     assert "dynamic_batching" in printed
 
-    server = start_serve(tmp_path, repo, "per_sample")
-    try:
-        body = {"inputs": [{"name": "ids", "shape": [3, 1], "datatype": "INT64", "data": [1, 2, 100]}]}
-        response = requests.post(f"{server.url}/invocations", json=body, timeout=30)
-    finally:
-        server.stop()
-    assert response.status_code == 200, response.text
-    (out,) = response.json()["outputs"]
+    (out,) = _served_outputs(tmp_path, repo, "per_sample",
+                             [{"name": "ids", "shape": [3, 1], "datatype": "INT64", "data": [1, 2, 100]}])  # fmt: skip
     assert out["shape"] == [3, 4]
     with torch.no_grad():
         expected = per_sample()(torch.tensor([1, 2, 100])).numpy()
@@ -226,16 +231,10 @@ def test_the_dynamo_exporter_converts_a_model_triton_serves(tmp_path):
     assert [(t.name, t.shape) for t in signature.inputs] == [("ids", ("batch", "sequence")), ("scale", ("batch", 1))]
 
     ids = [[1, 2, 3, 4, 5], [6, 7, 8, 9, 10]]
-    server = start_serve(tmp_path, repo, "scorer")
-    try:
-        flat = [i for row in ids for i in row]
-        body = {"inputs": [{"name": "ids", "shape": [2, 5], "datatype": "INT64", "data": flat},
-                           {"name": "scale", "shape": [2, 1], "datatype": "FP32", "data": [1.0, 2.0]}]}  # fmt: skip
-        response = requests.post(f"{server.url}/invocations", json=body, timeout=30)
-    finally:
-        server.stop()
-    assert response.status_code == 200, response.text
-    (out,) = response.json()["outputs"]
+    flat = [i for row in ids for i in row]
+    (out,) = _served_outputs(tmp_path, repo, "scorer",
+                             [{"name": "ids", "shape": [2, 5], "datatype": "INT64", "data": flat},
+                              {"name": "scale", "shape": [2, 1], "datatype": "FP32", "data": [1.0, 2.0]}])  # fmt: skip
     assert out["shape"] == [2, 3]
     torch.manual_seed(0)  # what --seed 0 did before the factory ran
     with torch.no_grad():
