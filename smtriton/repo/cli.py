@@ -12,7 +12,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from smtriton.errors import ToolError, ToolUsageError
-from smtriton.repo.layout import require_repository
+from smtriton.repo.layout import model_directories, require_repository
 
 if TYPE_CHECKING:  # the validator (protobuf, tritonclient) loads only when a command runs
     from smtriton.repo.validate import Problem
@@ -76,7 +76,7 @@ def validate_command(
     Next: smtriton package sme REPO (one endpoint serving the repository) or package mme REPO (one archive
     per model, for a multi-model endpoint).
     """
-    from smtriton.repo.validate import model_directories, validate_repository
+    from smtriton.repo.validate import validate_repository
 
     if repo.is_dir():
         require_repository(repo)

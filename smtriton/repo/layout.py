@@ -19,18 +19,19 @@ class LayoutError(ToolUsageError, ValueError):
     """A model directory where a repository is expected, or the other way round."""
 
 
-def _visible_dirs(path: Path) -> list[Path]:
-    return sorted(p for p in path.iterdir() if p.is_dir() and not p.name.startswith("."))
+def model_directories(repository: Path) -> list[Path]:
+    """The model directories of a repository: its sub-directories, sorted, hidden ones excepted."""
+    return sorted(p for p in repository.iterdir() if p.is_dir() and not p.name.startswith("."))
+
+
+def model_names(repository: Path) -> list[str]:
+    """The names of :func:`model_directories`."""
+    return [p.name for p in model_directories(repository)]
 
 
 def is_model_directory(path: Path) -> bool:
     """A folder holding a config.pbtxt, or numeric version folders (a model converted with --no-config)."""
-    return path.is_dir() and ((path / CONFIG_FILE).is_file() or any(p.name.isdigit() for p in _visible_dirs(path)))
-
-
-def model_names(repository: Path) -> list[str]:
-    """The model directories of a repository, by name (hidden entries are no models)."""
-    return [p.name for p in _visible_dirs(repository)]
+    return path.is_dir() and ((path / CONFIG_FILE).is_file() or any(p.name.isdigit() for p in model_directories(path)))
 
 
 def model_directory_given(path: Path, label: str | None = None) -> str | None:

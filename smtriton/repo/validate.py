@@ -41,6 +41,7 @@ from smtriton.convert.trt_plan import (
 )
 from smtriton.model_config import CONFIG_FILE, ConfigParseError, ModelConfig
 from smtriton.repo import ensemble, layout
+from smtriton.repo.layout import model_directories
 
 # serve's rule for model names (docs/contract.md §2.4, loading a model), used for every repository.
 MODEL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,254}$")
@@ -85,11 +86,6 @@ class _Model:
     @property
     def name(self) -> str:
         return self.directory.name if self.config is None else model_config.served_name(self.config, self.directory)
-
-
-def model_directories(repo: Path) -> list[Path]:
-    """The model directories of a repository: its sub-directories, hidden ones excepted."""
-    return [d for d in sorted(repo.iterdir()) if d.is_dir() and not d.name.startswith(".")]
 
 
 def validate_repository(
