@@ -158,8 +158,8 @@ class HttpTarget:
         try:
             connection.request("GET", f"{self.base}/ping")
             status = connection.getresponse().status
-        except OSError as exc:
-            reason = exc.strerror or str(exc) or type(exc).__name__
+        except (OSError, http.client.HTTPException) as exc:  # refused, timed out, or no HTTP answer
+            reason = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
             raise ToolError(f"nothing answers GET {url} ({reason}): start serve there first") from None
         finally:
             connection.close()
@@ -199,7 +199,8 @@ class EndpointTarget:
         from smtriton.aws.session import aws_session
 
         config = Config(max_pool_connections=workers, retries={"total_max_attempts": 1, "mode": "standard"})
-        session = aws_session(region, endpoint_url=endpoint_url)  # none missing: one line, before any request
+        # No region or credentials (a local endpoint URL needs neither): one line, before any request.
+        session = aws_session(region, endpoint_url=endpoint_url)
         try:
             self.client = session.client("sagemaker-runtime", endpoint_url=endpoint_url, config=config)
         except ValueError as exc:  # botocore's refusal of a URL it cannot use

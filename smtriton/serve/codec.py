@@ -19,7 +19,7 @@ JSON = "application/json"
 # What a body may be, said where Triton could not read one: a body of any other type (text/csv, say) is
 # read as JSON, as native does.
 ACCEPTED_BODIES = (
-    f"a request body is KServe v2 JSON ({JSON}, also the reading of any other content type), binary+json "
+    f"serve takes KServe v2 JSON ({JSON}; a body of any other type is read as JSON too), binary+json "
     f"({BINARY_JSON_PREFIX}N) or an encoded image (image/jpeg, image/png, application/x-image)"
 )
 
