@@ -146,7 +146,7 @@ def _bad_requests() -> list[tuple[str, bytes, str | None, int, str]]:
             b"1,2,3\n4,5,6\n",
             "text/csv",
             400,
-            "; a request body is KServe v2 JSON (application/json, also the reading of any other content type), "
+            "; serve takes KServe v2 JSON (application/json; a body of any other type is read as JSON too), "
             "binary+json (application/vnd.sagemaker-triton.binary+json;json-header-size=N) or an encoded image",
         ),
         ("no inputs", b"{}", "application/json", 400, "Unable to parse 'inputs'"),
