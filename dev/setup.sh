@@ -22,14 +22,20 @@ fi
 step() { echo "setup [$1/4] $2" >&2; }
 step 1 "creating $VENV with $($PYTHON --version 2>&1)"
 "$PYTHON" -m venv "$VENV"
+WHEELS=${WHEELS:-/opt/wheels}
 pip_args=(--quiet --disable-pip-version-check)
-[[ -d /opt/wheels ]] && pip_args+=(--find-links /opt/wheels)
+[[ -d "$WHEELS" ]] && pip_args+=(--find-links "$WHEELS")
 step 2 "upgrading pip"
 "$VENV/bin/python" -m pip install "${pip_args[@]}" --upgrade pip
-# Torch first, at the lock's version: pip takes the CPU build from /opt/wheels where it is there
-# (2.13.0+cpu sorts after 2.13.0); an unpinned `torch` would pull a multi-GB CUDA build.
+# Torch first, at the lock's version, as its CPU build (2.13.0+cpu sorts after 2.13.0, so pip prefers
+# it): from $WHEELS where it lies there, else from PyTorch's CPU index. PyPI's Linux build is the CUDA
+# one, which pulls several GB of NVIDIA libraries this project never uses on a CPU host.
+torch_args=()
+if ! compgen -G "$WHEELS/torch-*+cpu-*.whl" >/dev/null; then
+  torch_args=(--extra-index-url "${TORCH_INDEX_URL:-https://download.pytorch.org/whl/cpu}")
+fi
 step 3 "installing PyTorch (CPU build, about 1 minute)"
-"$VENV/bin/python" -m pip install "${pip_args[@]}" -c requirements-dev.lock torch
+"$VENV/bin/python" -m pip install "${pip_args[@]}" "${torch_args[@]}" -c requirements-dev.lock torch
 step 4 "installing smtriton with a local Triton, the conversion tools and the test tools (2-3 minutes)"
 "$VENV/bin/python" -m pip install "${pip_args[@]}" -c requirements-dev.lock -e ".[local,convert,test]"
 echo "$want" > "$stamp"

@@ -202,9 +202,20 @@ class ToolGroup(TyperGroup):
         sys.exit(result if isinstance(result, int) else 0)
 
 
+ROOT_HELP = """Build-time tools for serving PyTorch models with Triton behind the SageMaker contract.
+
+A first run, one model: convert -> config -> validate -> package -> local-endpoint (call it on this
+machine, as boto3 calls SageMaker) or deploy (after build-image and push-image; then invoke). convert
+writes a config.pbtxt already; config rewrites it with other batching or instances. build-repository
+builds every model of a recipe at once; perf and tune measure a served model.
+
+The server is a separate command, serve (serve --help): what the image runs as SageMaker starts it, and
+what local-endpoint starts here.
+"""
+
 app = typer.Typer(
     cls=ToolGroup,
-    help="Build-time tools for serving PyTorch models with Triton behind the SageMaker contract.",
+    help=ROOT_HELP,
     no_args_is_help=True,
     add_completion=False,
     context_settings=HELP_OPTIONS,
@@ -224,11 +235,7 @@ def _root(
         typer.Option("--version", callback=_print_version, is_eager=True, help="Print the version and exit."),
     ] = False,
 ) -> None:
-    """Build-time tools for serving PyTorch models with Triton behind the SageMaker contract.
-
-    Workflow: convert (or build-repository) -> config -> validate -> package -> build-image ->
-    push-image -> deploy -> invoke; local-endpoint runs an endpoint on this machine.
-    """
+    """The options of `smtriton` itself; its help is ROOT_HELP."""
 
 
 def build_repository_command(
@@ -270,6 +277,7 @@ def build_repository_command(
         TimeElapsedColumn(),
         console=console,
         transient=True,
+        disable=not console.is_terminal,  # elsewhere it would leave a blank line before the table
     ) as bar:
 
         def on_progress(name: str, message: str) -> None:

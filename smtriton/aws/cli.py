@@ -59,15 +59,25 @@ def _pairs(values: list[str] | None, what: str) -> dict[str, str]:
 
 
 def parse_input(text: str, default_dtype: str) -> tuple[str, Any]:
-    """``NAME=FILE.npy`` or ``NAME=JSON[:DTYPE]`` -> (name, numpy array); DTYPE is a Triton (INT64) or
-    numpy (int64) name and defaults to ``default_dtype``, so each input of a model can have its own."""
+    """``NAME=@FILE``, ``NAME=FILE.npy`` or ``NAME=JSON[:DTYPE]`` -> (name, numpy array).
+
+    ``@FILE`` (curl's convention) is the file's bytes as one BYTES element, shape [1, 1]: a batch of one,
+    as a batching model with a ``dims: [1]`` BYTES input (an encoded image) takes it. DTYPE is a Triton
+    (INT64) or numpy (int64) name and defaults to ``default_dtype``, so each input can have its own."""
     import numpy as np
 
     from smtriton import dtypes
 
     name, sep, value = text.partition("=")
     if not sep or not name:
-        raise typer.BadParameter(f"{text!r}: write NAME=FILE.npy or NAME=JSON[:DTYPE], e.g. ids=[[1,2]]:INT64")
+        raise typer.BadParameter(
+            f"{text!r}: write NAME=@FILE, NAME=FILE.npy or NAME=JSON[:DTYPE], e.g. ids=[[1,2]]:INT64"
+        )
+    if value.startswith("@"):
+        try:
+            return name, np.array([[Path(value[1:]).read_bytes()]], dtype=object)
+        except OSError as exc:
+            raise typer.BadParameter(f"{text!r}: {exc.strerror or exc}: {value[1:]}") from None
     if value.endswith(".npy"):
         try:
             return name, np.load(value, allow_pickle=False)
@@ -87,10 +97,10 @@ def parse_input(text: str, default_dtype: str) -> tuple[str, Any]:
         raise typer.BadParameter(f"{text!r}: the value is not a JSON list of numbers ({exc})") from None
 
 
-def _session(region: str | None, profile: str | None):
+def _session(region: str | None, profile: str | None, endpoint_url: str | None = None):
     from smtriton.aws.session import aws_session
 
-    return aws_session(region, profile)
+    return aws_session(region, profile, endpoint_url)
 
 
 def _build_spec(tag: str, target: str, base_image: str | None, platform: str, build_arg: list[str] | None) -> BuildSpec:
@@ -279,8 +289,9 @@ def invoke_command(
         typer.Option(
             "--input",
             "-i",
-            metavar="NAME=FILE.npy|NAME=JSON[:DTYPE]",
-            help="An input (repeatable): a .npy file, or a JSON list with its own dtype, e.g. ids=[[1,2]]:INT64",
+            metavar="NAME=@FILE|NAME=FILE.npy|NAME=JSON[:DTYPE]",
+            help="An input (repeatable): @FILE sends the file's bytes as one BYTES element (shape [1, 1], e.g. "
+            "image=@cat.jpg), FILE.npy an array, or a JSON list with its own dtype, e.g. ids=[[1,2]]:INT64",
         ),
     ] = None,
     dtype: Annotated[str, typer.Option(help="dtype of JSON inputs that name none (Triton or numpy name)")] = "float32",
@@ -316,8 +327,11 @@ def invoke_command(
         body, content_type = request.read_bytes(), JSON
     else:
         arrays = dict(parse_input(text, dtype) for text in input or ())
-        body, content_type = encode_request(arrays, binary=binary, outputs=output)
-    session = _session(region, profile)
+        try:
+            body, content_type = encode_request(arrays, binary=binary, outputs=output)
+        except ValueError as exc:  # a tensor JSON cannot carry
+            raise typer.BadParameter(str(exc), param_hint="--json") from None
+    session = _session(region, profile, endpoint_url)
     try:
         client = session.client("sagemaker-runtime", endpoint_url=endpoint_url)
     except ValueError as exc:  # botocore's refusal of a URL it cannot use

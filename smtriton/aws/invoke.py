@@ -87,7 +87,11 @@ def _json_request(
         if datatype in ("FP16", "BF16"):
             raise ValueError(f"{name}: {datatype} tensors cannot travel as JSON; send binary+json")
         if datatype == "BYTES":
-            data = [v.decode() if isinstance(v, bytes) else str(v) for v in array.reshape(-1).tolist()]
+            try:
+                data = [v.decode() if isinstance(v, bytes) else str(v) for v in array.reshape(-1).tolist()]
+            except UnicodeDecodeError:
+                message = f"{name}: BYTES that are not UTF-8 text cannot travel as JSON; send binary+json"
+                raise ValueError(message) from None
         else:
             data = array.reshape(-1).tolist()
         tensors.append({"name": name, "shape": list(array.shape), "datatype": datatype, "data": data})

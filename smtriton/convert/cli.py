@@ -20,7 +20,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TaskID, TextColumn, TimeElapsedColumn
 
-from smtriton.convert.recipe import DEFAULT_RECIPE, ModelSpec, RecipeError
+from smtriton.convert.recipe import COMMAND_LINE, DEFAULT_RECIPE, ModelSpec, RecipeError
 from smtriton.errors import ToolError, ToolUsageError
 
 console = Console(stderr=True, soft_wrap=True)  # one message, one line (logs, grep)
@@ -114,7 +114,7 @@ def model_spec(
             "output": [parse_tensor(t, require_type=False) for t in outputs or ()],
             "max_batch_size": max_batch_size or 0,
         }
-        base_dir, where = Path.cwd(), "command line"
+        base_dir, where = Path.cwd(), COMMAND_LINE
     else:
         loaded = load_recipe(recipe)
         if model is None and len(loaded.models) != 1:
@@ -202,8 +202,9 @@ def _run_conversion(spec: ModelSpec, output: Path, version: int, with_config: bo
     from smtriton.convert.parity import ParityError
 
     output.mkdir(parents=True, exist_ok=True)
+    # A spinner only on a terminal: elsewhere (a pipe, a log) it would leave a blank line before the result.
     with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=console,
-                  transient=True) as bar:  # fmt: skip
+                  transient=True, disable=not console.is_terminal) as bar:  # fmt: skip
         task = bar.add_task(f"[bold]{spec.name}[/]", total=None)
         try:
             result = build_model(
@@ -485,7 +486,7 @@ def convert_tensorrt(
         default_atol, default_rtol = TOLERANCES[precision]
         columns = (SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                    TimeElapsedColumn())  # fmt: skip
-        with Progress(*columns, console=console, transient=True) as bar:
+        with Progress(*columns, console=console, transient=True, disable=not console.is_terminal) as bar:
             sidecar, report = trt_build.build_checked_plan(
                 onnx_path, plan, options, max_batch_size=mbs, verify=verify, reference=reference, ranges=ranges,
                 atol=default_atol if atol is None else atol, rtol=default_rtol if rtol is None else rtol,
@@ -600,7 +601,11 @@ def config_command(
     input_: Annotated[
         list[str] | None,
         typer.Option(
-            "--input", metavar="NAME:DTYPE:DIMS", help="For artifacts without a signature (foreign model.pt)."
+            "--input",
+            metavar="NAME:DTYPE:DIMS",
+            help="For artifacts without a signature (foreign model.pt). DIMS as the model sees them, the batch "
+            "axis first when Triton batches, written as a name or -1: INPUT__0:FP32:batch,3,224,224 with "
+            "--max-batch-size 8 becomes dims [3, 224, 224]; -1 marks any other variable dim.",
         ),
     ] = None,
     output_tensor: Annotated[
@@ -621,8 +626,10 @@ def config_command(
     from smtriton.convert.config import ConfigOptions, signature_config, unknown_parameters
     from smtriton.convert.recipe import DynamicBatching, InstanceGroup
     from smtriton.model_config import CONFIG_FILE
+    from smtriton.repo.layout import require_model_directory
 
     with _config_errors():
+        require_model_directory(model_dir)
         artifact = find_artifact(model_dir, version)
         if input_:
             tables = [parse_tensor(t, require_type=True) for t in input_]

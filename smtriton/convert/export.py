@@ -49,14 +49,22 @@ class Exporter(Protocol):
         ...
 
 
+# Loggers whose warnings during an export say nothing about its result: transformers warns about
+# training-only attributes tracing reads (``loss_type``); the torch.export-based ONNX exporter about
+# the opset it exports at before converting down, and about torchvision ops it skips.
+QUIET_DURING_EXPORT = ("transformers", "torch.onnx", "onnxscript")
+
+
 @contextmanager
 def quiet_tracing_logs() -> Iterator[None]:
-    """Tracing reads every attribute of a module; transformers then warns about training-only ones
-    (``loss_type``). Those warnings say nothing about the export, so they are held back meanwhile."""
-    logger = logging.getLogger("transformers")
-    level = logger.level
-    logger.setLevel(logging.ERROR)
+    """Hold back the warnings of :data:`QUIET_DURING_EXPORT` meanwhile (errors still show): the
+    parity check after the export is what tells whether it worked."""
+    loggers = [logging.getLogger(name) for name in QUIET_DURING_EXPORT]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(logging.ERROR)
     try:
         yield
     finally:
-        logger.setLevel(level)
+        for logger, level in zip(loggers, levels, strict=True):
+            logger.setLevel(level)

@@ -1,10 +1,11 @@
 """PyTorch -> ONNX with named inputs/outputs and named dynamic axes, checked and run with ONNX Runtime.
 
 The exporter is chosen explicitly per model (recipe ``export.dynamo``): since torch 2.9 the default is
-the torch.export-based exporter, which treats dynamic axes differently and, on torch 2.13, cannot
-down-convert its graphs to opset 17. ``dynamo = false`` (the TorchScript-based exporter) is the
-default here because it exports the demo models with dynamic batch and sequence axes at the
-requested opset exactly.
+the torch.export-based exporter, which treats dynamic axes differently and, on torch 2.13, exports at
+opset 18 and converts the graph down to a lower requested opset (onnxscript and onnx-ir at the
+versions pyproject.toml names). ``dynamo = false`` (the TorchScript-based exporter) is the default
+here because it exports the demo models with dynamic batch and sequence axes at the requested opset
+directly.
 
 After export, optionally (recipe ``export.simplify`` / ``export.fp16``, or ``smtriton convert onnx
 --simplify --fp16``): the graph is simplified with onnxslim (or onnxsim), and cast to FP16 with its
@@ -58,6 +59,8 @@ class OnnxExporter:
                 dynamo=spec.export.dynamo,
                 verbose=False,  # the dynamo exporter prints its progress otherwise
             )
+        if spec.export.dynamo:
+            check_opset(path, spec.export.opset)
         if spec.export.simplify or spec.export.fp16:
             model = onnx.load(str(path))
             try:
@@ -82,6 +85,18 @@ class OnnxExporter:
             return dict(zip(names, session.run(names, feeds), strict=True))
 
         return run
+
+
+def check_opset(path: Path, requested: int) -> None:
+    """The torch.export-based exporter keeps its own opset when converting down fails, with a warning
+    only: a graph at another opset than the one asked for is refused, saying what to ask for."""
+    model = onnx.load(str(path), load_external_data=False)
+    written = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), requested)
+    if written != requested:
+        raise ExportError(
+            f"the torch.export-based exporter wrote opset {written} and could not convert this graph to the "
+            f"requested opset {requested}: ask for opset {written} (--opset {written}), or export without --dynamo"
+        )
 
 
 def record_signature(path: Path, spec: ModelSpec, outputs: Sequence[TensorSpec]) -> None:

@@ -96,9 +96,17 @@ class InstanceGroup:
     kind: str = "KIND_CPU"
 
 
+# The ``where`` of a model that `smtriton convert` describes from its flags, not from a recipe entry:
+# its messages name the flags instead of the recipe's keys.
+COMMAND_LINE = "command line"
+# The torch.export-based ONNX exporter implements opset 18 on; a lower opset is a conversion after
+# the export, which some graphs do not survive.
+DYNAMO_OPSET = 18
+
+
 @dataclass(frozen=True)
 class ExportOptions:
-    opset: int = 17  # onnx
+    opset: int = 17  # onnx (DYNAMO_OPSET with dynamo, unless the recipe names one)
     dynamo: bool = False  # onnx: False = the TorchScript-based exporter (reliable dynamic axes)
     method: str = "trace"  # torchscript: "trace" or "script"
     freeze: bool = True  # torchscript: torch.jit.freeze after trace/script
@@ -161,6 +169,7 @@ class ModelSpec:
     onnx: str | None = None  # tensorrt: the recipe's ONNX entry the plan is built from
     tensorrt: TensorRTOptions | None = None  # tensorrt
     raw: Mapping[str, Any] = field(default_factory=dict, compare=False)  # as written; hashed by stamps
+    from_flags: bool = False  # described by `smtriton convert`'s flags (COMMAND_LINE), not a recipe
 
     def default_sizes(self) -> dict[str, int]:
         """First listed size of every axis: what sample inputs use unless told otherwise."""
@@ -365,7 +374,10 @@ def model_from_table(t: Mapping[str, Any], base_dir: Path, where: str) -> ModelS
     if max_batch_size < 0:
         raise RecipeError(f"{where}: max_batch_size must be >= 0")
 
-    inputs = tuple(_parse_input(x, f"{where}: input #{i + 1}") for i, x in enumerate(_tables(t, "input", where)))
+    from_flags = where == COMMAND_LINE
+    inputs = tuple(
+        _parse_input(x, f"{where}: input #{i + 1}", from_flags) for i, x in enumerate(_tables(t, "input", where))
+    )
     outputs = tuple(
         _parse_output(x, f"{where}: output #{i + 1}", required=fmt == "python")
         for i, x in enumerate(_tables(t, "output", where))
@@ -400,6 +412,7 @@ def model_from_table(t: Mapping[str, Any], base_dir: Path, where: str) -> ModelS
         source=source,
         samples=_parse_samples(t, where),
         raw=dict(t),
+        from_flags=from_flags,
     )
 
 
@@ -529,7 +542,7 @@ def _parse_tensorrt(t: Any, where: str) -> TensorRTOptions:
     return options
 
 
-def _parse_input(t: Mapping[str, Any], where: str) -> TensorSpec:
+def _parse_input(t: Mapping[str, Any], where: str, from_flags: bool = False) -> TensorSpec:
     _check_keys(t, {"name", "dtype", "shape", "range"}, where)
     name = _get(t, "name", str, where)
     where = f"{where.rsplit(':', 1)[0]}: input {name!r}"
@@ -543,6 +556,11 @@ def _parse_input(t: Mapping[str, Any], where: str) -> TensorSpec:
             or not all(isinstance(v, int) and not isinstance(v, bool) for v in value_range)
             or value_range[0] >= value_range[1]
         ):
+            if from_flags:
+                raise RecipeError(
+                    f"{where}: integer inputs need their values' range, LOW..HIGH with LOW < HIGH (HIGH excluded), "
+                    f"e.g. --input {name}:{dtype}:{','.join(map(str, shape))}:0..30522"
+                )
             raise RecipeError(f"{where}: integer inputs need range = [low, high) with low < high")
         return TensorSpec(name, dtype, shape, (value_range[0], value_range[1]))
     if value_range is not None:
@@ -649,9 +667,10 @@ def _parse_export(t: Any, fmt: str, where: str) -> ExportOptions:
         raise RecipeError(f"{where}: must be a table")
     allowed = {"onnx": {"opset", "dynamo", "simplify", "fp16"}, "torchscript": {"method", "freeze"}}.get(fmt, set())
     _check_keys(t, allowed, f"{where} (format {fmt})")
+    dynamo = _get(t, "dynamo", bool, where, ExportOptions.dynamo)
     options = ExportOptions(
-        opset=_get(t, "opset", int, where, ExportOptions.opset),
-        dynamo=_get(t, "dynamo", bool, where, ExportOptions.dynamo),
+        opset=_get(t, "opset", int, where, DYNAMO_OPSET if dynamo else ExportOptions.opset),
+        dynamo=dynamo,
         method=_get(t, "method", str, where, ExportOptions.method),
         freeze=_get(t, "freeze", bool, where, ExportOptions.freeze),
         simplify=_get(t, "simplify", bool, where, ExportOptions.simplify),

@@ -7,6 +7,8 @@ fixed. Declared output dtypes and shapes in the recipe are checked against the p
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 from smtriton import dtypes
@@ -17,7 +19,7 @@ from smtriton.convert.torch_model import run_module
 
 def probe_outputs(module: torch.nn.Module, spec: ModelSpec) -> tuple[TensorSpec, ...]:
     base = spec.default_sizes()
-    base_out = run_module(module, spec, sample_inputs(spec, base, seed=0))
+    base_out = _first_run(module, spec, base)
     variants: dict[str, tuple[dict[str, int], dict[str, tuple[int, ...]]]] = {}
     for axis, sizes in spec.axes.items():
         other = next((s for s in reversed(sizes) if s != base[axis]), base[axis] + 1)
@@ -47,6 +49,26 @@ def probe_outputs(module: torch.nn.Module, spec: ModelSpec) -> tuple[TensorSpec,
         if spec.max_batch_size > 0 and probed[-1].shape[:1] != (BATCH_AXIS,):
             raise RecipeError(f"{where}: first dimension does not follow the batch size, shape {dims}")
     return tuple(probed)
+
+
+def _first_run(module: torch.nn.Module, spec: ModelSpec, sizes: dict[str, int]) -> dict[str, Any]:
+    """The model's first forward pass, on inputs shaped as declared: where it fails (torch's words, such as
+    "mat1 and mat2 shapes cannot be multiplied"), the message also names each input's declared shape."""
+    inputs = sample_inputs(spec, sizes, seed=0)
+    try:
+        return run_module(module, spec, inputs)
+    except RecipeError:
+        raise
+    except Exception as exc:  # whatever forward() raises on inputs it cannot take
+        sent = ", ".join(
+            f"{t.name} {t.dtype} [{', '.join(map(str, t.shape))}] (sent {list(inputs[t.name].shape)})"
+            for t in spec.inputs
+        )
+        where = "--input" if spec.from_flags else "the recipe's input shapes"
+        raise RecipeError(
+            f"model {spec.name!r}: forward() failed on inputs shaped as declared: {sent}; if a shape is wrong, "
+            f"correct {where} ({type(exc).__name__}: {exc})"
+        ) from None
 
 
 def _reconcile(probed: TensorSpec, dtype: str | None, shape: tuple[Dim, ...] | None, where: str) -> TensorSpec:

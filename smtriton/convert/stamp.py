@@ -27,7 +27,8 @@ STAMP_VERSION = 1
 
 # Distributions whose version changes what the exported artifacts or configs contain.
 TOOL_DISTRIBUTIONS = (
-    "torch", "transformers", "onnx", "onnxscript", "onnxruntime", "numpy", "protobuf", "tritonclient", "onnxslim",
+    "torch", "transformers", "onnx", "onnxscript", "onnx-ir", "onnxruntime", "numpy", "protobuf", "tritonclient",
+    "onnxslim",
 )  # fmt: skip
 
 # This builder's modules: a change to any of them may change the artifacts (or what the build checks).

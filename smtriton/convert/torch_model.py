@@ -42,10 +42,12 @@ def output_list(result: Any, spec: ModelSpec) -> list[torch.Tensor]:
             f"{type(result).__name__}; wrap the model (e.g. return model(...).logits)"
         )
     if len(outputs) != len(spec.outputs):
-        raise RecipeError(
-            f"model {spec.name!r}: forward() returns {len(outputs)} tensors, the recipe lists "
-            f"{len(spec.outputs)} outputs"
+        listed = (
+            f"--output-tensor is given {len(spec.outputs)} time(s); give it once per tensor"
+            if spec.from_flags
+            else f"the recipe lists {len(spec.outputs)} outputs"
         )
+        raise RecipeError(f"model {spec.name!r}: forward() returns {len(outputs)} tensors, {listed}")
     return list(outputs)
 
 

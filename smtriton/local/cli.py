@@ -6,6 +6,7 @@ import logging
 import os
 import shutil
 import signal
+import socket
 import sys
 import tempfile
 from pathlib import Path
@@ -16,8 +17,10 @@ import typer
 import uvicorn
 
 from smtriton.cli_options import DefaultModelOpt
+from smtriton.errors import ToolError, ToolUsageError
 from smtriton.local.endpoint import ArchiveSource, create_app, safe_extract
 from smtriton.local.serve_process import Mount, ServeContainer, ServeProcess
+from smtriton.repo.layout import model_names, require_repository
 
 log = logging.getLogger("smtriton.local_endpoint")
 
@@ -67,6 +70,27 @@ def _launch(
         mounts = [Mount(repository, "/opt/ml/model")]
     child = ServeContainer(image, log_path, env=container_env, mounts=mounts, engine=engine)
     return child, "/opt/ml/models" if repository is None else None
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    """The endpoint's listening socket, taken before anything loads: a port in use is one line at once."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    try:
+        return socket.create_server((host, port), family=family)
+    except OSError as exc:
+        reason = os.strerror(exc.errno) if exc.errno else str(exc)  # create_server adds the address to strerror
+        raise ToolError(f"cannot listen on {host}:{port}: {reason} (pick another --port)") from None
+
+
+def _check_single_model(repository: Path, given: Path, default_model: str | None) -> None:
+    """What serve would refuse only after starting, refused here in one line naming what was given:
+    a model directory where the repository belongs, or a default model that is not in it."""
+    require_repository(repository, label=str(given) if given.is_file() else None)
+    names = model_names(repository)
+    if default_model and default_model not in names:
+        raise ToolUsageError(
+            f"--default-model {default_model}: {given} has no such model (models: {', '.join(names) or 'none'})"
+        )
 
 
 class _Terminated(Exception):
@@ -128,6 +152,7 @@ def local_endpoint(
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if work_dir is not None:
         work_dir.mkdir(parents=True, exist_ok=True)
+    listener = _listen(host, port)
     scratch = Path(tempfile.mkdtemp(prefix="smtriton-endpoint-", dir=work_dir))
     child: ServeProcess | None = None
     failed = False
@@ -144,6 +169,7 @@ def local_endpoint(
             if model_data.is_file():
                 repository = scratch / "model"
                 safe_extract(model_data, repository)
+            _check_single_model(repository, model_data, default_model)
         child, model_url_root = _launch(image, engine, scratch, repository, default_model)
         try:
             child.wait_healthy(START_TIMEOUT_S, models=[default_model] if default_model else ())
@@ -155,10 +181,12 @@ def local_endpoint(
             raise typer.Exit(1) from None
         log.info("endpoint %s ready at /endpoints/%s/invocations (GET /ping: 200)", endpoint_name, endpoint_name)
         app = create_app(endpoint_name, child, scratch, source, capacity, model_url_root)
-        uvicorn.run(app, host=host, port=port, log_config=None, server_header=False)
+        config = uvicorn.Config(app, host=host, port=port, log_config=None, server_header=False)
+        uvicorn.Server(config).run(sockets=[listener])
     except (_Terminated, KeyboardInterrupt):
         log.info("stopping")
     finally:
+        listener.close()
         signal.signal(signal.SIGTERM, previous)
         if child is not None:
             child.stop(SERVE_STOP_TIMEOUT_S)

@@ -146,6 +146,7 @@ def perf(
         client = EndpointTarget(
             target, bodies, target_model=target_model, endpoint_url=endpoint_url, region=region, workers=workers
         )
+    client.check()
     console.print(f"perf: {client.description}, {len(plans)} steps of {warmup:g} s warm-up + {duration:g} s")
     with Live(Text(), console=console, transient=True, refresh_per_second=4) as live:
         results = run(client, plans, LiveLine(live))

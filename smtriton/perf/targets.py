@@ -10,6 +10,7 @@ in a thread pool, as an application would.
 from __future__ import annotations
 
 import asyncio
+import http.client
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol, cast
@@ -17,10 +18,11 @@ from urllib.parse import urlsplit
 
 import httptools
 
-from smtriton.errors import ToolUsageError
+from smtriton.errors import ToolError, ToolUsageError
 from smtriton.perf.bodies import Body
 
 TARGET_MODEL_HEADER = "X-Amzn-SageMaker-Target-Model"
+PING_TIMEOUT_S = 10.0
 
 
 class Channel(Protocol):
@@ -33,6 +35,10 @@ class Channel(Protocol):
 
 class Target(Protocol):
     description: str
+
+    def check(self) -> None:
+        """Raise a :class:`ToolError` saying so when nothing answers there, before any step runs."""
+        ...
 
     async def channel(self) -> Channel: ...
 
@@ -137,12 +143,29 @@ class HttpTarget:
             raise ToolUsageError(f"{url}: perf speaks plain http:// to a local server (an endpoint: give its name)")
         self.host = parts.hostname
         self.port = parts.port or 80
-        base = parts.path.rstrip("/")
+        base = self.base = parts.path.rstrip("/")
         path = f"{base}/models/{target_model}/invoke" if target_model else f"{base}/invocations"
         self.description = f"POST http://{self.host}:{self.port}{path}"
         host_header = f"{self.host}:{self.port}"
         self.requests = [render_request(host_header, path, b, target_model) for b in bodies]
         self.channels: list[HttpChannel] = []
+
+    def check(self) -> None:
+        """``GET /ping`` once: a server that is not there, or not ready, is one line instead of a run of
+        refused connections."""
+        url = f"http://{self.host}:{self.port}{self.base}/ping"
+        connection = http.client.HTTPConnection(self.host, self.port, timeout=PING_TIMEOUT_S)
+        try:
+            connection.request("GET", f"{self.base}/ping")
+            status = connection.getresponse().status
+        except (OSError, http.client.HTTPException) as exc:  # refused, timed out, or no HTTP answer
+            reason = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
+            raise ToolError(f"nothing answers GET {url} ({reason}): start serve there first") from None
+        finally:
+            connection.close()
+        if status != 200:
+            raise ToolError(f"GET {url} answered {status}: no serve ready for requests there (serve answers 200 once "
+                            "its model is loaded)")  # fmt: skip
 
     async def channel(self) -> Channel:
         ch = HttpChannel(self.host, self.port, self.requests)
@@ -176,7 +199,8 @@ class EndpointTarget:
         from smtriton.aws.session import aws_session
 
         config = Config(max_pool_connections=workers, retries={"total_max_attempts": 1, "mode": "standard"})
-        session = aws_session(region)  # no region or no credentials: one line, before any request
+        # No region or credentials (a local endpoint URL needs neither): one line, before any request.
+        session = aws_session(region, endpoint_url=endpoint_url)
         try:
             self.client = session.client("sagemaker-runtime", endpoint_url=endpoint_url, config=config)
         except ValueError as exc:  # botocore's refusal of a URL it cannot use
@@ -192,6 +216,18 @@ class EndpointTarget:
         where = endpoint_url or "SageMaker Runtime"
         self.description = f"invoke_endpoint {endpoint}" + (f" TargetModel={target_model}" if target_model else "")
         self.description += f" ({where})"
+
+    def check(self) -> None:
+        """One request first: an endpoint URL nothing listens at is one line instead of a run of failed
+        connections (any answer, an error status included, is measured as the steps go)."""
+        from botocore.exceptions import BotoCoreError, ClientError, EndpointConnectionError
+
+        try:
+            self.client.invoke_endpoint(**self.kwargs[0])["Body"].read()
+        except EndpointConnectionError as exc:
+            raise ToolError(f"nothing answers: {exc}") from None
+        except (ClientError, BotoCoreError, OSError):
+            pass
 
     def _invoke(self, index: int) -> int:
         from botocore.exceptions import BotoCoreError, ClientError

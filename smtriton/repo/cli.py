@@ -12,13 +12,16 @@ from rich.markup import escape
 from rich.table import Table
 
 from smtriton.errors import ToolError, ToolUsageError
+from smtriton.repo.layout import model_directories, require_repository
 
 if TYPE_CHECKING:  # the validator (protobuf, tritonclient) loads only when a command runs
     from smtriton.repo.validate import Problem
 
 console = Console(stderr=True, soft_wrap=True)  # one message, one line (logs, grep)
 package_app = typer.Typer(
-    help="Deterministic model.tar.gz archives: one for an SME (repository root), one per model for an MME.",
+    help="Deterministic model.tar.gz archives: one for an SME (repository root), one per model for an MME.\n\n"
+    "Next: smtriton local-endpoint --model-data model.tar.gz (SME) or --models DIR (MME) calls it on this "
+    "machine; uploaded with --s3, smtriton deploy serves it on SageMaker.",
     no_args_is_help=True,
 )
 
@@ -69,14 +72,22 @@ def validate_command(
     loads is present, config inputs/outputs agree with the artifact (names, dtypes, ranks, fixed
     dims), max_batch_size agrees with the batch dimension, ensemble steps reference existing models
     and tensors, TensorRT sidecars match their plans. Exits 1 on any error.
-    """
-    from smtriton.repo.validate import model_directories, validate_repository
 
+    Next: smtriton package sme REPO (one endpoint serving the repository) or package mme REPO (one archive
+    per model, for a multi-model endpoint).
+    """
+    from smtriton.repo.validate import validate_repository
+
+    if repo.is_dir():
+        require_repository(repo)
     runtime = _runtime(tensorrt_version, gpu_name, compute_capability, detect_runtime)
     problems = validate_repository(repo, mme=mme, runtime=runtime)
     checked = len(model_directories(repo)) if repo.is_dir() else None
     if _report(repo, problems, checked=checked):
         raise typer.Exit(1)
+    console.print(
+        f"next: smtriton package sme {escape(str(repo))} (or package mme, one archive per model)", highlight=False
+    )
 
 
 def _validate_before(repo: Path, names: list[str], mme: bool) -> None:
@@ -141,12 +152,15 @@ def package_sme_command(
     """
     from smtriton.repo.package import model_dirs, package_sme, parse_renames, upload
 
+    require_repository(repo)
     names = list(model) if model else model_dirs(repo)
     if validate:
         _validate_before(repo, names, mme=False)
     archive = package_sme(repo, output, models=model, renames=parse_renames(rename or ()))
     uris = upload([archive], s3) if s3 else None
     _show([archive], uris)
+    console.print(f"next: smtriton local-endpoint --model-data {escape(str(output))} calls it here; "
+                  "smtriton deploy serves it on SageMaker", highlight=False)  # fmt: skip
 
 
 @package_app.command("mme")
@@ -166,9 +180,12 @@ def package_mme_command(
     """
     from smtriton.repo.package import model_dirs, package_mme, parse_renames, upload
 
+    require_repository(repo)
     names = list(model) if model else model_dirs(repo)
     if validate:
         _validate_before(repo, names, mme=True)
     archives = package_mme(repo, output, models=model, renames=parse_renames(rename or ()))
     uris = upload(archives, s3) if s3 else None
     _show(archives, uris)
+    here = f"smtriton local-endpoint --models {escape(str(output))} calls them here (TargetModel: an archive's name)"
+    console.print(f"next: {here}; smtriton deploy --multi-model serves them on SageMaker", highlight=False)

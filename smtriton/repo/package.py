@@ -28,7 +28,7 @@ from typing import Any
 from smtriton import model_config
 from smtriton.errors import ToolUsageError
 from smtriton.model_config import CONFIG_FILE, ConfigParseError, ModelConfig
-from smtriton.repo import ensemble
+from smtriton.repo import ensemble, layout
 from smtriton.repo.validate import MODEL_NAME
 
 # 1980-01-01T00:00:00Z, as wheels and zip files use: tar tools warn about a zero ("implausibly old") time.
@@ -127,6 +127,7 @@ def package_mme(
 def _select(repo: Path, models: Sequence[str] | None) -> list[str]:
     if not repo.is_dir():
         raise PackageError(f"{repo}: not a directory")
+    layout.require_repository(repo)
     available = model_dirs(repo)
     if not available:
         raise PackageError(f"{repo}: no model directories (each needs a config.pbtxt)")

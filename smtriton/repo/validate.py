@@ -40,7 +40,8 @@ from smtriton.convert.trt_plan import (
     sha256_file,
 )
 from smtriton.model_config import CONFIG_FILE, ConfigParseError, ModelConfig
-from smtriton.repo import ensemble
+from smtriton.repo import ensemble, layout
+from smtriton.repo.layout import model_directories
 
 # serve's rule for model names (docs/contract.md §2.4, loading a model), used for every repository.
 MODEL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,254}$")
@@ -87,11 +88,6 @@ class _Model:
         return self.directory.name if self.config is None else model_config.served_name(self.config, self.directory)
 
 
-def model_directories(repo: Path) -> list[Path]:
-    """The model directories of a repository: its sub-directories, hidden ones excepted."""
-    return [d for d in sorted(repo.iterdir()) if d.is_dir() and not d.name.startswith(".")]
-
-
 def validate_repository(
     repo: Path,
     *,
@@ -110,14 +106,9 @@ def validate_repository(
     repo = Path(repo)
     if not repo.is_dir():
         return [Problem(repo, "not a directory" if repo.exists() else "no such directory")]
-    if (repo / CONFIG_FILE).is_file():
-        return [
-            Problem(
-                repo / CONFIG_FILE,
-                "this is a model directory, not a repository (one directory per model): validate its parent "
-                f"{repo.resolve().parent}",
-            )
-        ]
+    wrong_folder = layout.model_directory_given(repo)
+    if wrong_folder is not None:
+        return [Problem(repo, wrong_folder)]
     problems: list[Problem] = []
     loaded = [_load(d, problems) for d in model_directories(repo)]
     if not loaded:

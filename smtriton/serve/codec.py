@@ -16,6 +16,12 @@ from smtriton.serve.errors import BadRequest, PayloadTooLarge, UnsupportedEncodi
 BINARY_JSON = "application/vnd.sagemaker-triton.binary+json"
 BINARY_JSON_PREFIX = f"{BINARY_JSON};json-header-size="
 JSON = "application/json"
+# What a body may be, said where Triton could not read one: a body of any other type (text/csv, say) is
+# read as JSON, as native does.
+ACCEPTED_BODIES = (
+    f"serve takes KServe v2 JSON ({JSON}; a body of any other type is read as JSON too), binary+json "
+    f"({BINARY_JSON_PREFIX}N) or an encoded image (image/jpeg, image/png, application/x-image)"
+)
 
 # A request body on its way through: bytes, or the one buffer a body that came in pieces was
 # gathered in (a large body is never copied into a bytes object as well).

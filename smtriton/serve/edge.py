@@ -52,8 +52,11 @@ def to_sagemaker(upstream: UpstreamResponse) -> Answer:
     if upstream.status == 200:
         return 200, codec.response_content_type(upstream.header_length), upstream.body
     status = upstream.status
-    if status == 500 and (upstream.body.startswith(_PARSE_ERROR_PREFIXES) or rejected_input(upstream.body)):
+    unread = upstream.body.startswith(_PARSE_ERROR_PREFIXES)
+    if status == 500 and (unread or rejected_input(upstream.body)):
         status = 400
+    if unread:  # Triton's words, then what a body may be
+        return status, JSON, error_body(f"{error_text(upstream.body)}; {codec.ACCEPTED_BODIES}")
     if not upstream.body.startswith(b'{"error":'):
         return status, JSON, error_body(upstream.body.decode("utf-8", errors="replace") or "inference failed")
     if b"::" in upstream.body:  # re-encode only when a repository path must be stripped (§6 B14)
@@ -81,6 +84,8 @@ def to_mme_response(record: ModelRecord, upstream: UpstreamResponse, out_of_memo
             body, header_length = rename_in_response(body, header_length, record.triton_name, record.response_name)
         return 200, codec.response_content_type(header_length), body
     message = failure_message(upstream)
+    if upstream.body.startswith(_PARSE_ERROR_PREFIXES):
+        message = f"{message}; {codec.ACCEPTED_BODIES}"
     if upstream.status == 503:
         return 503, JSON, error_body(message)
     status = 507 if out_of_memory else 404 if upstream.status == 404 else 400

@@ -34,6 +34,7 @@ def resolve_default_model(repository: Path, default_model: str | None) -> str:
         if default_model not in models:
             raise RepositoryError(
                 f"ERROR: Directory with provided SAGEMAKER_TRITON_DEFAULT_MODEL_NAME {default_model} does not exist"
+                f" (models there: {', '.join(models) or 'none'})"
             )
         return default_model
     if not models:

@@ -27,6 +27,7 @@ __all__ = [
     "failing_tritonserver",
     "free_port",
     "metric_samples",
+    "no_aws_environment",
     "post_on",
     "triton_has",
     "triton_pids",
@@ -34,6 +35,14 @@ __all__ = [
     "worker_pids",
     "workers_that_answered",
 ]
+
+
+def no_aws_environment(home: Path) -> dict[str, str]:
+    """This environment as on a machine where AWS was never set up: no AWS_* variable, and a home folder
+    (``home``, made here) without ~/.aws, so boto3 finds neither a region nor credentials."""
+    home.mkdir(parents=True, exist_ok=True)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    return env | {"HOME": str(home), "AWS_EC2_METADATA_DISABLED": "true"}  # no instance role to ask either
 
 
 def failing_tritonserver(folder: Path) -> Path:

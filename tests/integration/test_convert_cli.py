@@ -64,6 +64,17 @@ def noisy() -> torch.nn.Module:
 FACTORY = f"{__name__}:tiny"
 
 
+def _served_outputs(tmp_path: Path, repo: Path, model: str, inputs: list[dict]) -> list[dict]:
+    """The outputs of one JSON request to ``model``, served from ``repo`` by the real serve and Triton."""
+    server = start_serve(tmp_path, repo, model)
+    try:
+        response = requests.post(f"{server.url}/invocations", json={"inputs": inputs}, timeout=30)
+    finally:
+        server.stop()
+    assert response.status_code == 200, response.text
+    return response.json()["outputs"]
+
+
 def cli(*args: str) -> tuple[int, str]:
     result = CliRunner().invoke(app, [str(a) for a in args])
     return result.exit_code, result.output
@@ -193,15 +204,115 @@ def test_a_per_sample_scalar_input_converts_to_a_config_triton_loads(tmp_path):
     assert "max_batch_size: 8" in printed
     assert "dynamic_batching" in printed
 
-    server = start_serve(tmp_path, repo, "per_sample")
-    try:
-        body = {"inputs": [{"name": "ids", "shape": [3, 1], "datatype": "INT64", "data": [1, 2, 100]}]}
-        response = requests.post(f"{server.url}/invocations", json=body, timeout=30)
-    finally:
-        server.stop()
-    assert response.status_code == 200, response.text
-    (out,) = response.json()["outputs"]
+    (out,) = _served_outputs(tmp_path, repo, "per_sample",
+                             [{"name": "ids", "shape": [3, 1], "datatype": "INT64", "data": [1, 2, 100]}])  # fmt: skip
     assert out["shape"] == [3, 4]
     with torch.no_grad():
         expected = per_sample()(torch.tensor([1, 2, 100])).numpy()
     assert out["data"] == pytest.approx(expected.reshape(-1).tolist(), abs=1e-6)
+
+
+def test_the_dynamo_exporter_converts_a_model_triton_serves(tmp_path):
+    """`convert onnx --dynamo` with the locked onnxscript and onnx-ir: the torch.export-based graph (at
+    opset 18, the exporter's own, when none is asked for) keeps the named dynamic axes, passes the parity
+    check, and Triton serves it."""
+    repo = tmp_path / "repo"
+    code, output = cli(
+        "convert", "onnx", "--factory", FACTORY, "--name", "scorer", "-o", repo, "--dynamo",
+        "--input", "ids:INT64:batch,sequence:0..50", "--input", "scale:FP32:batch,1", "--output-tensor", "scores",
+        "--max-batch-size", "4", "--axis", "sequence=3,9", "--trials", "1", "--seed", "0",
+    )  # fmt: skip
+    assert code == 0, output
+    assert "parity ok" in output
+    assert "Setting ONNX exporter to use operator set" not in output  # the exporter's chatter is held back
+    path = repo / "scorer" / "1" / "model.onnx"
+    assert next(o.version for o in onnx.load(str(path)).opset_import if o.domain in ("", "ai.onnx")) == 18
+    signature = onnx_signature(path)
+    assert [(t.name, t.shape) for t in signature.inputs] == [("ids", ("batch", "sequence")), ("scale", ("batch", 1))]
+
+    ids = [[1, 2, 3, 4, 5], [6, 7, 8, 9, 10]]
+    flat = [i for row in ids for i in row]
+    (out,) = _served_outputs(tmp_path, repo, "scorer",
+                             [{"name": "ids", "shape": [2, 5], "datatype": "INT64", "data": flat},
+                              {"name": "scale", "shape": [2, 1], "datatype": "FP32", "data": [1.0, 2.0]}])  # fmt: skip
+    assert out["shape"] == [2, 3]
+    torch.manual_seed(0)  # what --seed 0 did before the factory ran
+    with torch.no_grad():
+        expected = tiny()(torch.tensor(ids), torch.tensor([[1.0], [2.0]])).numpy()
+    assert out["data"] == pytest.approx(expected.reshape(-1).tolist(), abs=1e-5)
+
+
+def test_the_dynamo_exporter_converts_the_demo_bert_to_the_recipes_opset(tmp_path):
+    code, output = cli("convert", "onnx", "-m", "text_encoder", "--dynamo", "-o", tmp_path, "--trials", "1")
+    assert code == 0, output
+    assert "parity ok" in output
+    graph = onnx.load(str(tmp_path / "text_encoder" / "1" / "model.onnx"), load_external_data=False)
+    assert next(o.version for o in graph.opset_import if o.domain in ("", "ai.onnx")) == 17  # the recipe's
+    assert validate_repository(tmp_path) == []
+
+
+def test_an_opset_the_dynamo_exporter_cannot_convert_to_is_one_line_saying_what_to_ask_for(tmp_path):
+    code, output = cli(
+        "convert", "onnx", "--factory", FACTORY, "-o", tmp_path, "--dynamo", "--opset", "17",
+        "--input", "ids:INT64:batch,sequence:0..50", "--input", "scale:FP32:batch,1", "--output-tensor", "scores",
+        "--max-batch-size", "4", "--trials", "1",
+    )  # fmt: skip
+    assert code == 1, output
+    (line,) = output.strip().splitlines()
+    assert line.startswith("error: the torch.export-based exporter wrote opset 18"), line
+    assert "--opset 18" in line
+
+
+class Pair(torch.nn.Module):
+    """x FP32 [batch, 4] -> two tensors, through a Linear(4, 2)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(4, 2)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        y = self.linear(x)
+        return y, y * 2
+
+
+def pair() -> torch.nn.Module:
+    return Pair()
+
+
+def test_what_the_flags_declare_wrongly_is_said_in_the_flags_words(tmp_path):
+    """A model described by flags, not a recipe: each mistake is one line naming the flag to correct, and
+    a shape the model cannot take names each input's declared shape beside torch's own words."""
+    base = ["convert", "onnx", "--factory", f"{__name__}:pair", "-o", tmp_path, "--max-batch-size", "2"]
+    cases = {
+        "outputs": (["--input", "x:FP32:batch,4", "--output-tensor", "y"],
+                    "forward() returns 2 tensors, --output-tensor is given 1 time(s); give it once per tensor"),
+        "range": (["--input", "x:INT64:batch,4", "--output-tensor", "y", "--output-tensor", "z"],
+                  "integer inputs need their values' range, LOW..HIGH with LOW < HIGH (HIGH excluded), "
+                  "e.g. --input x:INT64:batch,4:0..30522"),
+        "shape": (["--input", "x:FP32:batch,5", "--output-tensor", "y", "--output-tensor", "z"],
+                  "forward() failed on inputs shaped as declared: x FP32 [batch, 5] (sent [1, 5]); if a shape is "
+                  "wrong, correct --input (RuntimeError: mat1 and mat2 shapes cannot be multiplied"),
+    }  # fmt: skip
+    for case, (args, words) in cases.items():
+        result = CliRunner().invoke(app, [str(a) for a in [*base, *args]])
+        assert result.exit_code == 2, (case, result.output)
+        (line,) = result.stderr.strip().splitlines()
+        assert line.startswith("error: "), (case, line)
+        assert words in line, (case, line)
+        assert "recipe" not in line, (case, line)
+
+
+def test_a_recipe_shape_the_model_cannot_take_names_the_recipes_input(tmp_path):
+    recipe = tmp_path / "recipe.toml"
+    recipe.write_text(f"""
+[[model]]
+name = "pair"
+format = "onnx"
+factory = "{__name__}:pair"
+max_batch_size = 2
+input = [{{ name = "x", dtype = "FP32", shape = ["batch", 5] }}]
+output = [{{ name = "y" }}, {{ name = "z" }}]
+""")
+    code, output = cli("convert", "onnx", recipe, "-o", tmp_path / "repo")
+    assert code == 2, output
+    assert "x FP32 [batch, 5] (sent [1, 5]); if a shape is wrong, correct the recipe's input shapes" in output

@@ -11,7 +11,6 @@ from __future__ import annotations
 import base64
 import io
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -33,7 +32,7 @@ from smtriton.convert.reference import load_reference
 from smtriton.repo.package import package_mme
 from tests.integration.conftest import start_serve
 from tests.integration.contract_client import BJ, parse
-from tests.integration.harness import ServeProcess
+from tests.integration.harness import ServeProcess, no_aws_environment
 from tests.integration.test_local_endpoint import Emulator
 
 pytestmark = pytest.mark.integration
@@ -226,9 +225,13 @@ def test_the_readme_raw_image_example(sme, images, tmp_path):
     assert outputs["CLASS_IDS"] == expected["CLASS_IDS"].reshape(-1).tolist()
 
 
+# The README's block of endpoints for its boto3 example, by its first words.
+BOTO3_ENDPOINTS = "smtriton local-endpoint --model-data model_repository --default-model image_pipeline"
+
+
 @pytest.mark.parametrize("kind", ["sme", "mme"])
 def test_the_readme_boto3_example(demo_repository, images, tmp_path, kind):
-    commands = [line.split("#", 1)[0].split() for line in readme_block("smtriton local-endpoint").splitlines()]
+    commands = [line.split("#", 1)[0].split() for line in readme_block(BOTO3_ENDPOINTS).splitlines()]
     python = readme_block("import boto3, numpy as np, tritonclient")
     (tmp_path / "cat.jpg").write_bytes(images["JPEG"])
     places = {"model_repository": str(demo_repository), "archives": str(tmp_path / "archives")}
@@ -241,7 +244,7 @@ def test_the_readme_boto3_example(demo_repository, images, tmp_path, kind):
                               capture_output=True, text=True, timeout=300)  # fmt: skip
         assert done.returncode == 0, done.stdout + done.stderr
         line = commands[2]
-        target = re.search(r'TargetModel="([^"]+)"', readme_block("smtriton local-endpoint"))
+        target = re.search(r'TargetModel="([^"]+)"', readme_block(BOTO3_ENDPOINTS))
         assert target is not None
         python = python.replace('EndpointName="local",', f'EndpointName="local", TargetModel="{target.group(1)}",')
     assert line[:2] == ["smtriton", "local-endpoint"]
@@ -249,12 +252,10 @@ def test_the_readme_boto3_example(demo_repository, images, tmp_path, kind):
     del args[args.index("--port") : args.index("--port") + 2]  # the emulator picks a free one
     emulator = Emulator(tmp_path, args)
     try:
-        env = {**os.environ, "AWS_ACCESS_KEY_ID": "local", "AWS_SECRET_ACCESS_KEY": "local",
-               "AWS_DEFAULT_REGION": "us-east-1"}  # fmt: skip
         done = subprocess.run(
             [sys.executable, "-c", python.replace("http://127.0.0.1:8090", emulator.url)],
-            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120,
-        )  # fmt: skip
+            cwd=tmp_path, env=no_aws_environment(tmp_path / "home"), capture_output=True, text=True, timeout=120,
+        )  # fmt: skip  # as written, on a machine where AWS was never set up
     finally:
         emulator.stop()
     assert done.returncode == 0, done.stderr

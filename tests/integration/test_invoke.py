@@ -4,12 +4,14 @@ emulator -> serve -> Triton, for JSON and binary+json, single-model and multi-mo
 from __future__ import annotations
 
 import json
+import subprocess
 
 import numpy as np
 import pytest
 
 from smtriton.aws.invoke import BINARY_JSON, JSON, decode_response, encode_request, header_length, invoke
-from tests.integration.test_local_endpoint import Emulator, _offset_model, _tar
+from tests.integration.harness import no_aws_environment
+from tests.integration.test_local_endpoint import SMTRITON, Emulator, _offset_model, _tar
 
 pytestmark = pytest.mark.integration
 
@@ -137,3 +139,58 @@ def test_invoke_command_takes_an_endpoint_url_as_the_aws_cli_does(mme, tmp_path)
     assert other.exit_code == 1
     (line,) = other.stderr.strip().splitlines()
     assert line.startswith("error: ValidationError: Endpoint elsewhere"), line
+
+
+BYTES_MODEL_CONFIG = """name: "bytes_len"
+backend: "python"
+max_batch_size: 8
+input [{ name: "IMAGE", data_type: TYPE_STRING, dims: [1] }]
+output [{ name: "LENGTH", data_type: TYPE_INT64, dims: [1] },
+        { name: "CHECKSUM", data_type: TYPE_INT64, dims: [1] }]
+"""
+BYTES_MODEL = """import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            items = pb_utils.get_input_tensor_by_name(request, "IMAGE").as_numpy().reshape(-1)
+            length = np.array([[len(v)] for v in items], dtype=np.int64)
+            checksum = np.array([[sum(v) % 2**31] for v in items], dtype=np.int64)
+            outputs = [pb_utils.Tensor("LENGTH", length), pb_utils.Tensor("CHECKSUM", checksum)]
+            responses.append(pb_utils.InferenceResponse(output_tensors=outputs))
+        return responses
+"""
+
+
+def test_invoke_sends_a_files_bytes_as_one_bytes_element(tmp_path):
+    """`--input IMAGE=@photo.jpg`, curl's convention: the bytes arrive whole, as one element of a batch of
+    one; asked to travel as JSON they are refused in one line. No AWS configuration is needed for it."""
+    model = tmp_path / "repo" / "bytes_len"
+    (model / "1").mkdir(parents=True)
+    (model / "config.pbtxt").write_text(BYTES_MODEL_CONFIG)
+    (model / "1" / "model.py").write_text(BYTES_MODEL)
+    photo = tmp_path / "photo.jpg"
+    photo.write_bytes(bytes(range(256)) * 40 + b"\xff\xd8\x00")  # not UTF-8, with NUL bytes
+    emulator = Emulator(tmp_path, ["--model-data", str(tmp_path / "repo")])
+    env = no_aws_environment(tmp_path / "home")
+    invoke_cmd = [SMTRITON, "invoke", "local", "--endpoint-url", emulator.url, "--input", f"IMAGE=@{photo}"]
+    try:
+        done = subprocess.run([*invoke_cmd, "--save", str(tmp_path / "out")], capture_output=True, text=True,
+                              timeout=120, env=env)  # fmt: skip
+        as_json = subprocess.run([*invoke_cmd, "--json"], capture_output=True, text=True, timeout=120, env=env)
+        missing = subprocess.run([*invoke_cmd[:-1], "IMAGE=@nowhere.jpg"], capture_output=True, text=True,
+                                 timeout=120, env=env)  # fmt: skip
+    finally:
+        emulator.stop()
+    assert done.returncode == 0, done.stderr
+    assert np.load(tmp_path / "out" / "LENGTH.npy").tolist() == [[len(photo.read_bytes())]]
+    assert np.load(tmp_path / "out" / "CHECKSUM.npy").tolist() == [[sum(photo.read_bytes()) % 2**31]]
+    assert as_json.returncode == 2
+    (line,) = as_json.stderr.strip().splitlines()
+    assert "IMAGE: BYTES that are not UTF-8 text cannot travel as JSON" in line, line
+    assert missing.returncode == 2
+    (line,) = missing.stderr.strip().splitlines()
+    assert "No such file or directory: nowhere.jpg" in line, line

@@ -7,6 +7,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tarfile
@@ -384,3 +385,58 @@ def test_sigterm_while_serve_starts_stops_it_and_cleans_up(tmp_path):
             os.kill(pid, signal.SIGKILL)
     assert triton_pids(str(work)) == []
     assert list(work.iterdir()) == []
+
+
+def _run_endpoint(tmp_path: Path, *args: str, port: int | None = None) -> subprocess.CompletedProcess[str]:
+    """`smtriton local-endpoint` as a user starts it, expected to stop on its own."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SAGEMAKER_", "SMTRITON_"))}
+    work = tmp_path / "work"
+    work.mkdir(exist_ok=True)
+    cmd = [SMTRITON, "local-endpoint", "--port", str(port or free_port()), "--work-dir", str(work), *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env)
+
+
+def test_a_busy_port_is_refused_in_one_line_before_anything_loads(tmp_path):
+    repo = tmp_path / "repo"
+    _offset_model(repo / "addsub", 0)
+    with socket.create_server(("127.0.0.1", 0)) as holder:
+        port = holder.getsockname()[1]
+        started = time.monotonic()
+        done = _run_endpoint(tmp_path, "--model-data", str(repo), port=port)
+    assert time.monotonic() - started < 30  # no serve, no Triton, no model load first
+    assert done.returncode == 1, done.stderr
+    assert done.stderr.splitlines() == [
+        f"error: cannot listen on 127.0.0.1:{port}: Address already in use (pick another --port)"
+    ]
+    assert list((tmp_path / "work").iterdir()) == []  # nothing extracted or logged
+
+
+def test_an_archive_with_the_model_at_its_root_names_the_archive_and_the_fix(tmp_path):
+    """`tar czf m.tar.gz -C repo/addsub config.pbtxt 1`: SageMaker would extract a repository without a
+    model directory; the endpoint says so about the archive itself, not a scratch folder."""
+    _offset_model(tmp_path / "repo" / "addsub", 0)
+    archive = tmp_path / "m.tar.gz"
+    subprocess.run(["tar", "czf", str(archive), "-C", str(tmp_path / "repo" / "addsub"), "config.pbtxt", "1"],
+                   check=True, timeout=60)  # fmt: skip
+    done = _run_endpoint(tmp_path, "--model-data", str(archive))
+    assert done.returncode == 2, done.stderr
+    (line,) = done.stderr.splitlines()
+    assert line.startswith(f"error: {archive} holds a model directory at its root (config.pbtxt"), line
+    assert "`tar czf model.tar.gz -C REPOSITORY MODEL`" in line
+    assert "smtriton-endpoint-" not in line
+    assert list((tmp_path / "work").iterdir()) == []
+
+
+def test_a_mistyped_default_model_lists_the_models_there(tmp_path):
+    repo = tmp_path / "repo"
+    _offset_model(repo / "addsub", 0)
+    done = _run_endpoint(tmp_path, "--model-data", str(repo), "--default-model", "addsup")
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.splitlines() == [f"error: --default-model addsup: {repo} has no such model (models: addsub)"]
+    # serve itself, started the same way, names them too (after NVIDIA's own words).
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SAGEMAKER_", "SMTRITON_"))}
+    serve = [str(Path(sys.executable).parent / "serve"), "--model-repository", str(repo), "--default-model", "addsup",
+             "--port", str(free_port())]  # fmt: skip
+    done = subprocess.run(serve, capture_output=True, text=True, timeout=120, env=env)
+    assert done.returncode == 1
+    assert "SAGEMAKER_TRITON_DEFAULT_MODEL_NAME addsup does not exist (models there: addsub)" in done.stderr

@@ -159,6 +159,18 @@ def test_ensemble_archive_loads_and_unloads_with_its_members(mme):
     assert _unload(mme, "hashE").status_code == 200
 
 
+def test_an_ensemble_load_on_a_host_without_gpu_logs_no_cuda_error(mme):
+    """Every ensemble load asks Triton for a CUDA stream; without a GPU that fails as expected, and serve
+    logs it at debug level like Triton's other CUDA notices, not as an ERROR beside a healthy load."""
+    url = _archive(mme.root, "hashS", "ensemble")
+    assert _load(mme, "hashS", url, target="ens.tar.gz").status_code == 200
+    assert _invoke(mme, "hashS").status_code == 200
+    assert _unload(mme, "hashS").status_code == 200
+    records = [json.loads(line) for line in mme.log_path.read_text().splitlines() if line.startswith("{")]
+    streams = [r for r in records if "unable to create stream" in r["message"] and r["level"] != "DEBUG"]
+    assert streams == []
+
+
 @pytest.mark.parametrize(
     ("body", "message"),
     [

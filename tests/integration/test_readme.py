@@ -21,7 +21,7 @@ from smtriton.convert.build import build_repository
 from smtriton.convert.recipe import DEFAULT_RECIPE
 from smtriton.local.serve_process import free_port
 from tests.integration.conftest import start_serve
-from tests.integration.harness import ServeProcess
+from tests.integration.harness import ServeProcess, no_aws_environment
 from tests.integration.test_local_endpoint import Emulator
 
 pytestmark = pytest.mark.integration
@@ -34,6 +34,7 @@ EXECUTED = {
     "import numpy as np, requests, tritonclient": "test_the_quick_start_requests",
     "smtriton build-repository": "test_the_conversion_examples",
     "serve --model-repository DIR": "test_the_serve_synopsis",
+    "source .venv/bin/activate": "test_the_activation_line_gives_every_command_the_readme_uses",
 }
 MY_RECIPE = """
 [[model]]
@@ -180,3 +181,41 @@ def test_the_invoke_example_against_a_local_endpoint(text_encoder_repository: Pa
     assert "pooler_output" in result.stdout
     assert "[1, 128]" in result.stdout
     assert np.dtype("float32").name in result.stdout
+
+
+def test_the_activation_line_gives_every_command_the_readme_uses(tmp_path: Path):
+    """From a plain shell (the project's environment nowhere on PATH), the README's activation line is
+    what makes its `smtriton`, `serve` and Python lines work; without it they fail."""
+    (line,) = example("source .venv/bin/activate").splitlines()
+    venv = Path(sys.prefix)  # the environment this test runs in: the README's .venv under dev/test.sh
+    plain = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME")}
+    plain["PATH"] = os.pathsep.join(p for p in os.environ["PATH"].split(os.pathsep) if not p.startswith(str(venv)))
+    uses = "smtriton --version && serve --version && python -c 'import tritonclient.http, boto3, numpy'"
+    before = subprocess.run(["bash", "-c", uses], cwd=tmp_path, env=plain, capture_output=True, text=True, timeout=60)
+    assert before.returncode != 0  # what a plain shell meets
+    activated = line.replace(".venv/", f"{venv}/")
+    done = subprocess.run(["bash", "-c", f"{activated} && {uses}"], cwd=tmp_path, env=plain, capture_output=True,
+                          text=True, timeout=120)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("smtriton "), done.stdout
+
+
+def test_the_local_invoke_example_needs_no_aws_configuration(text_encoder_repository: Path, tmp_path: Path):
+    """The README's local-endpoint and invoke lines, as written, where AWS was never set up."""
+    serve_line, invoke_line = example(
+        "smtriton local-endpoint --model-data model_repository --default-model text_encoder"
+    ).splitlines()
+    args = _command(serve_line)[2:]
+    del args[args.index("--port") : args.index("--port") + 2]  # the emulator picks a free one
+    args[args.index("model_repository")] = str(text_encoder_repository)
+    emulator = Emulator(tmp_path, args)
+    try:
+        argv = _command(invoke_line.replace("http://127.0.0.1:8090", emulator.url))
+        assert argv[:2] == ["smtriton", "invoke"]
+        done = subprocess.run([str(Path(sys.executable).parent / "smtriton"), *argv[1:]], capture_output=True,
+                              text=True, timeout=120, env=no_aws_environment(tmp_path / "home"))  # fmt: skip
+    finally:
+        emulator.stop()
+    assert done.returncode == 0, done.stderr
+    assert "pooler_output" in done.stdout
+    assert "[1, 128]" in done.stdout

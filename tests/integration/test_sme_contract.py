@@ -141,6 +141,14 @@ def _bad_requests() -> list[tuple[str, bytes, str | None, int, str]]:
     short_data["inputs"][0]["data"] = [1, 2, 3]
     return [
         ("malformed json", b"{not json", "application/json", 400, "failed to parse the request JSON buffer"),
+        (
+            "a csv body",
+            b"1,2,3\n4,5,6\n",
+            "text/csv",
+            400,
+            "; serve takes KServe v2 JSON (application/json; a body of any other type is read as JSON too), "
+            "binary+json (application/vnd.sagemaker-triton.binary+json;json-header-size=N) or an encoded image",
+        ),
         ("no inputs", b"{}", "application/json", 400, "Unable to parse 'inputs'"),
         ("unknown input", json.dumps(wrong_name).encode(), None, 400, "unexpected inference input 'NOPE'"),
         ("missing input", json.dumps(missing).encode(), None, 400, "expected 2 inputs but got 1"),

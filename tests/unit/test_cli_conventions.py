@@ -99,7 +99,7 @@ def test_both_programs_print_their_version(capsys):
 
 
 def test_commands_are_listed_in_workflow_order():
-    text = smtriton("--help").output
+    text = smtriton("--help").output.split("Commands", 1)[1]  # the list, not the help's paragraphs
     positions = [text.index(f" {name} ") for name in WORKFLOW]
     assert positions == sorted(positions)
 
@@ -208,13 +208,32 @@ def test_validate_names_a_missing_path_as_given(tmp_path):
     assert f"{missing}: error: no such directory" in result.stdout
 
 
-def test_validate_on_a_model_folder_says_so_and_nothing_else(onnx_model):
-    smtriton("config", onnx_model)
-    result = smtriton("validate", onnx_model)
-    assert result.exit_code == 1
-    (line,) = result.stdout.strip().splitlines()
-    assert "model directory, not a repository" in line
-    assert str(onnx_model.parent.resolve()) in line
+@pytest.mark.parametrize("with_config", [True, False], ids=["config", "converted-without-config"])
+def test_a_model_directory_where_a_repository_belongs_is_one_message_from_every_command(onnx_model, with_config):
+    """validate, package sme and package mme: the same line, naming the parent to give instead."""
+    if with_config:
+        assert smtriton("config", onnx_model).exit_code == 0
+    expected = (
+        f"error: {onnx_model} is a model directory (config.pbtxt, version folders), not a model repository "
+        f"(one directory per model): give its parent, {onnx_model.parent.resolve()}"
+    )
+    out = onnx_model.parent.parent
+    commands = {("validate",): [], ("package", "sme"): ["-o", out / "m.tar.gz"], ("package", "mme"): ["-o", out / "a"]}
+    for words, options in commands.items():
+        result = smtriton(*words, onnx_model, *options)
+        assert result.exit_code == 2, (words, result.output)
+        assert result.stdout == ""
+        assert result.stderr.strip().splitlines() == [expected], words
+    assert not (out / "m.tar.gz").exists()
+
+
+def test_a_repository_where_a_model_directory_belongs_names_its_models(onnx_model):
+    result = smtriton("config", onnx_model.parent, "--stdout")
+    assert result.exit_code == 2, result.output
+    assert result.stderr.strip().splitlines() == [
+        f"error: {onnx_model.parent} is a model repository (models: scorer), not a model directory: give one of "
+        f"its models, e.g. {onnx_model}"
+    ]
 
 
 def test_a_clean_validation_says_how_many_models_it_checked(onnx_model):
@@ -238,7 +257,7 @@ def test_each_json_input_may_name_its_dtype():
     assert parse_input("x=[0.5]", "float16")[1].dtype == np.float16  # --dtype stays the default
     with pytest.raises(typer.BadParameter, match="not a dtype"):
         parse_input("x=[1]:INT65", "float32")
-    with pytest.raises(typer.BadParameter, match=r"NAME=FILE\.npy or NAME=JSON"):
+    with pytest.raises(typer.BadParameter, match=r"NAME=@FILE, NAME=FILE\.npy or NAME=JSON"):
         parse_input("[1,2]", "float32")
 
 
@@ -265,6 +284,27 @@ def test_aws_commands_without_region_or_credentials_say_so_in_one_line(args, env
     assert result.stdout == ""
     (error,) = result.stderr.strip().splitlines()
     assert error.startswith(line), error
+
+
+@pytest.mark.parametrize("url", ["http://127.0.0.1:1", "http://localhost:1", "http://[::1]:1"])
+def test_a_local_endpoint_url_needs_no_aws_region_or_credentials(url):
+    """A loopback --endpoint-url is smtriton local-endpoint (it checks neither): with no AWS configuration
+    at all, the request goes out with placeholders and fails only because nothing listens there."""
+    result = CliRunner().invoke(cli.app, ["invoke", "local", "--endpoint-url", url, "--input", "x=[1]"],
+                                env=NO_AWS | {"AWS_MAX_ATTEMPTS": "1"})  # fmt: skip
+    assert result.exit_code == 1, result.output
+    (line,) = result.stderr.strip().splitlines()
+    assert "region" not in line, line
+    assert "credentials" not in line, line
+    assert "Could not connect to the endpoint URL" in line, line
+
+
+def test_an_endpoint_url_elsewhere_still_needs_a_region():
+    result = CliRunner().invoke(
+        cli.app, ["invoke", "demo", "--endpoint-url", "https://runtime.example.com", "--input", "x=[1]"], env=NO_AWS
+    )
+    assert result.exit_code == 1, result.output
+    assert result.stderr.strip().splitlines() == ["error: no AWS region: pass --region or set AWS_REGION"]
 
 
 def test_invoke_at_an_endpoint_url_where_nothing_listens_is_one_line():
@@ -377,3 +417,39 @@ def test_help_fits_a_narrow_terminal_and_cuts_no_word_of_it(path):
         if getattr(param, "help", None) and not getattr(param, "hidden", False):
             cut = [w for w in param.help.replace("\\[", "[").split() if w not in joined]
             assert not cut, (param.name, cut, result.output)
+
+
+# --- issue 33.10: help tells a first run's order, and each step what comes next ---------------------------
+
+
+def test_the_root_help_gives_a_first_runs_order_and_names_serve():
+    text = " ".join(_help_lines())
+    assert "A first run, one model: convert -> config -> validate -> package -> local-endpoint" in text
+    assert "or deploy (after build-image and push-image; then invoke)" in text
+    assert "The server is a separate command, serve (serve --help)" in text
+
+
+def test_validate_and_package_say_what_comes_next(onnx_model, tmp_path):
+    assert "Next: smtriton package sme REPO" in " ".join(_help_lines("validate"))
+    assert "Next: smtriton local-endpoint --model-data model.tar.gz (SME)" in " ".join(_help_lines("package"))
+    repo = onnx_model.parent
+    assert smtriton("config", onnx_model).exit_code == 0
+    validated = smtriton("validate", repo)
+    assert validated.exit_code == 0, validated.output
+    assert (
+        validated.stderr.strip().splitlines()[-1]
+        == f"next: smtriton package sme {repo} (or package mme, one archive per model)"
+    )
+    packaged = smtriton("package", "sme", repo, "-o", tmp_path / "model.tar.gz")
+    assert packaged.exit_code == 0, packaged.output
+    assert f"next: smtriton local-endpoint --model-data {tmp_path / 'model.tar.gz'} calls it here" in packaged.stderr
+
+
+def test_config_input_help_says_how_the_batch_axis_is_written_and_does_so(onnx_model):
+    help_text = " ".join(_help_lines("config"))
+    assert "the batch axis first when Triton batches, written as a name or -1" in help_text
+    result = smtriton("config", onnx_model, "--stdout", "--max-batch-size", "8",
+                      "--input", "x:FP32:batch,4", "--output-tensor", "y:FP32:-1,2")  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert "max_batch_size: 8" in result.stdout
+    assert [line.strip() for line in result.stdout.splitlines() if "dims" in line] == ["dims: 4", "dims: 2"]

@@ -8,7 +8,7 @@ from typing import Any
 
 import orjson
 
-from smtriton.serve import edge
+from smtriton.serve import codec, edge
 from smtriton.serve.records import ModelRecord
 from smtriton.serve.triton.client import UpstreamResponse
 
@@ -28,9 +28,12 @@ def test_a_success_keeps_the_body_and_moves_the_header_length_into_the_content_t
     )
 
 
-def test_tritons_500_for_a_request_it_cannot_parse_is_a_client_error():
+def test_tritons_500_for_a_request_it_cannot_parse_is_a_client_error_saying_what_a_body_may_be():
     body = b'{"error":"failed to parse the request JSON buffer: Invalid value. at 0"}'
-    assert edge.to_sagemaker(UpstreamResponse(500, "", None, body)) == (400, "application/json", body)
+    status, content_type, answer = edge.to_sagemaker(UpstreamResponse(500, "", None, body))
+    assert (status, content_type) == (400, "application/json")
+    message = orjson.loads(answer)["error"]
+    assert message == f"failed to parse the request JSON buffer: Invalid value. at 0; {codec.ACCEPTED_BODIES}"
     other = b'{"error":"model crashed"}'
     assert edge.to_sagemaker(UpstreamResponse(500, "", None, other))[0] == 500
 
@@ -69,6 +72,10 @@ def test_mme_answers_put_the_clients_model_name_back_and_map_errors():
     assert not edge.may_be_out_of_memory(down)
     assert edge.to_mme_response(record, down)[0] == 503
     assert edge.to_mme_response(record, UpstreamResponse(500, "", None, b'{"error":"bad input"}'))[0] == 400
+    unread = UpstreamResponse(500, "", None, b'{"error":"failed to parse the request JSON buffer: Invalid value."}')
+    status, _, body = edge.to_mme_response(record, unread)
+    assert status == 400
+    assert orjson.loads(body)["error"].endswith(f"Invalid value.; {codec.ACCEPTED_BODIES}")
 
 
 def test_custom_attributes_come_back_only_from_a_successful_response():

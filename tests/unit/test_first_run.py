@@ -23,12 +23,19 @@ chmod +x "$3/bin/python"
 """
 
 
-def test_setup_announces_each_step_and_when_it_is_done(tmp_path):
+def _fake_setup_env(tmp_path: Path) -> dict[str, str]:
+    """dev/setup.sh's environment with FAKE_PYTHON as its Python: every pip call lands in ``CALLS``."""
     fake = tmp_path / "python3"
     fake.write_text(FAKE_PYTHON)
     fake.chmod(0o755)
+    env = {**os.environ, "PYTHON": str(fake), "VENV": str(tmp_path / "venv"), "CALLS": str(tmp_path / "calls")}
+    env.pop("TORCH_INDEX_URL", None)
+    return env
+
+
+def test_setup_announces_each_step_and_when_it_is_done(tmp_path):
+    env = _fake_setup_env(tmp_path)
     calls = tmp_path / "calls"
-    env = {**os.environ, "PYTHON": str(fake), "VENV": str(tmp_path / "venv"), "CALLS": str(calls)}
     run = subprocess.run(["bash", "dev/setup.sh"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
     assert run.returncode == 0, run.stderr
     steps = [line for line in run.stderr.splitlines() if line.startswith("setup [")]
@@ -38,6 +45,24 @@ def test_setup_announces_each_step_and_when_it_is_done(tmp_path):
     assert "-c requirements-dev.lock -e .[local,convert,test]" in calls.read_text()
     again = subprocess.run(["bash", "dev/setup.sh"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
     assert (again.returncode, again.stderr) == (0, "")  # up to date: nothing to say, nothing done
+
+
+@pytest.mark.parametrize("local_wheel", [True, False], ids=["local-cpu-wheel", "none-here"])
+def test_setup_installs_the_cpu_build_of_torch_never_pypis_cuda_one(tmp_path, local_wheel):
+    """The first run's biggest download: PyTorch's CPU build (from a local wheel where one lies, else from
+    PyTorch's CPU index), not PyPI's Linux build with its GBs of CUDA libraries."""
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    if local_wheel:
+        (wheels / "torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl").write_bytes(b"")
+    calls = tmp_path / "calls"
+    env = _fake_setup_env(tmp_path) | {"WHEELS": str(wheels)}
+    run = subprocess.run(["bash", "dev/setup.sh"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
+    (torch_call,) = [c for c in calls.read_text().splitlines() if c.endswith(" torch")]
+    assert f"--find-links {wheels}" in torch_call
+    assert ("--extra-index-url https://download.pytorch.org/whl/cpu" in torch_call) is not local_wheel
+    assert "-c requirements-dev.lock" in torch_call
 
 
 @pytest.mark.skipif(shutil.which("git") is None, reason="needs git to copy the tracked tree")

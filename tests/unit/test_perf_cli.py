@@ -6,12 +6,16 @@ import json
 import os
 import subprocess
 import sys
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
 from smtriton import cli
+from smtriton.local.serve_process import free_port
 
 ADDSUB = Path(__file__).resolve().parents[1] / "integration" / "models" / "addsub"
 SMTRITON = str(Path(sys.executable).parent / "smtriton")
@@ -19,6 +23,32 @@ SMTRITON = str(Path(sys.executable).parent / "smtriton")
 
 def perf(*args: str):
     return CliRunner().invoke(cli.app, ["perf", *args])
+
+
+class _PingOnly(BaseHTTPRequestHandler):
+    """Answers GET /ping, hangs up on every request: a server that is there and fails every invocation."""
+
+    def do_GET(self) -> None:
+        self.send_response(200 if self.path == "/ping" else 404)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def do_POST(self) -> None:
+        self.close_connection = True
+
+    def log_message(self, format: str, *args: object) -> None:
+        """Quiet: the test reads perf's output, not the stand-in's."""
+
+
+@pytest.fixture
+def failing_server() -> Iterator[str]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _PingOnly)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+    thread.join(10)
 
 
 @pytest.mark.parametrize(
@@ -44,9 +74,31 @@ def test_https_urls_are_refused_with_what_to_do_instead():
     assert "endpoint: give its name" in result.output
 
 
-def test_a_run_where_nothing_answered_fails_with_the_errors_by_status(tmp_path: Path):
+@pytest.mark.parametrize("target", ["url", "endpoint"])
+def test_a_url_where_nothing_listens_is_one_line_before_any_step(target: str):
+    """Checked first (GET /ping, or one invocation through boto3): no run of thousands of refused
+    connections ending in 'no request succeeded'."""
+    url = f"http://127.0.0.1:{free_port()}"
+    args = [url] if target == "url" else ["my-endpoint", "--endpoint-url", url]
+    result = CliRunner().invoke(cli.app, ["perf", *args, "--model-dir", str(ADDSUB), "--duration", "5"],
+                                env=NO_AWS | {"AWS_MAX_ATTEMPTS": "1"})  # fmt: skip
+    assert result.exit_code == 1, result.output
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith("error: nothing answers"), line
+    assert url in line, line
+    assert "no request succeeded" not in line
+
+
+def test_a_server_not_ready_is_one_line(failing_server: str):
+    result = perf(f"{failing_server}/not-serve", "--model-dir", str(ADDSUB))
+    assert result.exit_code == 1, result.output
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith(f"error: GET {failing_server}/not-serve/ping answered 404: no serve ready"), line
+
+
+def test_a_run_where_nothing_answered_fails_with_the_errors_by_status(tmp_path: Path, failing_server: str):
     out = tmp_path / "r.json"
-    result = perf("http://127.0.0.1:1", "--model-dir", str(ADDSUB), "--concurrency", "2",
+    result = perf(failing_server, "--model-dir", str(ADDSUB), "--concurrency", "2",
                   "--warmup", "0", "--duration", "0.2", "--json", str(out))  # fmt: skip
     assert result.exit_code == 1
     assert 'no request succeeded (errors by status: {"connection":' in result.output
@@ -55,9 +107,9 @@ def test_a_run_where_nothing_answered_fails_with_the_errors_by_status(tmp_path: 
     assert step["errors"]["connection"] > 0
 
 
-def test_when_nothing_succeeds_there_is_no_hint_about_the_client():
+def test_when_nothing_succeeds_there_is_no_hint_about_the_client(failing_server: str):
     """Every request refused at once keeps the client's one core busy; that is no reason to suspect the client."""
-    result = perf("http://127.0.0.1:1", "--model-dir", str(ADDSUB), "--concurrency", "1",
+    result = perf(failing_server, "--model-dir", str(ADDSUB), "--concurrency", "1",
                   "--warmup", "0", "--duration", "0.3")  # fmt: skip
     assert result.exit_code == 1
     assert "no request succeeded" in result.output
@@ -94,11 +146,11 @@ def test_an_endpoint_without_region_or_credentials_is_one_line(env: dict[str, st
     assert error.startswith(line), error
 
 
-def test_aws_region_is_read_as_the_aws_sdks_read_it():
+def test_aws_region_is_read_as_the_aws_sdks_read_it(failing_server: str):
     """AWS_REGION is enough (botocore alone reads only AWS_DEFAULT_REGION): the run starts, and an
-    endpoint URL where nothing listens ends in the one failure line, with no client hint."""
+    endpoint URL that fails every request ends in the one failure line, with no client hint."""
     env = NO_AWS | KEYS | {"AWS_REGION": "us-east-1"}
-    result = CliRunner().invoke(cli.app, ["perf", "my-endpoint", "--endpoint-url", "http://127.0.0.1:1",
+    result = CliRunner().invoke(cli.app, ["perf", "my-endpoint", "--endpoint-url", failing_server,
                                           "--model-dir", str(ADDSUB), "--concurrency", "1", "--warmup", "0",
                                           "--duration", "0.2"], env=env)  # fmt: skip
     assert result.exit_code == 1, result.output
@@ -109,11 +161,11 @@ def test_aws_region_is_read_as_the_aws_sdks_read_it():
 
 
 @pytest.mark.parametrize("columns", [80, 60])
-def test_the_table_is_whole_on_a_narrow_terminal(columns: int):
+def test_the_table_is_whole_on_a_narrow_terminal(columns: int, failing_server: str):
     """Through the entry point at the terminal width a user has: every header whole, nothing cut off."""
     env = {**os.environ, "COLUMNS": str(columns)}
     done = subprocess.run(
-        [SMTRITON, "perf", "http://127.0.0.1:1", "--model-dir", str(ADDSUB), "--concurrency", "1,16",
+        [SMTRITON, "perf", failing_server, "--model-dir", str(ADDSUB), "--concurrency", "1,16",
          "--warmup", "0", "--duration", "0.3"],
         capture_output=True, text=True, timeout=120, env=env,
     )  # fmt: skip

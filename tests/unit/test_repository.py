@@ -30,7 +30,8 @@ def test_several_models_without_a_name_is_an_error(tmp_path):
 
 def test_named_default_that_does_not_exist_is_an_error(tmp_path):
     _model(tmp_path, "a")
-    with pytest.raises(RepositoryError, match="SAGEMAKER_TRITON_DEFAULT_MODEL_NAME nope does not exist"):
+    _model(tmp_path, "b")
+    with pytest.raises(RepositoryError, match=r"MODEL_NAME nope does not exist \(models there: a, b\)$"):
         resolve_default_model(tmp_path, "nope")
 
 

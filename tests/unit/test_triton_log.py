@@ -24,6 +24,16 @@ from smtriton.serve.triton.process import _log_level, _log_line
             'pinned memory pool will not be available: CUDA driver version is insufficient for CUDA runtime version"',
             logging.DEBUG,
         ),
+        (
+            'E1126 09:12:01.101112 4242 ensemble_scheduler.cc:1468] "unable to create stream for tv_pipeline: '
+            'CUDA driver version is insufficient for CUDA runtime version"',
+            logging.DEBUG,
+        ),
+        (  # a stream that fails for another reason stays an error
+            'E1126 09:12:01.101112 4242 ensemble_scheduler.cc:1468] "unable to create stream for tv_pipeline: '
+            'out of memory"',
+            logging.ERROR,
+        ),
     ],
 )
 def test_levels(line, level):

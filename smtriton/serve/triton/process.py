@@ -124,11 +124,13 @@ def _die_with_parent() -> None:  # pragma: no cover - runs in the child between 
     libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
-# What Triton reports on every host without a GPU, as a warning and an error: expected there, so logged
-# at debug level, after one line at info level that says so.
+# What Triton reports on every host without a GPU, as warnings and errors: expected there, so logged at
+# debug level, after one line at info level that says so. Each notice is the parts a line must all hold.
 _NO_GPU_NOTICES = (
-    "CudaDriverHelper has not been initialized",
-    "Unable to allocate pinned system memory, pinned memory pool will not be available",
+    ("CudaDriverHelper has not been initialized",),
+    ("Unable to allocate pinned system memory, pinned memory pool will not be available",),
+    # Every ensemble load asks for a CUDA stream; only the missing driver is expected, not other causes.
+    ("unable to create stream for ", "CUDA driver version is insufficient for CUDA runtime version"),
 )
 
 
@@ -137,7 +139,7 @@ def _log_level(line: str) -> int:
     if not line[1:2].isdigit():
         return logging.INFO
     level = _LEVELS.get(line[:1], logging.INFO)
-    if level > logging.INFO and any(notice in line for notice in _NO_GPU_NOTICES):
+    if level > logging.INFO and any(all(part in line for part in notice) for notice in _NO_GPU_NOTICES):
         return logging.DEBUG
     return level
 
