@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, NoReturn
 from smtriton.serve import cgroups
 from smtriton.serve.errors import StartupError
 from smtriton.serve.logs import configure_logging
-from smtriton.serve.repository import refuse_unrunnable_plans, resolve_default_model
+from smtriton.serve.repository import models_to_load, refuse_unrunnable_plans, resolve_default_model
 from smtriton.serve.settings import Settings, environment_help, flag_help, warn_without_effect
 from smtriton.serve.triton.installation import TritonInstallation, find_triton
 from smtriton.serve.workers import WORKER_ENTRY, reserve_port
@@ -90,20 +90,32 @@ def main(argv: Sequence[str] | None = None, *, worker: str = WORKER_ENTRY) -> No
         configure_logging(settings.log_level, settings.log_format)
         warn_without_effect(os.environ)
         default = None
+        loads: list[str] = []
         if not settings.multi_model:
             default = resolve_default_model(settings.model_repository, settings.default_model)
-            refuse_unrunnable_plans(settings.model_repository, default)
+            loads = models_to_load(
+                settings.model_repository, default, settings.load_models, settings.triton.additional_args
+            )
+            for model in loads:
+                refuse_unrunnable_plans(settings.model_repository, model)
         installation = find_triton(settings.tritonserver)
         if settings.work_dir is not None:
             settings.work_dir.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(prefix="smtriton-", dir=settings.work_dir) as work:
-            _run(settings, installation, default, Path(work), worker)
+            _run(settings, installation, default, loads, Path(work), worker)
     except StartupError as exc:
         print(str(exc), file=sys.stderr)
         raise SystemExit(1) from None
 
 
-def _run(settings: Settings, installation: TritonInstallation, default: str | None, work: Path, worker: str) -> None:
+def _run(
+    settings: Settings,
+    installation: TritonInstallation,
+    default: str | None,
+    loads: list[str],
+    work: Path,
+    worker: str,
+) -> None:
     """Run the endpoint until SIGTERM on uvicorn's loop of choice (uvloop where installed)."""
     port = reserve_port(settings.host, settings.port)  # at once: a port that is taken stops serve here
     try:
@@ -113,7 +125,7 @@ def _run(settings: Settings, installation: TritonInstallation, default: str | No
     else:
         run = uvloop.run
     try:
-        run(_serve(settings, installation, default, work, worker))
+        run(_serve(settings, installation, default, loads, work, worker))
     finally:
         port.close()
 
@@ -122,6 +134,7 @@ async def _serve(
     settings: Settings,
     installation: TritonInstallation,
     default: str | None,
+    loads: list[str],
     work: Path,
     worker: str,
 ) -> None:
@@ -171,7 +184,7 @@ async def _serve(
         on_exit=on_exit,
         on_change=on_change,
         metrics_wanted=settings.metrics_port is not None,
-        load_models=(default,) if default is not None else (),
+        load_models=loads,
     )
     workers = WorkerPool(
         settings.workers,
@@ -206,7 +219,7 @@ async def _serve(
             registry = ModelRegistry(settings, repository, supervisor.running_client)
         else:
             log.info("serving model %s from %s %s", default, settings.model_repository, where)
-        endpoint = Endpoint(settings, supervisor, metrics, workers, default, registry, on_fatal)
+        endpoint = Endpoint(settings, supervisor, metrics, workers, default, registry, on_fatal, loads)
         workers.open(endpoint.hello, endpoint.handle)
         assembled.set()
         if settings.metrics_port is not None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from smtriton.serve.errors import BadRequest, ModelLoadFailed, ModelNotFound, ServeError
@@ -59,12 +59,15 @@ class Health:
         workers: WorkerPool,
         default_model: str | None,
         on_fatal: Callable[[str], None] | None = None,
+        loads: Sequence[str] = (),
     ) -> None:
-        """``on_fatal`` is told why the endpoint cannot serve at all (the SME model failed to load)."""
+        """``on_fatal`` is told why the endpoint cannot serve at all (a model of an SME failed to load);
+        ``loads`` are the models an SME loads (those its default model calls, and the default one)."""
         self.settings = settings
         self.supervisor = supervisor
         self.workers = workers
         self.default_model = default_model
+        self.loads = list(loads) or ([default_model] if default_model is not None else [])
         self.decoupled = False  # SME: the default model streams (decoupled transaction policy)
         self.model_ready = False  # SME: the default model is READY; MME: the registry is restored
         self.model_failed = False  # SME: the default model failed to load (or is no longer ready)
@@ -124,28 +127,31 @@ class Health:
         self.model_ready = True
 
     async def load_default_model(self) -> None:
-        """The SME model on a Triton that just started: ready, or failed (``on_fatal`` told why)."""
+        """The SME's models on a Triton that just started, the default one last: ready, or failed
+        (``on_fatal`` told why: /ping is 200 only once every one of them is ready)."""
         model = self.default_model
         assert model is not None
         client = self.supervisor.running_client()
-        # Triton loaded the model as it started (the supervisor's load_models); ask how that went, and
-        # load it here only if Triton does not list it (then the load's own error says why).
-        state, reason = await client.model_state(model)
-        try:
-            if state != "READY" and (state is None or not reason):
-                await client.load_model(model, self.settings.startup_timeout_s)
-            elif state != "READY":
-                raise ModelLoadFailed(reason)
-        except ServeError as exc:
-            self.model_failed = True
-            why = load_failure(model, exc.message, {})
-            log.error("%s; Triton said: %s", why, exc.message)
-            if self._on_fatal is not None:  # as NVIDIA's server does: SageMaker learns at once, not at its timeout
-                self._on_fatal(why)
-            return
+        for name in self.loads:
+            # Triton loaded the models as it started (the supervisor's load_models); ask how that went, and
+            # load one here only if Triton does not list it (then the load's own error says why).
+            state, reason = await client.model_state(name)
+            try:
+                if state != "READY" and (state is None or not reason):
+                    await client.load_model(name, self.settings.startup_timeout_s)
+                elif state != "READY":
+                    raise ModelLoadFailed(reason)
+            except ServeError as exc:
+                self.model_failed = True
+                why = load_failure(name, exc.message, {})
+                log.error("%s; Triton said: %s", why, exc.message)
+                if self._on_fatal is not None:  # as NVIDIA's server does: SageMaker learns at once, not at its timeout
+                    self._on_fatal(why)
+                return
         self.decoupled = await client.is_decoupled(model)
         self.model_ready = True
-        log.info("model %s is ready", model)
+        others = [name for name in self.loads if name != model]
+        log.info("model %s is ready%s", model, f" (with {', '.join(others)})" if others else "")
 
     async def watch_model_health(self) -> None:
         """Keep /ping true to Triton's view of the SME model (it may be unloaded or fail later)."""
@@ -210,13 +216,14 @@ class Endpoint:
         default_model: str | None = None,
         registry: ModelRegistry | None = None,
         on_fatal: Callable[[str], None] | None = None,
+        loads: Sequence[str] = (),
     ) -> None:
         self.settings = settings
         self.supervisor = supervisor
         self.metrics = metrics
         self.default_model = default_model
         self.registry = registry
-        self.health = Health(settings, supervisor, workers, default_model, on_fatal)
+        self.health = Health(settings, supervisor, workers, default_model, on_fatal, loads)
         self.sessions = SessionKeeper(settings.session_ttl_s, supervisor.running_client)
         self.announcer = Announcer(workers, self.sessions.forget_model)
         if registry is not None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from pathlib import Path
 
 from smtriton.serve.errors import StartupError
@@ -55,3 +56,21 @@ def refuse_unrunnable_plans(repository: Path, model: str) -> None:
     problems = check_models(loaded_with(repository, model))
     if problems:
         raise RepositoryError(f"ERROR: model {model} cannot be served on this host: " + "; ".join(problems))
+
+
+def models_to_load(
+    repository: Path, default_model: str, wanted: Sequence[str], additional_args: Sequence[str]
+) -> list[str]:
+    """Every model a single-model endpoint loads, the default one last: those ``SMTRITON_LOAD_MODELS``
+    names (``*``: all of the repository) and those ``--load-model=`` flags name. A name the repository
+    does not have stops `serve` with the models it has."""
+    models = model_directories(repository)
+    flagged = [arg.split("=", 1)[1] for arg in additional_args if arg.startswith("--load-model=")]
+    names = models if "*" in wanted or "*" in flagged else [*wanted, *flagged]
+    unknown = [name for name in names if name not in models]
+    if unknown:
+        raise RepositoryError(
+            f"ERROR: SMTRITON_LOAD_MODELS names {', '.join(unknown)}, which {repository} does not hold "
+            f"(models there: {', '.join(models) or 'none'})"
+        )
+    return [*dict.fromkeys(name for name in names if name != default_model), default_model]

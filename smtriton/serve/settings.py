@@ -76,7 +76,22 @@ def _boolean(value: object) -> object:
         return True
     if word in ("0", "false", "no", "off"):
         return False
+    if "--" in word:  # native's word-splitting let such a value smuggle flags in (docs/contract.md §6 B17)
+        loads = [arg.split("=", 1)[1] for arg in value.split() if arg.startswith("--load-model=")]
+        if loads:
+            raise ValueError(
+                f"is not a boolean: to load {', '.join(loads)} beside the default model, set "
+                f"SMTRITON_LOAD_MODELS={','.join(loads)} (or SAGEMAKER_TRITON_ADDITIONAL_ARGS='--load-model=...')"
+            )
+        raise ValueError("is not a boolean: tritonserver flags go in SAGEMAKER_TRITON_ADDITIONAL_ARGS")
     raise ValueError("is not a boolean (use true or false)")
+
+
+def _names(value: object) -> object:
+    """A comma-separated list of names (``*``: every one)."""
+    if not isinstance(value, str):
+        return value
+    return tuple(name.strip() for name in value.split(",") if name.strip())
 
 
 def _exactly_true(value: object) -> object:
@@ -325,6 +340,14 @@ class Settings(BaseSettings):
     )
     default_model: str | None = _setting(
         "SAGEMAKER_TRITON_DEFAULT_MODEL_NAME", "model `/invocations` serves", shown="the only model", flag=True
+    )
+    load_models: Annotated[tuple[str, ...], BeforeValidator(_names)] = _setting(
+        "SMTRITON_LOAD_MODELS",
+        "single-model endpoints: models loaded beside the default one (comma-separated; `*`: every model of the "
+        "repository), such as those a Python (BLS) model calls; `/ping` waits for all of them. "
+        "`--load-model=` flags in `SAGEMAKER_TRITON_ADDITIONAL_ARGS` count too",
+        (),
+        shown="none",
     )
     ping_mode: Annotated[Literal["ready", "live"], BeforeValidator(_ping_mode)] = _setting(
         # docs/contract.md §6 B1: native `serve` never exported the mode; both variables are honoured here.

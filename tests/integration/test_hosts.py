@@ -8,7 +8,10 @@ it; where no child cgroup can be made (no permission, no delegation) the tests s
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -20,8 +23,8 @@ import requests
 
 from smtriton.serve import cgroups
 from tests.integration.conftest import TEST_MODELS, start_serve
-from tests.integration.contract_client import json_request
-from tests.integration.harness import ServeProcess
+from tests.integration.contract_client import json_request, parse
+from tests.integration.harness import ServeProcess, free_port
 
 pytestmark = pytest.mark.integration
 
@@ -150,3 +153,90 @@ def test_a_400_after_an_oom_killed_load_stays_a_400(tmp_path, memory_cgroup):
         assert requests.post(f"{server.url}/models/small/invoke", data=ADDSUB, timeout=30).status_code == 200
     finally:
         server.stop()
+
+
+BLS_CONFIG = """name: "bls"
+backend: "python"
+max_batch_size: 8
+input [
+  { name: "INPUT0", data_type: TYPE_INT32, dims: [16] },
+  { name: "INPUT1", data_type: TYPE_INT32, dims: [16] }
+]
+output [{ name: "SUM", data_type: TYPE_INT32, dims: [16] }]
+"""
+BLS_MODEL = """import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            inputs = [pb_utils.get_input_tensor_by_name(request, name) for name in ("INPUT0", "INPUT1")]
+            call = pb_utils.InferenceRequest(model_name="addsub", requested_output_names=["OUTPUT0"], inputs=inputs)
+            answer = call.exec()
+            if answer.has_error():
+                responses.append(pb_utils.InferenceResponse(error=pb_utils.TritonError(answer.error().message())))
+                continue
+            total = pb_utils.get_output_tensor_by_name(answer, "OUTPUT0").as_numpy()
+            responses.append(pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor("SUM", total)]))
+        return responses
+"""
+
+
+@pytest.fixture(scope="module")
+def bls_repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The test models and ``bls``, a Python model that calls ``addsub`` (Python backend BLS)."""
+    repo = tmp_path_factory.mktemp("bls") / "models"
+    shutil.copytree(TEST_MODELS, repo, ignore=shutil.ignore_patterns("__pycache__"))
+    (repo / "bls" / "1").mkdir(parents=True)
+    (repo / "bls" / "config.pbtxt").write_text(BLS_CONFIG)
+    (repo / "bls" / "1" / "model.py").write_text(BLS_MODEL)
+    return repo
+
+
+@pytest.mark.parametrize(
+    "env",
+    [
+        {"SMTRITON_LOAD_MODELS": "addsub"},
+        {"SMTRITON_LOAD_MODELS": "*"},
+        {"SAGEMAKER_TRITON_ADDITIONAL_ARGS": "--load-model=addsub"},  # native's way keeps working
+    ],
+    ids=["named", "all", "additional-args"],
+)
+def test_a_bls_model_serves_once_the_models_it_calls_are_loaded_with_it(tmp_path, bls_repository, env):
+    server = start_serve(tmp_path, bls_repository, "bls", env=env)
+    try:
+        assert "model bls is ready (with addsub" in server.log_text()  # /ping waited for both
+        answer = requests.post(f"{server.url}/invocations", data=ADDSUB, timeout=30)
+        assert answer.status_code == 200, answer.text
+        np.testing.assert_array_equal(parse(answer).as_numpy("SUM"), A + A)
+    finally:
+        server.stop()
+
+
+def test_without_its_models_a_bls_model_cannot_call_them(tmp_path, bls_repository):
+    server = start_serve(tmp_path, bls_repository, "bls")
+    try:
+        answer = requests.post(f"{server.url}/invocations", data=ADDSUB, timeout=30)
+        assert answer.status_code != 200
+        assert "addsub" in answer.json()["error"]
+    finally:
+        server.stop()
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        # what users of NVIDIA's front do (its word-splitting passed the flag on): told the setting to use
+        ({"SAGEMAKER_TRITON_LOG_INFO": "false --load-model=addsub"}, "set SMTRITON_LOAD_MODELS=addsub"),
+        ({"SMTRITON_LOAD_MODELS": "addsub,nosuch"}, "names nosuch, which"),
+    ],
+)
+def test_models_to_load_are_checked_at_start_in_one_line(bls_repository, env, message):
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("SAGEMAKER_", "SMTRITON_"))}
+    args = [sys.executable, "-m", "smtriton.serve", "--model-repository", str(bls_repository)]
+    args += ["--default-model", "bls", "--port", str(free_port())]
+    done = subprocess.run(args, env={**clean, **env}, capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 1
+    assert done.stderr.strip().splitlines() == [done.stderr.strip()], done.stderr  # one line
+    assert message in done.stderr
