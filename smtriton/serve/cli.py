@@ -22,7 +22,12 @@ from typing import TYPE_CHECKING, NoReturn
 from smtriton.serve import cgroups
 from smtriton.serve.errors import StartupError
 from smtriton.serve.logs import configure_logging
-from smtriton.serve.repository import models_to_load, refuse_unrunnable_plans, resolve_default_model
+from smtriton.serve.repository import (
+    models_to_load,
+    refuse_unrunnable_plans,
+    refuse_without_shared_memory,
+    resolve_default_model,
+)
 from smtriton.serve.settings import Settings, environment_help, flag_help, warn_without_effect
 from smtriton.serve.triton.installation import TritonInstallation, find_triton
 from smtriton.serve.workers import WORKER_ENTRY, reserve_port
@@ -99,6 +104,10 @@ def main(argv: Sequence[str] | None = None, *, worker: str = WORKER_ENTRY) -> No
             for model in loads:
                 refuse_unrunnable_plans(settings.model_repository, model)
         installation = find_triton(settings.tritonserver)
+        if loads:
+            refuse_without_shared_memory(
+                settings.model_repository, loads, settings.triton.shm_default_byte_size, installation.native_backends()
+            )
         if settings.work_dir is not None:
             settings.work_dir.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(prefix="smtriton-", dir=settings.work_dir) as work:
@@ -216,7 +225,9 @@ async def _serve(
         where = f"on {settings.host}:{settings.port} ({settings.workers} front worker{'s' * (settings.workers > 1)})"
         if default is None:
             log.info("multi-model endpoint: models from %s, %s", settings.model_root, where)
-            registry = ModelRegistry(settings, repository, supervisor.running_client)
+            registry = ModelRegistry(
+                settings, repository, supervisor.running_client, native_backends=installation.native_backends()
+            )
         else:
             log.info("serving model %s from %s %s", default, settings.model_repository, where)
         endpoint = Endpoint(settings, supervisor, metrics, workers, default, registry, on_fatal, loads)

@@ -45,6 +45,7 @@ from smtriton.serve.gpu import gpu_free_memory
 from smtriton.serve.plan_check import check_models
 from smtriton.serve.records import ModelRecord
 from smtriton.serve.settings import Settings
+from smtriton.serve.triton import shm
 from smtriton.serve.triton.client import TritonClient
 
 log = logging.getLogger("serve.mme")
@@ -304,12 +305,15 @@ class ModelRegistry:
         unload_drain_s: float = 60.0,
         unload_timeout_s: float = 240.0,
         memory: cgroups.MemoryGroup | None = None,
+        native_backends: set[str] | None = None,
     ) -> None:
         """``managed`` is the repository Triton serves; ``client`` gives the Triton client while it runs."""
         self._budget = settings.model_memory_budget_bytes
         self._pending: dict[str, int] = {}  # estimates of loads past the memory check, not yet recorded
         self._gpu_reserve = settings.gpu_memory_reserve_bytes
         self._memory = memory if memory is not None else cgroups.memory_group()
+        self._native = native_backends or set()  # backends the Triton binary has (the rest run on Python's)
+        self._shm_region = settings.triton.shm_default_byte_size
         self.model_root = settings.model_root
         self.managed = managed
         self._client = client
@@ -400,6 +404,10 @@ class ModelRegistry:
                 f"not enough GPU memory to load model '{name}': the most free on any GPU is {max(gpus) >> 20} MiB, "
                 f"below the reserve of {self._gpu_reserve >> 20} MiB"
             )
+        dirs = [layout.entry, *layout.others]
+        problem = await asyncio.to_thread(shm.shortfall, dirs, self._shm_region, self._native, len(gpus))
+        if problem is not None:
+            raise InsufficientStorage(f"cannot load model '{name}': {problem}")
         renames = {d.name: f"{triton_name}.{d.name}" for d in layout.others} if layout.ensemble else {}
         staged: list[str] = []
         sources: dict[str, Path] = {}  # staged name -> the directory under the caller's url

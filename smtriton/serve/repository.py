@@ -7,7 +7,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from smtriton.serve.errors import StartupError
+from smtriton.serve.gpu import gpu_free_memory
 from smtriton.serve.plan_check import check_models, loaded_with
+from smtriton.serve.triton import shm
 
 log = logging.getLogger("serve")
 
@@ -74,3 +76,14 @@ def models_to_load(
             f"(models there: {', '.join(models) or 'none'})"
         )
     return [*dict.fromkeys(name for name in names if name != default_model), default_model]
+
+
+def refuse_without_shared_memory(
+    repository: Path, models: Sequence[str], region_bytes: int, native_backends: set[str]
+) -> None:
+    """Exit before Triton starts when the Python backend's instances of ``models`` (and their ensembles'
+    steps) cannot fit in the free space of /dev/shm: one line with both numbers and what to change."""
+    dirs = list(dict.fromkeys(d for model in models for d in loaded_with(repository, model)))
+    problem = shm.shortfall(dirs, region_bytes, native_backends, len(gpu_free_memory()))
+    if problem is not None:
+        raise RepositoryError(f"ERROR: {problem}")

@@ -240,3 +240,65 @@ def test_models_to_load_are_checked_at_start_in_one_line(bls_repository, env, me
     assert done.returncode == 1
     assert done.stderr.strip().splitlines() == [done.stderr.strip()], done.stderr  # one line
     assert message in done.stderr
+
+
+SMALL_SHM = "40m"  # room for two of the Python backend's 16 MiB regions
+
+
+def _small_dev_shm() -> list[str]:
+    """A launcher that starts serve in a private mount namespace whose /dev/shm is a small tmpfs."""
+    probe = subprocess.run(
+        ["unshare", "-m", "sh", "-c", f"mount -t tmpfs -o size={SMALL_SHM} tmpfs /dev/shm"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    if probe.returncode != 0:
+        pytest.skip(f"cannot mount a small /dev/shm in a private mount namespace here: {probe.stderr.strip()}")
+    return ["unshare", "-m", "sh", "-c", f'mount -t tmpfs -o size={SMALL_SHM} tmpfs /dev/shm && exec "$@"', "sh"]
+
+
+def test_an_sme_whose_python_instances_cannot_fit_in_dev_shm_stops_with_one_line(tmp_path, test_repository):
+    launcher = _small_dev_shm()
+    slow = ServeProcess(test_repository, "slow", tmp_path / "slow.log", launcher=launcher)  # 4 instances
+    try:
+        assert slow.wait(60) == 1
+        (line,) = slow.log_text().strip().splitlines()[-1:]
+        assert line == (
+            "ERROR: the Python backend needs 64 MiB of shared memory for 4 model instances (16 MiB each, "
+            "SAGEMAKER_TRITON_SHM_DEFAULT_BYTE_SIZE) and /dev/shm has 40 MiB free: give the container more shared "
+            "memory, lower SAGEMAKER_TRITON_SHM_DEFAULT_BYTE_SIZE, or run fewer instances"
+        )
+    finally:
+        slow.stop()
+    (tmp_path / "addsub").mkdir()
+    fits = ServeProcess(test_repository, "addsub", tmp_path / "addsub" / "serve.log", launcher=launcher)  # 1 instance
+    try:
+        fits.wait_healthy()
+        assert requests.post(f"{fits.url}/invocations", data=ADDSUB, timeout=30).status_code == 200
+    finally:
+        fits.stop()
+
+
+def test_an_mme_load_that_cannot_fit_in_dev_shm_is_507_and_the_endpoint_serves_on(tmp_path):
+    launcher = _small_dev_shm()
+    root = tmp_path / "models"
+    root.mkdir()
+    server = start_serve(
+        tmp_path, None, None, env={"SAGEMAKER_MODEL_SERVER_WORKERS": "1"}, launcher=launcher,
+        args=["--multi-model", "--model-root", str(root)],
+    )  # fmt: skip
+    try:
+        shutil.copytree(TEST_MODELS / "addsub", root / "small" / "model")
+        shutil.copytree(TEST_MODELS / "slow", root / "wide" / "model")
+        assert _load(server, "small", str(root / "small" / "model")).status_code == 200  # 16 of 40 MiB
+        refused = _load(server, "wide", str(root / "wide" / "model"))  # 4 more instances: 64 MiB
+        assert refused.status_code == 507, refused.text
+        assert refused.json()["error"].startswith("cannot load model 'wide': the Python backend needs 64 MiB")
+        assert "/dev/shm has 24 MiB free" in refused.json()["error"]
+        assert requests.get(f"{server.url}/ping", timeout=5).status_code == 200
+        assert requests.post(f"{server.url}/models/small/invoke", data=ADDSUB, timeout=30).status_code == 200
+        assert [m["modelName"] for m in requests.get(f"{server.url}/models", timeout=5).json()["models"]] == ["small"]
+    finally:
+        server.stop()

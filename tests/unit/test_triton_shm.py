@@ -40,3 +40,42 @@ def test_a_prefix_the_deployment_set_is_its_own_and_left_alone(tmp_path):
     assert ours.shm_prefix is not None
     command = build_command(installation, Settings(), tmp_path, tmp_path, Ports(http=1), (), ours.shm_prefix)
     assert f"--backend-config=python,shm-region-prefix-name={ours.shm_prefix}" in command
+
+
+def _model(root, name: str, config: str):
+    model = root / name
+    model.mkdir(parents=True)
+    (model / "config.pbtxt").write_text(f'name: "{name}"\n' + config)
+    return model
+
+
+def test_the_instances_that_take_shared_memory_are_those_of_python_and_python_based_backends(tmp_path):
+    native = {"python", "onnxruntime"}  # a Triton with a native ONNX Runtime, and no native PyTorch
+    cases = {
+        'backend: "python"\ninstance_group [{ kind: KIND_CPU, count: 3 }]': 3,
+        'platform: "onnxruntime_onnx"\ninstance_group [{ kind: KIND_CPU, count: 3 }]': 0,  # native
+        'platform: "pytorch_libtorch"\ninstance_group [{ kind: KIND_CPU, count: 2 }]': 2,  # Python-based here
+        'backend: "pytorch"\ninstance_group [{ kind: KIND_GPU, count: 2 }]': 4,  # per GPU, two GPUs
+        'backend: "pytorch"\ninstance_group [{ kind: KIND_GPU, count: 2, gpus: [0] }]': 2,
+        'backend: "python"': 2,  # no group: one an available GPU
+        'platform: "ensemble"': 0,
+    }
+    for i, (config, expected) in enumerate(cases.items()):
+        assert shm.python_instances(_model(tmp_path, f"m{i}", config), native, gpus=2) == expected, config
+    assert shm.python_instances(_model(tmp_path, "cpu", 'backend: "python"'), native, gpus=0) == 1
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "config.pbtxt").write_text("name: [")
+    assert shm.python_instances(broken, native, gpus=0) == 0  # Triton says what is wrong with it
+
+
+def test_a_shortfall_names_both_numbers_and_what_to_change(tmp_path):
+    models = [_model(tmp_path, "p", 'backend: "python"\ninstance_group [{ kind: KIND_CPU, count: 4 }]')]
+    free = shm.free_bytes(tmp_path)
+    assert free is not None
+    assert shm.shortfall(models, 1024, {"python"}, 0, tmp_path) is None  # 4 KiB: fits anywhere
+    too_much = (free // 4 + 1) * 4  # four regions just past what is free
+    problem = shm.shortfall(models, too_much, {"python"}, 0, tmp_path)
+    assert problem is not None
+    assert f"for 4 model instances ({too_much // shm.MIB} MiB each, SAGEMAKER_TRITON_SHM_DEFAULT_BYTE_SIZE)" in problem
+    assert shm.shortfall(models, too_much, {"python"}, 0, tmp_path / "missing") is None  # cannot tell: no refusal

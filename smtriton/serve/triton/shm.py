@@ -1,5 +1,5 @@
-"""The shared memory of Triton's Python backend: named so that `serve` knows its own, removed when the
-Triton that made it is gone.
+"""The shared memory of Triton's Python backend: what models need of it, checked before they load;
+named so that `serve` knows its own, and removed when the Triton that made it is gone.
 
 Every Python model instance (and, on a Triton without native backends, every ONNX and TorchScript
 one: they run on Python-based backends) talks to its stub process through a region in ``/dev/shm``,
@@ -9,14 +9,24 @@ no room for any Python model to load. `serve` therefore gives each Triton it sta
 of its own (``--backend-config=python,shm-region-prefix-name=``): once that Triton and its stubs are
 gone, whatever still carries the prefix is theirs and is removed, before the next Triton starts and
 when `serve` stops.
+
+SageMaker has no `--shm-size`: a container gets the platform's `/dev/shm`, and Triton's own refusal when
+it is too small ("Unable to initialize shared memory", deep in its log, the model unavailable) says
+nothing of what to change. So before a single-model endpoint starts, and before a multi-model load,
+what the models' instances will take (one region of ``SAGEMAKER_TRITON_SHM_DEFAULT_BYTE_SIZE`` each) is
+compared with what ``/dev/shm`` has free, and a shortfall is refused in one line with both numbers.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import secrets
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
+
+from smtriton import model_config
+from smtriton.model_config import ConfigParseError
 
 log = logging.getLogger("serve.triton")
 
@@ -24,6 +34,9 @@ SHM_DIR = Path("/dev/shm")
 PREFIX_OPTION = "shm-region-prefix-name="
 # Triton's own default prefix, kept at the front so the regions read as the Python backend's.
 TRITON_PREFIX = "triton_python_backend_shm_region_"
+# What a platform name resolves to as a backend (the backends that have a Python-based stand-in).
+PLATFORM_BACKENDS = {"onnxruntime_onnx": "onnxruntime", "pytorch_libtorch": "pytorch", "tensorrt_plan": "tensorrt"}
+MIB = 1 << 20
 
 
 def new_prefix() -> str:
@@ -67,3 +80,49 @@ def remove_regions(prefix: str, directory: Path = SHM_DIR) -> int:
             freed >> 20,
         )
     return freed
+
+
+def python_instances(model_dir: Path, native_backends: set[str], gpus: int) -> int:
+    """How many stubs of the Python backend ``model_dir``'s model runs: its instances when it is a
+    Python model, or runs on a Python-based backend (one the Triton binary lacks natively); else 0."""
+    try:
+        config = model_config.read(model_dir)
+    except (ConfigParseError, OSError):
+        return 0  # Triton refuses it itself
+    backend = config.backend or PLATFORM_BACKENDS.get(config.platform, config.platform)
+    if backend != "python" and (not backend or backend in native_backends or backend == "ensemble"):
+        return 0
+    if not config.instance_group:
+        return max(1, gpus)
+    total = 0
+    for group in config.instance_group:
+        count = group.count or 1
+        gpu_group = group.kind == group.KIND_GPU or (group.kind == group.KIND_AUTO and gpus > 0)
+        total += count * (len(group.gpus) or max(1, gpus)) if gpu_group else count
+    return total
+
+
+def free_bytes(directory: Path = SHM_DIR) -> int | None:
+    """Bytes ``directory`` (a tmpfs) has free; None where it cannot be told."""
+    try:
+        stat = os.statvfs(directory)
+    except OSError:
+        return None
+    return stat.f_bavail * stat.f_frsize
+
+
+def shortfall(
+    model_dirs: Iterable[Path], region_bytes: int, native_backends: set[str], gpus: int, directory: Path = SHM_DIR
+) -> str | None:
+    """Why these models' Python-backend instances cannot fit in ``directory``'s free space, or None."""
+    instances = sum(python_instances(model_dir, native_backends, gpus) for model_dir in model_dirs)
+    free = free_bytes(directory)
+    needed = instances * region_bytes
+    if free is None or needed <= free:
+        return None
+    return (
+        f"the Python backend needs {needed // MIB} MiB of shared memory for {instances} model instance"
+        f"{'s' * (instances != 1)} ({region_bytes // MIB} MiB each, SAGEMAKER_TRITON_SHM_DEFAULT_BYTE_SIZE) and "
+        f"{directory} has {free // MIB} MiB free: give the container more shared memory, lower "
+        "SAGEMAKER_TRITON_SHM_DEFAULT_BYTE_SIZE, or run fewer instances"
+    )
