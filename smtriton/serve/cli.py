@@ -104,6 +104,7 @@ def main(argv: Sequence[str] | None = None, *, worker: str = WORKER_ENTRY) -> No
             for model in loads:
                 refuse_unrunnable_plans(settings.model_repository, model)
         installation = find_triton(settings.tritonserver)
+        _check_gpu_driver(installation)
         if loads:
             refuse_without_shared_memory(
                 settings.model_repository, loads, settings.triton.shm_default_byte_size, installation.native_backends()
@@ -115,6 +116,22 @@ def main(argv: Sequence[str] | None = None, *, worker: str = WORKER_ENTRY) -> No
     except StartupError as exc:
         print(str(exc), file=sys.stderr)
         raise SystemExit(1) from None
+
+
+def _check_gpu_driver(installation: TritonInstallation) -> None:
+    """Say which GPUs and driver this host has against the image's CUDA; stop when the driver is too old
+    (and CUDA's forward compatibility cannot make up for it), or run Triton on that compatibility."""
+    from smtriton.serve.cuda import check_driver
+
+    verdict = check_driver()
+    if verdict is None:
+        return
+    log.log(verdict.level, "GPU: %s", verdict.says)
+    if verdict.refusal is not None:
+        raise StartupError(verdict.refusal)
+    if verdict.libraries is not None:
+        existing = installation.env.get("LD_LIBRARY_PATH", os.environ.get("LD_LIBRARY_PATH", ""))
+        installation.env["LD_LIBRARY_PATH"] = os.pathsep.join(p for p in (str(verdict.libraries), existing) if p)
 
 
 def _run(
