@@ -19,8 +19,9 @@ NO_CREDENTIALS = (
 )
 
 
-def aws_session(region: str | None = None, profile: str | None = None) -> Any:
-    """A ``boto3.Session`` with a region and credentials, or a :class:`ToolError` saying which is missing."""
+def aws_session(region: str | None = None, profile: str | None = None, *, need_region: bool = True) -> Any:
+    """A ``boto3.Session`` with a region and credentials, or a :class:`ToolError` saying which is missing
+    (``need_region=False``: S3 finds a bucket's region itself)."""
     import boto3
     from botocore.exceptions import BotoCoreError, ProfileNotFound
 
@@ -28,7 +29,7 @@ def aws_session(region: str | None = None, profile: str | None = None) -> Any:
         session = boto3.Session(region_name=region or os.environ.get("AWS_REGION") or None, profile_name=profile)
     except ProfileNotFound as exc:
         raise ToolUsageError(str(exc)) from None
-    if not session.region_name:
+    if need_region and not session.region_name:
         raise ToolError(NO_REGION)
     try:
         credentials = session.get_credentials()
@@ -37,3 +38,8 @@ def aws_session(region: str | None = None, profile: str | None = None) -> Any:
     if credentials is None:
         raise ToolError(NO_CREDENTIALS)
     return session
+
+
+def s3_client(region: str | None = None, profile: str | None = None) -> Any:
+    """An S3 client of the session ``--region`` and ``--profile`` choose, as every other AWS call's."""
+    return aws_session(region, profile, need_region=False).client("s3")

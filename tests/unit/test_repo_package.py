@@ -197,7 +197,30 @@ def test_upload_to_s3_with_checksum(repo, tmp_path, monkeypatch):
         with pytest.raises(PackageError, match="failed"):
             upload(archives[:1], "s3://no-such-bucket/x", client=s3)
     with pytest.raises(PackageError, match="not an s3://"):
-        upload(archives, "https://example.com/x")
+        upload(archives, "https://example.com/x", client=None)
+
+
+def test_the_upload_goes_through_the_region_and_profile_given(repo, tmp_path, monkeypatch):
+    """`package --s3` is an AWS call like deploy's: --region and --profile choose its session."""
+    config = tmp_path / "config"
+    config.write_text("[profile team]\nregion = eu-central-1\naws_access_key_id = TEAMKEY\naws_secret_access_key = s\n")
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(config))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_PROFILE", "AWS_REGION", "AWS_DEFAULT_REGION"):
+        monkeypatch.delenv(key, raising=False)
+    used = []
+    monkeypatch.setattr("smtriton.repo.package.upload", lambda archives, uri, client: used.append(client) or [uri])
+    out = str(tmp_path / "model.tar.gz")
+    result = CliRunner().invoke(app, ["package", "sme", str(repo), "-o", out, "--s3", "s3://b/p", "--profile", "team",
+                                      "--region", "eu-west-3"])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    (client,) = used
+    assert client.meta.region_name == "eu-west-3"
+    assert client._request_signer._credentials.access_key == "TEAMKEY"
+    result = CliRunner().invoke(app, ["package", "mme", str(repo), "-o", str(tmp_path / "m"), "--s3", "s3://b/p",
+                                      "--profile", "team"])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert used[-1].meta.region_name == "eu-central-1"
 
 
 def test_cli_package_sme_validates_first(repo, tmp_path):
