@@ -189,10 +189,23 @@ def deploy_command(
         Optional[int],  # noqa: UP045
         typer.Option(help="Attach auto-scaling up to this many instances (target tracking)"),
     ] = None,
-    autoscale_min: Annotated[int, typer.Option(help="Auto-scaling minimum instances")] = 1,
+    autoscale_min: Annotated[
+        int, typer.Option(help="Auto-scaling minimum instances (0 for asynchronous endpoints: scale in to none)")
+    ] = 1,
     autoscale_target: Annotated[
-        float, typer.Option(help="Auto-scaling target: SageMakerVariantInvocationsPerInstance (per minute)")
-    ] = 100.0,
+        Optional[float],  # noqa: UP045
+        typer.Option(
+            help="Auto-scaling target per instance: invocations per minute (SageMakerVariantInvocationsPerInstance), "
+            "or for asynchronous endpoints queued requests (ApproximateBacklogSizePerInstance) [default: 100 / 5]"
+        ),
+    ] = None,
+    remove_autoscaling: Annotated[
+        bool,
+        typer.Option(
+            "--remove-autoscaling",
+            help="Deregister the endpoint's auto-scaling (a redeploy otherwise keeps it, and its instance count)",
+        ),
+    ] = False,
     serverless: Annotated[bool, typer.Option("--serverless", help="Serverless endpoint (CPU, `cpu` image)")] = False,
     serverless_memory: Annotated[int, typer.Option(help="Serverless memory in MB (1024-6144, steps of 1024)")] = 4096,
     serverless_concurrency: Annotated[int, typer.Option(help="Serverless max concurrency (1-200)")] = 10,
@@ -218,7 +231,8 @@ def deploy_command(
     """Deploy the image as a single-model or multi-model endpoint, or update the endpoint in place.
 
     Waits until the endpoint is InService, printing its status. Everything created is tagged
-    smtriton:endpoint=<name> so `smtriton delete-endpoint` removes it all.
+    smtriton:endpoint=<name> so `smtriton delete-endpoint` removes it all. A redeploy keeps an
+    auto-scaled endpoint's instance count and scaling, and changes nothing when nothing changed.
     """
     from smtriton.aws.deploy import AsyncInference, AutoScaling, Aws, EndpointSpec, Serverless, deploy
     from smtriton.aws.docker_image import image_labels
@@ -239,6 +253,7 @@ def deploy_command(
         if async_output
         else None,
         autoscaling=AutoScaling(autoscale_min, autoscale_max, autoscale_target) if autoscale_max else None,
+        remove_autoscaling=remove_autoscaling,
         startup_timeout_s=startup_timeout,
         tags=_pairs(tag, "--tag"),
         base_image=labels.get(LABEL_BASE),
@@ -247,7 +262,7 @@ def deploy_command(
     result = deploy(
         Aws.from_session(session), spec, progress=_say, poll_s=poll, timeout_s=timeout, keep_failed=keep_failed
     )
-    verb = "updated" if result.updated else "created"
+    verb = "unchanged" if result.unchanged else "updated" if result.updated else "created"
     console.print(f"[green]✓[/] endpoint [bold]{escape(result.endpoint_name)}[/] {verb}: {escape(result.endpoint_arn)}")
     print(result.endpoint_name)
 

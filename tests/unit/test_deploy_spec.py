@@ -19,10 +19,10 @@ from smtriton.aws.deploy import (
     is_gpu_instance,
     model_request,
     resource_name,
-    scaling_requests,
     validate,
 )
 from smtriton.aws.docker_image import sagemaker_triton_image
+from smtriton.aws.scaling import policy_requests, target_request
 from smtriton.serve.settings import known_variables
 
 IMAGE = "123456789012.dkr.ecr.us-east-1.amazonaws.com/smtriton:1"
@@ -129,7 +129,8 @@ def test_async_config_and_the_longer_container_limits_it_implies():
 
 
 def test_scaling_requests_track_invocations_per_instance():
-    target, policy = scaling_requests("demo", AutoScaling(1, 4, 250.0, 600, 30))
+    target = target_request("demo", AutoScaling(1, 4, 250.0, 600, 30))
+    (policy,) = policy_requests("demo", AutoScaling(1, 4, 250.0, 600, 30), asynchronous=False)
     assert target == {
         "ServiceNamespace": "sagemaker",
         "ResourceId": "endpoint/demo/variant/AllTraffic",
@@ -141,6 +142,20 @@ def test_scaling_requests_track_invocations_per_instance():
     assert policy["PolicyType"] == "TargetTrackingScaling"
     assert config["PredefinedMetricSpecification"] == {"PredefinedMetricType": "SageMakerVariantInvocationsPerInstance"}
     assert (config["TargetValue"], config["ScaleInCooldown"], config["ScaleOutCooldown"]) == (250.0, 600, 30)
+
+
+def test_an_asynchronous_endpoint_tracks_its_queue_and_from_zero_wakes_on_its_backlog():
+    (tracking,) = policy_requests("q", AutoScaling(1, 4), asynchronous=True)
+    metric = tracking["TargetTrackingScalingPolicyConfiguration"]["CustomizedMetricSpecification"]
+    assert (metric["MetricName"], metric["Dimensions"]) == (
+        "ApproximateBacklogSizePerInstance",
+        [{"Name": "EndpointName", "Value": "q"}],
+    )
+    tracking, wake = policy_requests("q", AutoScaling(0, 4), asynchronous=True)
+    assert wake["PolicyType"] == "StepScaling"
+    assert wake["StepScalingPolicyConfiguration"]["StepAdjustments"] == [
+        {"MetricIntervalLowerBound": 0, "ScalingAdjustment": 1}
+    ]
 
 
 @pytest.mark.parametrize(
@@ -165,6 +180,7 @@ def test_scaling_requests_track_invocations_per_instance():
         (sme(async_inference=AsyncInference("/tmp/out")), "s3://"),
         (sme(autoscaling=AutoScaling(min_capacity=0)), "min capacity"),
         (sme(autoscaling=AutoScaling(min_capacity=3, max_capacity=2)), "min capacity"),
+        (sme(autoscaling=AutoScaling(), remove_autoscaling=True), "not both"),
         (sme(startup_timeout_s=30), "start-up"),
     ],
 )
