@@ -140,6 +140,52 @@ def onnx_signature(path: Path) -> Signature:
     return Signature(inputs, tuple(sig(v) for v in model.graph.output), "ONNX graph", max_batch_size)
 
 
+# Nodes an index tensor may pass through unchanged in value on its way to a Gather.
+_VALUE_PRESERVING = frozenset({"Cast", "Identity", "Reshape", "Squeeze", "Unsqueeze", "Flatten"})
+
+
+def onnx_index_ranges(path: Path) -> dict[str, tuple[int, int]]:
+    """``[0, rows)`` for each integer graph input that indexes a table (``Gather`` on an initializer, as
+    an embedding exports): the values a realistic input takes, read from the graph (weights not loaded)."""
+    import onnx
+
+    model = onnx.load(str(path), load_external_data=False)
+    graph = model.graph
+    sizes = {t.name: list(t.dims) for t in graph.initializer}
+    for node in graph.node:
+        if node.op_type == "Constant" and node.output:
+            value = next((a.t for a in node.attribute if a.name == "value"), None)
+            if value is not None:
+                sizes[node.output[0]] = list(value.dims)
+    consumers: dict[str, list[Any]] = {}
+    for node in graph.node:
+        for name in node.input:
+            consumers.setdefault(name, []).append(node)
+    initializers = {t.name for t in graph.initializer}
+    ranges: dict[str, tuple[int, int]] = {}
+    for value in graph.input:
+        if value.name in initializers:
+            continue
+        rows: list[int] = []
+        pending, seen = [value.name], {value.name}
+        while pending:
+            tensor = pending.pop()
+            for node in consumers.get(tensor, []):
+                if node.op_type == "Gather" and len(node.input) > 1 and node.input[1] == tensor:
+                    axis = next((a.i for a in node.attribute if a.name == "axis"), 0)
+                    table = sizes.get(node.input[0])
+                    if table and -len(table) <= axis < len(table) and table[axis] > 0:
+                        rows.append(int(table[axis]))
+                elif node.op_type in _VALUE_PRESERVING and node.input[0] == tensor:
+                    for out in node.output:
+                        if out not in seen:
+                            seen.add(out)
+                            pending.append(out)
+        if rows:
+            ranges[value.name] = (0, min(rows))
+    return ranges
+
+
 def onnx_external_data(path: Path) -> list[str]:
     """Relative locations of the external weight files an ONNX graph refers to."""
     import onnx

@@ -829,3 +829,23 @@ step = [{ model = "enc_trt", input_map = { ids = "ids" }, output_map = { hidden 
     assert [(r.name, r.status) for r in report.results] == [("enc", "built"), ("enc_trt", "skipped"),
                                                             ("pipe", "skipped")]  # fmt: skip
     assert report.results[2].note == "built from 'enc_trt', which is skipped here"
+
+
+def test_integer_inputs_without_a_range_take_the_values_of_the_table_they_index(trt, tmp_path):
+    """No --range: token ids are drawn over the whole embedding table (10 rows), not 0 and 1 only."""
+    from smtriton.convert.artifacts import onnx_index_ranges
+
+    source = encoder_onnx(tmp_path / "m.onnx")
+    assert onnx_index_ranges(source) == {"ids": (0, 10)}
+    plan = tmp_path / "model.plan"
+    trt_build.build_plan(source, plan, trt_build.BuildOptions(profiles=[PROFILE]))
+    real = trt_build.plan_runner(plan)
+    seen: list[np.ndarray] = []
+
+    def runner(feeds):
+        seen.append(feeds["ids"])
+        return real(feeds)
+
+    assert trt_build.verify_plan(plan, source, atol=1e-5, rtol=1e-5, runner=runner).passed
+    values = np.concatenate([ids.ravel() for ids in seen])
+    assert (values.min(), values.max()) == (0, 9)
