@@ -427,6 +427,7 @@ def convert_tensorrt(
     from smtriton import model_config
     from smtriton.convert import trt_build
     from smtriton.convert.artifacts import SignatureError, find_artifact, onnx_signature
+    from smtriton.convert.build import staged_dir
     from smtriton.convert.config import ConfigOptions
     from smtriton.convert.recipe import DynamicBatching, InstanceGroup, load_recipe
     from smtriton.convert.trt_plan import (
@@ -479,18 +480,24 @@ def convert_tensorrt(
             hardware_compatibility=hardware_compatibility,
             device=device,
         )
-        version_dir = output / model_name / str(version)
-        version_dir.mkdir(parents=True, exist_ok=True)
-        plan = version_dir / "model.plan"
+        model_dir = output / model_name
+        model_dir.mkdir(parents=True, exist_ok=True)
+        plan = model_dir / str(version) / "model.plan"
         default_atol, default_rtol = TOLERANCES[precision]
         columns = (SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                    TimeElapsedColumn())  # fmt: skip
-        with Progress(*columns, console=console, transient=True) as bar:
-            sidecar, report = trt_build.build_checked_plan(
-                onnx_path, plan, options, max_batch_size=mbs, verify=verify, reference=reference, ranges=ranges,
-                atol=default_atol if atol is None else atol, rtol=default_rtol if rtol is None else rtol,
-                monitor=_RichMonitor(bar),
-            )  # fmt: skip
+        # Built and checked beside the version directory; it replaces that directory only once the plan
+        # passed, so a failed build never leaves a plan where Triton would load it.
+        with staged_dir(model_dir, str(version)) as staging:
+            with Progress(*columns, console=console, transient=True) as bar:
+                sidecar, report = trt_build.build_checked_plan(
+                    onnx_path, staging / plan.name, options, max_batch_size=mbs, verify=verify, reference=reference,
+                    ranges=ranges, atol=default_atol if atol is None else atol,
+                    rtol=default_rtol if rtol is None else rtol, monitor=_RichMonitor(bar),
+                )  # fmt: skip
+            if report is not None and not report.passed:
+                console.print(f"  {report.summary()}", highlight=False)
+                raise typer.Exit(1)
         console.print(
             f"[green]✓[/] {plan} (TensorRT {sidecar.tensorrt_version}, {sidecar.gpu_name}, "
             f"compute capability {sidecar.compute_capability}, {sidecar.precision}); sidecar {sidecar_path(plan)}",
@@ -498,8 +505,6 @@ def convert_tensorrt(
         )
         if report is not None:
             console.print(f"  {report.summary()}", highlight=False)
-            if not report.passed:
-                raise typer.Exit(1)
         if config:
             options_cfg = ConfigOptions(
                 max_batch_size=mbs,

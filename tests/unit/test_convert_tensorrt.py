@@ -849,3 +849,36 @@ def test_integer_inputs_without_a_range_take_the_values_of_the_table_they_index(
     assert trt_build.verify_plan(plan, source, atol=1e-5, rtol=1e-5, runner=runner).passed
     values = np.concatenate([ids.ravel() for ids in seen])
     assert (values.min(), values.max()) == (0, 9)
+
+
+def other_encoder_onnx(path: Path) -> Path:
+    """encoder_onnx's graph with other weights: a reference no plan of encoder_onnx matches."""
+    encoder_onnx(path)
+    model = onnx.load(str(path))
+    for init in model.graph.initializer:
+        init.CopyFrom(helper.make_tensor(init.name, init.data_type, init.dims, np.ones(np.prod(init.dims)).tolist()))
+    onnx.save(model, str(path))
+    return path
+
+
+def test_a_plan_that_fails_parity_is_not_left_where_it_is_served(trt, tmp_path):
+    source = encoder_onnx(tmp_path / "src" / "enc" / "1" / "model.onnx")
+    repo = tmp_path / "repo"
+    args = ["convert", "tensorrt", str(source.parent.parent), "-o", str(repo), "--max-batch-size", "8",
+            "--profile", "batch=1:4:8,sequence=1:16:32"]  # fmt: skip
+    assert CliRunner().invoke(app, args).exit_code == 0
+    version = repo / "enc_trt" / "1"
+    served = {p.name: p.read_bytes() for p in version.iterdir()}
+    config = (repo / "enc_trt" / "config.pbtxt").read_bytes()
+
+    wrong = other_encoder_onnx(tmp_path / "other.onnx")
+    result = CliRunner().invoke(app, [*args, "--reference", str(wrong), "--workspace", "1GiB"])
+    assert result.exit_code == 1, result.output
+    assert "parity FAILED" in result.output
+    assert {p.name: p.read_bytes() for p in version.iterdir()} == served  # the plan in service is untouched
+    assert (repo / "enc_trt" / "config.pbtxt").read_bytes() == config
+    assert sorted(p.name for p in (repo / "enc_trt").iterdir()) == ["1", "config.pbtxt"]  # nothing staged is left
+
+    fresh = CliRunner().invoke(app, [*args[:4], str(tmp_path / "new"), *args[5:], "--reference", str(wrong)])
+    assert fresh.exit_code == 1
+    assert not list((tmp_path / "new").rglob("model.plan*"))
