@@ -149,41 +149,41 @@ def onnx_index_ranges(path: Path) -> dict[str, tuple[int, int]]:
     an embedding exports): the values a realistic input takes, read from the graph (weights not loaded)."""
     import onnx
 
-    model = onnx.load(str(path), load_external_data=False)
-    graph = model.graph
+    graph = onnx.load(str(path), load_external_data=False).graph
     sizes = {t.name: list(t.dims) for t in graph.initializer}
     for node in graph.node:
-        if node.op_type == "Constant" and node.output:
-            value = next((a.t for a in node.attribute if a.name == "value"), None)
-            if value is not None:
-                sizes[node.output[0]] = list(value.dims)
+        value = next((a.t for a in node.attribute if a.name == "value"), None)
+        if node.op_type == "Constant" and node.output and value is not None:
+            sizes[node.output[0]] = list(value.dims)
     consumers: dict[str, list[Any]] = {}
     for node in graph.node:
         for name in node.input:
             consumers.setdefault(name, []).append(node)
-    initializers = {t.name for t in graph.initializer}
-    ranges: dict[str, tuple[int, int]] = {}
+    ranges = {}
     for value in graph.input:
-        if value.name in initializers:
-            continue
-        rows: list[int] = []
-        pending, seen = [value.name], {value.name}
-        while pending:
-            tensor = pending.pop()
-            for node in consumers.get(tensor, []):
-                if node.op_type == "Gather" and len(node.input) > 1 and node.input[1] == tensor:
-                    axis = next((a.i for a in node.attribute if a.name == "axis"), 0)
-                    table = sizes.get(node.input[0])
-                    if table and -len(table) <= axis < len(table) and table[axis] > 0:
-                        rows.append(int(table[axis]))
-                elif node.op_type in _VALUE_PRESERVING and node.input[0] == tensor:
-                    for out in node.output:
-                        if out not in seen:
-                            seen.add(out)
-                            pending.append(out)
+        rows = _rows_indexed(value.name, consumers, sizes) if value.name not in sizes else []
         if rows:
             ranges[value.name] = (0, min(rows))
     return ranges
+
+
+def _rows_indexed(start: str, consumers: Mapping[str, list[Any]], sizes: Mapping[str, list[int]]) -> list[int]:
+    """The sizes of the tables ``start`` indexes, directly or through value-preserving nodes."""
+    rows: list[int] = []
+    pending, seen = [start], {start}
+    while pending:
+        tensor = pending.pop()
+        for node in consumers.get(tensor, []):
+            if node.op_type == "Gather" and len(node.input) > 1 and node.input[1] == tensor:
+                axis = next((a.i for a in node.attribute if a.name == "axis"), 0)
+                table = sizes.get(node.input[0])
+                if table and -len(table) <= axis < len(table) and table[axis] > 0:
+                    rows.append(int(table[axis]))
+            elif node.op_type in _VALUE_PRESERVING and node.input[0] == tensor:
+                fresh = [out for out in node.output if out not in seen]
+                seen.update(fresh)
+                pending.extend(fresh)
+    return rows
 
 
 def onnx_external_data(path: Path) -> list[str]:

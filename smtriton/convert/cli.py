@@ -378,7 +378,8 @@ def convert_tensorrt(
         typer.Option(
             metavar="AXIS=MIN:OPT:MAX,...",
             help="Optimization profile, e.g. batch=1:8:16,sequence=1:128:512 "
-            "(repeat for several). Default: from --recipe/--model, or batch=1:N:N with --max-batch-size N.",
+            "(repeat for several). Every dynamic axis needs its sizes here, but the batch axis: without "
+            "--profile it is batch=1:N:N with --max-batch-size N (or the --recipe/--model entry's).",
         ),
     ] = None,
     recipe: Annotated[Path | None, typer.Option(help="Recipe whose entry gives axes, ranges and batching.")] = None,
@@ -435,7 +436,7 @@ def convert_tensorrt(
         ProfileError,
         parse_profile,
         parse_size,
-        profile_from_axes,
+        recipe_profile,
         sidecar_path,
     )
 
@@ -458,16 +459,18 @@ def convert_tensorrt(
             low, _, high = value.partition("..")
             ranges[key] = (int(low), int(high))
         mbs = mbs or 0
+        axes = sorted({d for t in onnx_signature(onnx_path).inputs for d in t.shape if isinstance(d, str)})
+        unbounded = [a for a in axes if not (mbs > 0 and a == "batch")]
         if profile:
             profiles = [parse_profile(p) for p in profile]
-        elif spec is not None:
-            preferred = spec.dynamic_batching.preferred_batch_size if spec.dynamic_batching else ()
-            profiles = [profile_from_axes(spec.axes, mbs, preferred)]
-        elif mbs > 0:
-            profiles = [profile_from_axes({}, mbs)]
+        elif not unbounded:  # the batch axis alone: 1..max_batch_size
+            preferred = spec.dynamic_batching.preferred_batch_size if spec and spec.dynamic_batching else ()
+            profiles = [recipe_profile({}, mbs, preferred)]
         else:
-            axes = sorted({d for t in onnx_signature(onnx_path).inputs for d in t.shape if isinstance(d, str)})
-            raise fail(f"give --profile for the dynamic axes {', '.join(axes) or '(none named)'}, or --recipe/--model")
+            raise fail(
+                f"give --profile with the sizes the plan accepts for the dynamic axes {', '.join(unbounded)} "
+                "(a recipe's axes are its parity check's sizes, not bounds)"
+            )
         options = trt_build.BuildOptions(
             profiles=profiles,
             precision=precision,
