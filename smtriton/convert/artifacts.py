@@ -103,7 +103,6 @@ class Signature:
 def onnx_signature(path: Path) -> Signature:
     """Inputs (initializers excluded) and outputs of an ONNX graph; weights are not loaded."""
     import onnx
-    from onnx import helper
 
     try:
         model = onnx.load(str(path), load_external_data=False)
@@ -116,11 +115,12 @@ def onnx_signature(path: Path) -> Signature:
         if not value.type.HasField("tensor_type"):
             raise SignatureError(f"{value.name!r} is not a tensor (sequences and maps have no Triton type)")
         try:
-            numpy_name = helper.tensor_dtype_to_np_dtype(tensor_type.elem_type).name
-            dtype = dtypes.from_numpy_name(numpy_name)
-        except (KeyError, ValueError, TypeError):
             elem = onnx.TensorProto.DataType.Name(tensor_type.elem_type)
-            raise SignatureError(f"{value.name!r} has ONNX type {elem}, which this tool cannot map") from None
+        except ValueError:
+            elem = str(tensor_type.elem_type)
+        dtype = dtypes.ONNX_TYPES.get(elem)
+        if dtype is None:
+            raise SignatureError(f"{value.name!r} has ONNX type {elem}, which no Triton tensor type holds")
         dims: list[SigDim] = []
         for d in tensor_type.shape.dim:
             if d.HasField("dim_value"):

@@ -261,15 +261,15 @@ def _named_dims(dims: list[int], sig: TensorSig | None) -> list[int | str | None
 
 
 # TensorRT DataType member -> Triton dtype name.
-TRT_DTYPES = {"FLOAT": "FP32", "HALF": "FP16", "INT8": "INT8", "INT32": "INT32", "INT64": "INT64",
-              "BOOL": "BOOL", "UINT8": "UINT8"}  # fmt: skip
+TRT_DTYPES = {"FLOAT": "FP32", "HALF": "FP16", "BF16": "BF16", "INT8": "INT8", "INT32": "INT32",
+              "INT64": "INT64", "BOOL": "BOOL", "UINT8": "UINT8"}  # fmt: skip
 
 
 def _triton_dtype(trt: ModuleType, dtype: Any) -> str:
     for member, triton in TRT_DTYPES.items():
         if getattr(trt.DataType, member, None) == dtype:
             return triton
-    raise TensorRTError(f"TensorRT type {dtype} has no Triton equivalent in this tool")
+    raise TensorRTError(f"TensorRT type {dtype} has no Triton tensor type")
 
 
 def _tensor_sig(trt: ModuleType, tensor: Any, sig: TensorSig | None) -> TensorSig:
