@@ -42,7 +42,7 @@ LAZY_COMMANDS = {
 # `smtriton --help` lists the commands in the order a model goes through them.
 WORKFLOW = (
     "convert", "build-repository", "config", "validate", "package", "build-image", "push-image", "deploy", "invoke",
-    "delete-endpoint", "local-endpoint", "perf", "tune",
+    "transform", "capture", "delete-endpoint", "local-endpoint", "perf", "tune",
 )  # fmt: skip
 
 
@@ -227,7 +227,8 @@ def _root(
     """Build-time tools for serving PyTorch models with Triton behind the SageMaker contract.
 
     Workflow: convert (or build-repository) -> config -> validate -> package -> build-image ->
-    push-image -> deploy -> invoke; local-endpoint runs an endpoint on this machine.
+    push-image -> deploy -> invoke; transform runs a batch job, capture decode reads an endpoint's
+    captured data, local-endpoint runs an endpoint on this machine.
     """
 
 
@@ -330,6 +331,8 @@ app.command("build-image")(aws_cli.build_image_command)
 app.command("push-image")(aws_cli.push_image_command)
 app.command("deploy")(aws_cli.deploy_command)
 app.command("invoke")(aws_cli.invoke_command)
+app.command("transform")(aws_cli.transform_command)
+app.add_typer(aws_cli.capture_app, name="capture")
 app.command("delete-endpoint")(aws_cli.delete_endpoint_command)
 
 

@@ -21,18 +21,23 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from smtriton.aws import scaling
+from smtriton.aws import components, scaling
+from smtriton.aws.ami import is_gpu_instance
+from smtriton.aws.capture import DataCapture
+from smtriton.aws.components import Component
 from smtriton.aws.docker_image import is_sagemaker_triton_image
+from smtriton.aws.hosting import Hosting
+from smtriton.aws.model import ServingModel, is_s3
 from smtriton.aws.resources import (
     MANAGED_TAG,
     NAME_RE,
     DeployError,
     WaitTimeout,
     check_name,
+    described_or_none,
     error_text,
     is_access_denied,
     is_managed,
-    is_not_found,
     name_prefix,
     resource_name,
     tags,
@@ -46,15 +51,17 @@ __all__ = [
     "AsyncInference",
     "AutoScaling",
     "Aws",
+    "Component",
+    "DataCapture",
     "DeployError",
     "DeployResult",
     "EndpointSpec",
+    "Hosting",
     "Serverless",
     "WaitTimeout",
     "delete_endpoint",
     "deploy",
     "endpoint_config_request",
-    "environment",
     "is_gpu_instance",
     "model_request",
     "resource_name",
@@ -64,10 +71,7 @@ __all__ = [
 Progress = Callable[[str], None]
 
 DATA_ETAG_TAG = "smtriton:model-data-etag"  # the model archive's S3 ETag when the model was made
-GPU_INSTANCE_RE = re.compile(r"^ml\.(p\d+[a-z]*|g\d+[a-z]*)\.")
 SERVERLESS_MEMORY_MB = (1024, 2048, 3072, 4096, 5120, 6144)
-ASYNC_REQUEST_TIMEOUT_S = 3600  # asynchronous inference allows up to one hour per request
-ASYNC_MAX_PAYLOAD_BYTES = 1024**3  # and up to 1 GB of payload
 
 
 def _quiet(_: str) -> None:
@@ -92,7 +96,8 @@ class AsyncInference:
 
 @dataclass(frozen=True)
 class EndpointSpec:
-    """One endpoint. ``model_data``: SME a ``model.tar.gz`` or an S3 prefix (uncompressed), MME a prefix."""
+    """One endpoint. ``model_data``: SME a ``model.tar.gz`` or an S3 prefix (uncompressed), MME a prefix.
+    With ``inference_component``, the endpoint hosts that component, which runs the image and model data."""
 
     name: str
     image: str
@@ -111,6 +116,15 @@ class EndpointSpec:
     tags: Mapping[str, str] = field(default_factory=dict)
     # What the image was built on (its org.opencontainers.image.base.name label), when known.
     base_image: str | None = None
+    hosting: Hosting = field(default_factory=Hosting)
+    data_capture: DataCapture | None = None
+    inference_component: Component | None = None
+
+    def model(self) -> ServingModel:
+        return ServingModel(
+            self.image, self.role_arn, self.model_data, self.multi_model, self.environment, self.default_model,
+            self.async_inference is not None, self.hosting,
+        )  # fmt: skip
 
 
 @dataclass
@@ -143,62 +157,20 @@ class DeployResult:
     updated: bool
     removed: tuple[str, ...] = ()
     unchanged: bool = False  # the endpoint already ran this deployment: nothing was made
-
-
-def is_gpu_instance(instance_type: str | None) -> bool:
-    return bool(instance_type and GPU_INSTANCE_RE.match(instance_type))
-
-
-def _is_s3(url: str) -> bool:
-    return url.startswith("s3://") and len(url) > 5 and not url[5:].startswith("/")
-
-
-def environment(spec: EndpointSpec) -> dict[str, str]:
-    """The container environment: the user's variables plus what the endpoint type implies."""
-    env = {str(k): str(v) for k, v in spec.environment.items()}
-    if spec.multi_model:
-        env["SAGEMAKER_MULTI_MODEL"] = "true"
-    if spec.default_model:
-        env["SAGEMAKER_TRITON_DEFAULT_MODEL_NAME"] = spec.default_model
-    if spec.async_inference is not None:
-        env.setdefault("SMTRITON_REQUEST_TIMEOUT_S", str(ASYNC_REQUEST_TIMEOUT_S))
-        env.setdefault("SMTRITON_MAX_PAYLOAD_BYTES", str(ASYNC_MAX_PAYLOAD_BYTES))
-    return env
+    component: str | None = None  # the inference component deployed on the endpoint
 
 
 def validate(spec: EndpointSpec) -> list[str]:
     """Raise DeployError for a spec SageMaker (or Triton) cannot run; return warnings for dubious ones."""
-    warnings: list[str] = []
     check_name(spec.name)
-    if not spec.role_arn.startswith("arn:"):
-        raise DeployError(f"execution role {spec.role_arn!r} is not an IAM role ARN")
-    if spec.multi_model:
-        if not spec.model_data or not _is_s3(spec.model_data) or spec.model_data.endswith(".tar.gz"):
-            raise DeployError("a multi-model endpoint needs an S3 prefix (s3://bucket/prefix/) holding the archives")
-        if spec.default_model:
-            raise DeployError("a multi-model endpoint has no default model: clients name one with TargetModel")
-    elif spec.model_data is None:
-        warnings.append("no model data: the image itself must hold the model repository in /opt/ml/model")
-    elif not _is_s3(spec.model_data) or not (spec.model_data.endswith(".tar.gz") or spec.model_data.endswith("/")):
-        raise DeployError(
-            f"model data {spec.model_data!r}: give s3://.../model.tar.gz, or an S3 prefix ending in '/' "
-            "holding the uncompressed repository"
-        )
-    env = environment(spec)
-    # Imported here: the runtime's settings schema (pydantic) is needed only once a deployment is checked.
-    from smtriton.serve.settings import Settings, SettingsError, known_variables, variables_without_effect
-
-    known = known_variables()
-    for key in env:
-        if key.startswith(("SAGEMAKER_", "SMTRITON_")) and key not in known:
-            warnings.append(f"{key} is not a variable serve knows; it will be ignored")
-    for key, why in variables_without_effect(env):
-        warnings.append(f"{key} has no effect: {why}")
-    try:
-        Settings.from_env(env)
-    except SettingsError as exc:
-        raise DeployError(f"environment: {exc}") from None
-
+    warnings = spec.model().check()
+    spec.hosting.check(serverless=spec.serverless is not None)
+    if spec.data_capture is not None:
+        spec.data_capture.check()
+        if spec.serverless is not None:
+            raise DeployError("serverless endpoints do not capture data")
+    if spec.inference_component is not None:
+        _check_component_endpoint(spec)
     if spec.serverless is not None:
         s = spec.serverless
         if spec.multi_model:
@@ -225,11 +197,11 @@ def validate(spec: EndpointSpec) -> list[str]:
         if spec.multi_model:
             raise DeployError("asynchronous inference endpoints cannot be multi-model endpoints")
         for path in (a.output_path, a.failure_path):
-            if path is not None and not _is_s3(path):
+            if path is not None and not is_s3(path):
                 raise DeployError(f"asynchronous inference output {path!r} must be an s3:// location")
     if spec.autoscaling is not None:
         sc = spec.autoscaling
-        floor = 0 if spec.async_inference is not None else 1
+        floor = 0 if spec.async_inference is not None or spec.inference_component is not None else 1
         if sc.min_capacity < floor or sc.max_capacity < sc.min_capacity:
             raise DeployError(f"auto-scaling needs {floor} <= min capacity <= max capacity")
         if sc.target is not None and sc.target <= 0:
@@ -256,33 +228,39 @@ def validate(spec: EndpointSpec) -> list[str]:
     return warnings
 
 
+def _check_component_endpoint(spec: EndpointSpec) -> None:
+    """An inference component runs one model on an instance-based, real-time endpoint."""
+    assert spec.inference_component is not None
+    spec.inference_component.check()
+    for refused, what in (
+        (spec.multi_model, "a multi-model endpoint"), (spec.serverless, "a serverless endpoint"),
+        (spec.async_inference, "asynchronous inference"), (spec.remove_autoscaling, "--remove-autoscaling"),
+    ):  # fmt: skip
+        if refused:
+            raise DeployError(f"an inference component cannot run on {what}")
+    if spec.autoscaling is not None and spec.autoscaling.target is not None:
+        raise DeployError(
+            "an endpoint of inference components scales its instances itself (managed instance scaling, "
+            "--autoscale-min/--autoscale-max); it takes no --autoscale-target"
+        )
+
+
 def model_request(spec: EndpointSpec, model_name: str, data_etag: str | None = None) -> dict[str, Any]:
-    """The CreateModel request; ``data_etag`` (the archive's S3 ETag) is kept as a tag to compare with later."""
-    container: dict[str, Any] = {"Image": spec.image, "Mode": "MultiModel" if spec.multi_model else "SingleModel"}
-    if spec.model_data is not None:
-        if spec.multi_model or spec.model_data.endswith(".tar.gz"):
-            container["ModelDataUrl"] = spec.model_data.rstrip("/") + "/" if spec.multi_model else spec.model_data
-        else:
-            container["ModelDataSource"] = {
-                "S3DataSource": {"S3Uri": spec.model_data, "S3DataType": "S3Prefix", "CompressionType": "None"}
-            }
-    env = environment(spec)
-    if env:
-        container["Environment"] = env
+    """The endpoint's CreateModel request; ``data_etag`` (the archive's S3 ETag) is kept as a tag to
+    compare with later."""
     extra = dict(spec.tags) | ({DATA_ETAG_TAG: data_etag} if data_etag else {})
-    return {
-        "ModelName": model_name,
-        "ExecutionRoleArn": spec.role_arn,
-        "PrimaryContainer": container,
-        "Tags": tags(MANAGED_TAG, spec.name, extra),
-    }
+    return spec.model().request(model_name, tags(MANAGED_TAG, spec.name, extra))
 
 
 def endpoint_config_request(
-    spec: EndpointSpec, config_name: str, model_name: str, instance_count: int | None = None
+    spec: EndpointSpec, config_name: str, model_name: str | None, instance_count: int | None = None
 ) -> dict[str, Any]:
-    """The CreateEndpointConfig request (one variant, all traffic); ``instance_count`` overrides the spec's."""
-    variant: dict[str, Any] = {"VariantName": VARIANT, "ModelName": model_name}
+    """The CreateEndpointConfig request (one variant, all traffic); ``instance_count`` overrides the spec's.
+    Without ``model_name``, the configuration of an endpoint for inference components: no model in the
+    variant, the execution role, VPC and isolation on the configuration, and managed instance scaling."""
+    variant: dict[str, Any] = {"VariantName": VARIANT}
+    if model_name is not None:
+        variant["ModelName"] = model_name
     if spec.serverless is not None:
         serverless: dict[str, Any] = {
             "MemorySizeInMB": spec.serverless.memory_mb,
@@ -294,16 +272,31 @@ def endpoint_config_request(
     else:
         count = spec.instance_count if instance_count is None else instance_count
         variant.update(InstanceType=spec.instance_type, InitialInstanceCount=count, InitialVariantWeight=1.0)
-        if spec.startup_timeout_s is not None:
-            variant["ContainerStartupHealthCheckTimeoutInSeconds"] = spec.startup_timeout_s
-    request: dict[str, Any] = {
-        "EndpointConfigName": config_name,
-        "ProductionVariants": [variant],
-        "Tags": tags(MANAGED_TAG, spec.name, spec.tags),
-    }
+        if model_name is None:  # a component starts its own containers: its startup limits are its own
+            if spec.hosting.volume_size_gb is not None:
+                variant["VolumeSizeInGB"] = spec.hosting.volume_size_gb
+            if spec.autoscaling is not None:
+                variant["ManagedInstanceScaling"] = {
+                    "Status": "ENABLED",
+                    "MinInstanceCount": spec.autoscaling.min_capacity,
+                    "MaxInstanceCount": spec.autoscaling.max_capacity,
+                }
+        else:
+            variant.update(spec.hosting.variant_fields())
+            if spec.startup_timeout_s is not None:
+                variant["ContainerStartupHealthCheckTimeoutInSeconds"] = spec.startup_timeout_s
+    request: dict[str, Any] = {"EndpointConfigName": config_name, "ProductionVariants": [variant]}
+    if model_name is None:
+        request.update(ExecutionRoleArn=spec.role_arn, **spec.hosting.model_fields())
+    if spec.hosting.kms_key:
+        request["KmsKeyId"] = spec.hosting.kms_key
+    if spec.data_capture is not None:
+        request["DataCaptureConfig"] = spec.data_capture.request(spec.hosting.kms_key)
     if spec.async_inference is not None:
         a = spec.async_inference
         output: dict[str, Any] = {"S3OutputPath": a.output_path}
+        if spec.hosting.kms_key:
+            output["KmsKeyId"] = spec.hosting.kms_key
         if a.failure_path:
             output["S3FailurePath"] = a.failure_path
         notify = {k: v for k, v in (("SuccessTopic", a.success_topic), ("ErrorTopic", a.error_topic)) if v}
@@ -313,19 +306,13 @@ def endpoint_config_request(
         if a.max_concurrent_invocations is not None:
             config["ClientConfig"] = {"MaxConcurrentInvocationsPerInstance": a.max_concurrent_invocations}
         request["AsyncInferenceConfig"] = config
+    request["Tags"] = tags(MANAGED_TAG, spec.name, spec.tags)
     return request
 
 
 def describe_endpoint(sm: Any, name: str) -> dict[str, Any] | None:
     """DescribeEndpoint, or None when there is no such endpoint."""
-    from botocore.exceptions import ClientError
-
-    try:
-        return sm.describe_endpoint(EndpointName=name)
-    except ClientError as exc:
-        if is_not_found(exc):
-            return None
-        raise
+    return described_or_none(sm.describe_endpoint, EndpointName=name)
 
 
 def _poller(progress: Progress, poll_s: float, timeout_s: float, sleep: Any, clock: Any) -> Poller:
@@ -356,17 +343,21 @@ def wait_deleted(poller: Poller, sm: Any, name: str) -> None:
     )
 
 
+def _describe_config(sm: Any, name: str) -> dict[str, Any] | None:
+    return described_or_none(sm.describe_endpoint_config, EndpointConfigName=name)
+
+
 def _delete_config_and_models(
-    sm: Any, config_name: str, endpoint_name: str, force: bool, progress: Progress
+    sm: Any, config: Mapping[str, Any] | None, endpoint_name: str, force: bool, progress: Progress
 ) -> list[str]:
-    """Delete an endpoint configuration and the models its variants use, when they are ours (or forced)."""
+    """Delete an endpoint configuration (as described) and the models its variants use, when they are
+    ours (or forced)."""
     from botocore.exceptions import ClientError
 
     removed: list[str] = []
-    try:
-        config = sm.describe_endpoint_config(EndpointConfigName=config_name)
-    except ClientError:
+    if config is None:
         return removed
+    config_name = config["EndpointConfigName"]
     models = [v["ModelName"] for v in config.get("ProductionVariants", []) if v.get("ModelName")]
     if force or is_managed(sm, config["EndpointConfigArn"], endpoint_name):
         sm.delete_endpoint_config(EndpointConfigName=config_name)
@@ -422,18 +413,10 @@ class _Current:
 
 
 def _read_current(aws: Aws, existing: Mapping[str, Any], progress: Progress) -> _Current:
-    from botocore.exceptions import ClientError
-
     sm = aws.sagemaker
     config = sm.describe_endpoint_config(EndpointConfigName=existing["EndpointConfigName"])
     model_name = (config.get("ProductionVariants") or [{}])[0].get("ModelName")
-    model = None
-    if model_name:
-        try:
-            model = sm.describe_model(ModelName=model_name)
-        except ClientError as exc:
-            if not is_not_found(exc):
-                raise
+    model = described_or_none(sm.describe_model, ModelName=model_name) if model_name else None
     snapshot = read_scaling(aws.autoscaling, existing["EndpointName"], progress, "updating it")
     return _Current(existing, config, model, snapshot)
 
@@ -476,7 +459,9 @@ def _data_etag(s3: Any, url: str | None, progress: Progress) -> str | None:
 
 # What a variant of ours can carry: two configurations with the same of these serve the same.
 _VARIANT_KEYS = ("InstanceType", "InitialInstanceCount", "InitialVariantWeight", "ServerlessConfig",
-                 "ContainerStartupHealthCheckTimeoutInSeconds")  # fmt: skip
+                 "ContainerStartupHealthCheckTimeoutInSeconds", "VolumeSizeInGB",
+                 "ModelDataDownloadTimeoutInSeconds")  # fmt: skip
+_CONFIG_KEYS = ("AsyncInferenceConfig", "DataCaptureConfig", "KmsKeyId")
 _CONTAINER_KEYS = ("Image", "Mode", "ModelDataUrl", "ModelDataSource", "Environment")
 
 
@@ -488,6 +473,10 @@ def _differences(
         return "the model in service is gone"
     if current.model.get("ExecutionRoleArn") != model["ExecutionRoleArn"]:
         return "another execution role"
+    if current.model.get("VpcConfig") != model.get("VpcConfig"):
+        return "another VPC"
+    if bool(current.model.get("EnableNetworkIsolation")) != bool(model.get("EnableNetworkIsolation")):
+        return "another network isolation"
     described = current.model.get("PrimaryContainer", {})
     for key in _CONTAINER_KEYS:
         if (described.get(key) or None) != (model["PrimaryContainer"].get(key) or None):
@@ -499,7 +488,7 @@ def _differences(
             continue
         if theirs.get(key) != ours.get(key):
             return f"another {key}"
-    for key in ("AsyncInferenceConfig",):
+    for key in _CONFIG_KEYS:
         if current.config.get(key) != config.get(key):
             return f"another {key}"
     if not _same_image(aws.ecr, spec.image, current.endpoint):
@@ -572,17 +561,11 @@ def deploy(
         progress(f"warning: {warning}")
     sm = aws.sagemaker
     poller = _poller(progress, poll_s, timeout_s, sleep, clock)
-    existing = describe_endpoint(sm, spec.name)
+    existing = _settled(sm, spec.name, poller, progress)
+    if spec.inference_component is not None:
+        return _deploy_component(aws, spec, existing, poller, keep_failed, progress)
     current = None
     if existing is not None:
-        status = existing["EndpointStatus"]
-        if status in ("Creating", "Updating", "SystemUpdating", "RollingBack", "UpdateRollbackFailed"):
-            progress(f"endpoint {spec.name} is {status}; waiting before updating it")
-            existing = dict(wait_in_service(poller, sm, spec.name))
-        elif status != "InService":
-            raise DeployError(
-                f"endpoint {spec.name} is {status}; delete it first (smtriton delete-endpoint {spec.name})"
-            )
         if not is_managed(sm, existing["EndpointArn"], spec.name):
             raise DeployError(f"endpoint {spec.name} exists and was not created by smtriton; not touching it")
         current = _read_current(aws, existing, progress)
@@ -611,6 +594,98 @@ def deploy(
     if current is None:
         return _create(aws, spec, model_name, config_name, poller, keep_failed, progress)
     return _update(aws, spec, current, model_name, config_name, poller, progress)
+
+
+def _settled(sm: Any, name: str, poller: Poller, progress: Progress) -> Mapping[str, Any] | None:
+    """The endpoint once it is InService (waiting through a change under way), or None when there is none."""
+    existing = describe_endpoint(sm, name)
+    if existing is None:
+        return None
+    status = existing["EndpointStatus"]
+    if status in ("Creating", "Updating", "SystemUpdating", "RollingBack", "UpdateRollbackFailed"):
+        progress(f"endpoint {name} is {status}; waiting before updating it")
+        return wait_in_service(poller, sm, name)
+    if status != "InService":
+        raise DeployError(f"endpoint {name} is {status}; delete it first (smtriton delete-endpoint {name})")
+    return existing
+
+
+def _deploy_component(
+    aws: Aws,
+    spec: EndpointSpec,
+    existing: Mapping[str, Any] | None,
+    poller: Poller,
+    keep_failed: bool,
+    progress: Progress,
+) -> DeployResult:
+    """The endpoint (made for inference components when missing) and the component on it."""
+    sm, component = aws.sagemaker, spec.inference_component
+    assert component is not None
+    fresh = existing is None
+    if existing is None:
+        config_name = resource_name(spec.name)
+        sm.create_endpoint_config(**endpoint_config_request(spec, config_name, None))
+        progress(f"created endpoint configuration {config_name} (for inference components)")
+        arn = _start_endpoint(sm, spec, ["config"], "", config_name, poller, keep_failed, progress)
+    else:
+        config_name, arn = existing["EndpointConfigName"], existing["EndpointArn"]
+        variants = sm.describe_endpoint_config(EndpointConfigName=config_name).get("ProductionVariants", [])
+        if any(v.get("ModelName") for v in variants):
+            raise DeployError(
+                f"endpoint {spec.name} serves a model itself; inference components need an endpoint made for "
+                "them: give another endpoint name"
+            )
+        if variants and variants[0].get("InstanceType") != spec.instance_type:
+            progress(f"endpoint {spec.name} runs {variants[0].get('InstanceType')}; the component goes there")
+    try:
+        result = components.deploy_component(
+            sm, component, spec.name, spec.model(), extra_tags=spec.tags, startup_timeout_s=spec.startup_timeout_s,
+            poller=poller, progress=progress,
+        )  # fmt: skip
+    except DeployError as exc:
+        if fresh and not keep_failed and not isinstance(exc, WaitTimeout):
+            _roll_back_endpoint(sm, spec.name, poller, progress)
+            _rollback(sm, ["config"], "", config_name, progress)
+        raise
+    return DeployResult(spec.name, arn, result.model_name, config_name, result.updated, component=component.name)
+
+
+def _start_endpoint(
+    sm: Any,
+    spec: EndpointSpec,
+    made: list[str],
+    model_name: str,
+    config_name: str,
+    poller: Poller,
+    keep_failed: bool,
+    progress: Progress,
+) -> str:
+    """CreateEndpoint on the configuration just made, and the wait until it is InService; an endpoint
+    that fails goes, with what ``made`` names (the configuration, the model), unless ``keep_failed``."""
+    try:
+        arn: str = sm.create_endpoint(
+            EndpointName=spec.name, EndpointConfigName=config_name, Tags=tags(MANAGED_TAG, spec.name, spec.tags)
+        )["EndpointArn"]
+    except Exception:
+        _rollback(sm, made, model_name, config_name, progress)
+        raise
+    progress(f"creating endpoint {spec.name}")
+    try:
+        wait_in_service(poller, sm, spec.name)
+    except WaitTimeout:
+        raise
+    except DeployError:
+        if not keep_failed:
+            _roll_back_endpoint(sm, spec.name, poller, progress)
+            _rollback(sm, made, model_name, config_name, progress)
+        raise
+    return arn
+
+
+def _roll_back_endpoint(sm: Any, name: str, poller: Poller, progress: Progress) -> None:
+    progress(f"rolling back {name}")
+    sm.delete_endpoint(EndpointName=name)
+    wait_deleted(poller, sm, name)
 
 
 def _unchanged(aws: Aws, spec: EndpointSpec, current: _Current, progress: Progress) -> DeployResult:
@@ -647,25 +722,7 @@ def _create(
     progress: Progress,
 ) -> DeployResult:
     sm = aws.sagemaker
-    try:
-        arn = sm.create_endpoint(
-            EndpointName=spec.name, EndpointConfigName=config_name, Tags=tags(MANAGED_TAG, spec.name, spec.tags)
-        )["EndpointArn"]
-    except Exception:
-        _rollback(sm, ["model", "config"], model_name, config_name, progress)
-        raise
-    progress(f"creating endpoint {spec.name}")
-    try:
-        wait_in_service(poller, sm, spec.name)
-    except WaitTimeout:
-        raise
-    except DeployError:
-        if not keep_failed:
-            progress(f"rolling back {spec.name}")
-            sm.delete_endpoint(EndpointName=spec.name)
-            wait_deleted(poller, sm, spec.name)
-            _rollback(sm, ["model", "config"], model_name, config_name, progress)
-        raise
+    arn = _start_endpoint(sm, spec, ["model", "config"], model_name, config_name, poller, keep_failed, progress)
     if spec.autoscaling is not None:
         asynchronous = spec.async_inference is not None
         scaling.apply(aws.autoscaling, aws.cloudwatch, spec.name, spec.autoscaling, asynchronous, progress)
@@ -731,7 +788,7 @@ def _update(
             scaling.deregister(aas, cw, spec.name, snapshot, progress)
     elif spec.serverless is None:
         put_back()
-    removed = _delete_config_and_models(sm, old_config, spec.name, False, progress)
+    removed = _delete_config_and_models(sm, _describe_config(sm, old_config), spec.name, False, progress)
     return DeployResult(spec.name, described["EndpointArn"], model_name, config_name, True, tuple(removed))
 
 
@@ -758,6 +815,7 @@ def delete_endpoint(
     name: str,
     *,
     force: bool = False,
+    component: str | None = None,
     progress: Progress = _quiet,
     poll_s: float = 30.0,
     timeout_s: float = 1800.0,
@@ -767,29 +825,37 @@ def delete_endpoint(
     """Delete the endpoint, its auto-scaling, configuration and models, and any leftovers of failed runs.
 
     Only resources tagged ``smtriton:endpoint=<name>`` are deleted, unless ``force``. Returns what was
-    removed. A caller without Application Auto Scaling rights still deletes the endpoint (and is told
+    removed. Its inference components go first (with ``component``, only that one, and the endpoint
+    stays). A caller without Application Auto Scaling rights still deletes the endpoint (and is told
     that a registration, if any, stays).
     """
     sm = aws.sagemaker
+    poller = _poller(progress, poll_s, timeout_s, sleep, clock)
+    if component is not None:
+        return components.delete_components(sm, name, only=component, force=force, poller=poller, progress=progress)
     removed: list[str] = []
     existing = describe_endpoint(sm, name)
     if existing is not None:
         if not force and not is_managed(sm, existing["EndpointArn"], name):
             raise DeployError(f"endpoint {name} was not created by smtriton; pass force to delete it anyway")
+        config = _describe_config(sm, existing["EndpointConfigName"])
+        if config is not None and not any(v.get("ModelName") for v in config.get("ProductionVariants", [])):
+            # an endpoint for inference components: SageMaker deletes it only once they are gone
+            removed += components.delete_components(sm, name, force=force, poller=poller, progress=progress)
         snapshot = read_scaling(aws.autoscaling, name, progress, "deleting it")
         if snapshot is not None:
             scaling.deregister(aws.autoscaling, aws.cloudwatch, name, snapshot, progress)
             removed.append(f"scalable-target/{scaling.resource_id(name)}")
         sm.delete_endpoint(EndpointName=name)
         progress(f"deleting endpoint {name}")
-        wait_deleted(_poller(progress, poll_s, timeout_s, sleep, clock), sm, name)
+        wait_deleted(poller, sm, name)
         removed.append(f"endpoint/{name}")
-        removed += _delete_config_and_models(sm, existing["EndpointConfigName"], name, force, progress)
+        removed += _delete_config_and_models(sm, config, name, force, progress)
     configs, models = _leftovers(sm, name)
-    for config in configs:
-        sm.delete_endpoint_config(EndpointConfigName=config)
-        removed.append(f"endpoint-config/{config}")
-        progress(f"deleted endpoint configuration {config}")
+    for config_name in configs:
+        sm.delete_endpoint_config(EndpointConfigName=config_name)
+        removed.append(f"endpoint-config/{config_name}")
+        progress(f"deleted endpoint configuration {config_name}")
     for model in models:
         sm.delete_model(ModelName=model)
         removed.append(f"model/{model}")

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 import secrets
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import datetime, timezone
 from typing import Any
 
@@ -54,6 +54,18 @@ def is_not_found(exc: BaseException) -> bool:
     model or component, and ``ResourceNotFound`` for a missing job."""
     code = error_code(exc)
     return code == "ResourceNotFound" or (code == "ValidationException" and "Could not find" in str(exc))
+
+
+def described_or_none(describe: Callable[..., Any], **name: str) -> dict[str, Any] | None:
+    """``describe(**name)`` (a boto3 Describe* call), or None when SageMaker says there is no such resource."""
+    from botocore.exceptions import ClientError
+
+    try:
+        return describe(**name)
+    except ClientError as exc:
+        if is_not_found(exc):
+            return None
+        raise
 
 
 def check_name(name: str, what: str = "endpoint name") -> None:

@@ -76,8 +76,8 @@ class Poller:
             if status in done:
                 self.progress(f"{what}: {status}")
                 return described
-            if status in failed:
-                raise DeployError(f"{what} is {status}: {reason(described) or 'no reason given'}")
+            if status in failed:  # SageMaker's reasons can run over lines: the error is one
+                raise DeployError(f"{what} is {status}: {' '.join((reason(described) or 'no reason given').split())}")
             self.progress(f"{what}: {status} ({self.clock() - start:.0f} s)")
             self._pause(what, status, start, self.poll_s, hint)
 

@@ -10,12 +10,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import Any
 
 import botocore.session
 from botocore.stub import ANY, Stubber
 
-__all__ = ["ACCOUNT", "ANY", "REGION", "Clients", "endpoint", "endpoint_config", "model"]
+__all__ = [
+    "ACCOUNT", "ANY", "REGION", "Clients", "endpoint", "endpoint_config", "model", "moto_credentials", "streaming",
+    "team_profile", "valid", "vpc_hosting",
+]  # fmt: skip
 
 ACCOUNT = "123456789012"
 REGION = "us-east-1"
@@ -121,3 +125,54 @@ def model(name: str, container: Mapping[str, Any], role: str) -> dict[str, Any]:
         "ExecutionRoleArn": role,
         "CreationTime": T0,
     }
+
+
+def valid(service: str, operation: str, params: Mapping[str, Any]) -> Mapping[str, Any]:
+    """``params`` checked against the operation's input shape in botocore's service model (what a
+    client validates before sending); returned for further checks."""
+    from botocore.validate import validate_parameters
+
+    model = botocore.session.get_session().get_service_model(service)
+    validate_parameters(dict(params), model.operation_model(operation).input_shape)
+    return params
+
+
+def streaming(body: bytes) -> Any:
+    """The ``Body`` of an InvokeEndpoint answer."""
+    import io
+
+    from botocore.response import StreamingBody
+
+    return StreamingBody(io.BytesIO(body), len(body))
+
+
+def team_profile(folder: Path, monkeypatch: Any, region: str | None = None) -> None:
+    """Only an AWS profile ``team`` (access key ``TEAMKEY``, ``region`` if given) to take credentials from:
+    what ``--profile team`` must reach, and nothing in the environment that would win over it."""
+    config = folder / "aws-config"
+    lines = ["[profile team]", "aws_access_key_id = TEAMKEY", "aws_secret_access_key = s"]
+    config.write_text("\n".join([*lines, *([f"region = {region}"] if region else [])]) + "\n")
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(config))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(folder / "no-credentials"))
+    for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_PROFILE", "AWS_REGION", "AWS_DEFAULT_REGION"):
+        monkeypatch.delenv(key, raising=False)
+
+
+def moto_credentials(monkeypatch: Any) -> None:
+    """The fake credentials and region moto's in-process mocks take."""
+    for key, value in {"AWS_ACCESS_KEY_ID": "x", "AWS_SECRET_ACCESS_KEY": "x", "AWS_DEFAULT_REGION": REGION}.items():
+        monkeypatch.setenv(key, value)
+
+
+def vpc_hosting() -> Any:
+    """Every deployment option at once: a VPC, isolation, a KMS key, a volume and a download timeout."""
+    from smtriton.aws.hosting import Hosting
+
+    return Hosting(
+        model_download_timeout_s=1200,
+        volume_size_gb=100,
+        subnets=("subnet-0123456789abcdef0",),
+        security_groups=("sg-0123456789abcdef0",),
+        network_isolation=True,
+        kms_key="alias/ml",
+    )

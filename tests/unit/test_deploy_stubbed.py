@@ -112,6 +112,20 @@ def scaled(c: Clients, low: int, high: int, policies: list[dict[str, Any]] | Non
     )
 
 
+def registered(c: Clients, low: int, high: int) -> None:
+    """The variant registered (again) with these limits and the invocations tracking policy."""
+    c.answer("autoscaling", "register_scalable_target", {}, **TARGET, MinCapacity=low, MaxCapacity=high)
+    c.answer(
+        "autoscaling",
+        "put_scaling_policy",
+        {"PolicyARN": "arn:aws:autoscaling:policy/new"},
+        PolicyName="live-invocations-per-instance",
+        **TARGET,
+        PolicyType="TargetTrackingScaling",
+        TargetTrackingScalingPolicyConfiguration=TRACKING,
+    )
+
+
 def in_service(
     c: Clients, instances: int, instance_type: str = GPU, scaled_to: tuple[int, int] | None = (1, 8)
 ) -> None:
@@ -184,10 +198,12 @@ def updated(c: Clients, *, rolled_back: str | None = None) -> None:
         c.answer("sagemaker", "describe_endpoint", endpoint("live", "InService", NEW))
 
 
-def old_deleted(c: Clients) -> None:
-    c.answer(
-        "sagemaker", "describe_endpoint_config", endpoint_config(OLD, OLD, InstanceType=GPU, InitialInstanceCount=1)
-    )
+def old_deleted(c: Clients, described: bool = False) -> None:
+    """The configuration and model in service before are deleted (the configuration read first, unless it was)."""
+    if not described:
+        c.answer(
+            "sagemaker", "describe_endpoint_config", endpoint_config(OLD, OLD, InstanceType=GPU, InitialInstanceCount=1)
+        )
     managed(c, "endpoint-config", OLD)
     c.answer("sagemaker", "delete_endpoint_config", {}, EndpointConfigName=OLD)
     c.answer("sagemaker", "describe_model", model(OLD, {"Image": IMAGE}, ROLE))
@@ -212,16 +228,7 @@ def test_the_kept_count_stays_inside_new_scaling_limits(clients):
     in_service(clients, instances=8)
     new_resources(clients, instances=4)
     updated(clients)
-    clients.answer("autoscaling", "register_scalable_target", {}, **TARGET, MinCapacity=2, MaxCapacity=4)
-    clients.answer(
-        "autoscaling",
-        "put_scaling_policy",
-        {"PolicyARN": "arn:aws:autoscaling:policy/new"},
-        PolicyName="live-invocations-per-instance",
-        **TARGET,
-        PolicyType="TargetTrackingScaling",
-        TargetTrackingScalingPolicyConfiguration=TRACKING,
-    )
+    registered(clients, 2, 4)
     old_deleted(clients)
     Run(clients).deploy(spec(environment={"SAGEMAKER_TRITON_LOG_INFO": "false"}, autoscaling=AutoScaling(2, 4)))
 
@@ -243,16 +250,7 @@ def test_a_new_instance_type_rolled_back_by_sagemaker_gets_its_scaling_back(clie
     updated(clients, rolled_back="The new model failed its health check")
     clients.answer("sagemaker", "delete_endpoint_config", {}, EndpointConfigName=NEW)
     clients.answer("sagemaker", "delete_model", {}, ModelName=NEW)
-    clients.answer("autoscaling", "register_scalable_target", {}, **TARGET, MinCapacity=1, MaxCapacity=8)
-    clients.answer(
-        "autoscaling",
-        "put_scaling_policy",
-        {"PolicyARN": "arn:aws:autoscaling:policy/again"},
-        PolicyName="live-invocations-per-instance",
-        **TARGET,
-        PolicyType="TargetTrackingScaling",
-        TargetTrackingScalingPolicyConfiguration=TRACKING,
-    )
+    registered(clients, 1, 8)
     run = Run(clients)
     with pytest.raises(Exception, match="previous configuration still serves: The new model failed its health check"):
         run.deploy(spec(instance_type="ml.g5.2xlarge", environment={"SAGEMAKER_TRITON_LOG_INFO": "false"}))
@@ -264,16 +262,7 @@ def test_a_new_instance_type_that_succeeds_keeps_the_scaling_it_had(clients):
     clients.answer("autoscaling", "deregister_scalable_target", {}, **TARGET)
     new_resources(clients, instances=1, instance_type="ml.g5.2xlarge")
     updated(clients)
-    clients.answer("autoscaling", "register_scalable_target", {}, **TARGET, MinCapacity=1, MaxCapacity=8)
-    clients.answer(
-        "autoscaling",
-        "put_scaling_policy",
-        {"PolicyARN": "arn:aws:autoscaling:policy/again"},
-        PolicyName="live-invocations-per-instance",
-        **TARGET,
-        PolicyType="TargetTrackingScaling",
-        TargetTrackingScalingPolicyConfiguration=TRACKING,
-    )
+    registered(clients, 1, 8)
     old_deleted(clients)
     Run(clients).deploy(spec(instance_type="ml.g5.2xlarge", environment={"SAGEMAKER_TRITON_LOG_INFO": "false"}))
 
@@ -397,6 +386,9 @@ def test_only_a_failed_status_fails_a_create(clients):
 def test_delete_without_application_auto_scaling_rights_deletes_the_endpoint_and_says_what_it_could_not_check(clients):
     clients.answer("sagemaker", "describe_endpoint", endpoint("live", "InService", OLD), EndpointName="live")
     managed(clients, "endpoint", "live")
+    clients.answer(
+        "sagemaker", "describe_endpoint_config", endpoint_config(OLD, OLD, InstanceType=GPU, InitialInstanceCount=1)
+    )
     clients.fail(
         "autoscaling",
         "describe_scalable_targets",
@@ -406,7 +398,7 @@ def test_delete_without_application_auto_scaling_rights_deletes_the_endpoint_and
     clients.answer("sagemaker", "delete_endpoint", {}, EndpointName="live")
     clients.answer("sagemaker", "describe_endpoint", endpoint("live", "Deleting", OLD))
     clients.fail("sagemaker", "describe_endpoint", "ValidationException", 'Could not find endpoint "live".')
-    old_deleted(clients)
+    old_deleted(clients, described=True)
     clients.answer("sagemaker", "list_endpoint_configs", {"EndpointConfigs": []}, NameContains="live")
     clients.answer("sagemaker", "list_models", {"Models": []}, NameContains="live")
     run = Run(clients)

@@ -143,13 +143,9 @@ def test_archives_from_s3_come_through_the_region_and_profile_given(tmp_path, mo
 
     from smtriton.cli import app
     from smtriton.local import cli as local_cli
+    from tests.unit.aws_stubs import team_profile
 
-    config = tmp_path / "config"
-    config.write_text("[profile team]\naws_access_key_id = TEAMKEY\naws_secret_access_key = s\n")
-    monkeypatch.setenv("AWS_CONFIG_FILE", str(config))
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
-    for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_PROFILE", "AWS_REGION", "AWS_DEFAULT_REGION"):
-        monkeypatch.delenv(key, raising=False)
+    team_profile(tmp_path, monkeypatch)
     sources = []
 
     def launch(*args):  # stops the command once the archive source is made: no serve is started

@@ -18,6 +18,7 @@ from typer.testing import CliRunner
 from smtriton.cli import app
 from smtriton.local.endpoint import safe_extract
 from smtriton.repo.package import DEFAULT_MTIME, PackageError, package_mme, package_sme, parse_renames, upload
+from tests.unit.aws_stubs import moto_credentials, team_profile
 
 SMTRITON = str(Path(sys.executable).parent / "smtriton")
 CONFIG = 'name: "{name}"\nbackend: "python"\nmax_batch_size: 4\n' + (
@@ -178,12 +179,7 @@ def test_archive_passes_safe_extraction(repo, tmp_path):
 def test_upload_to_s3_with_checksum(repo, tmp_path, monkeypatch):
     boto3 = pytest.importorskip("boto3")
     moto = pytest.importorskip("moto")
-    for key, value in {
-        "AWS_ACCESS_KEY_ID": "x",
-        "AWS_SECRET_ACCESS_KEY": "x",
-        "AWS_DEFAULT_REGION": "us-east-1",
-    }.items():
-        monkeypatch.setenv(key, value)
+    moto_credentials(monkeypatch)
     with moto.mock_aws():
         s3 = boto3.client("s3", region_name="us-east-1")
         s3.create_bucket(Bucket="models")
@@ -202,12 +198,7 @@ def test_upload_to_s3_with_checksum(repo, tmp_path, monkeypatch):
 
 def test_the_upload_goes_through_the_region_and_profile_given(repo, tmp_path, monkeypatch):
     """`package --s3` is an AWS call like deploy's: --region and --profile choose its session."""
-    config = tmp_path / "config"
-    config.write_text("[profile team]\nregion = eu-central-1\naws_access_key_id = TEAMKEY\naws_secret_access_key = s\n")
-    monkeypatch.setenv("AWS_CONFIG_FILE", str(config))
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
-    for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_PROFILE", "AWS_REGION", "AWS_DEFAULT_REGION"):
-        monkeypatch.delenv(key, raising=False)
+    team_profile(tmp_path, monkeypatch, region="eu-central-1")
     used = []
     monkeypatch.setattr("smtriton.repo.package.upload", lambda archives, uri, client: used.append(client) or [uri])
     out = str(tmp_path / "model.tar.gz")
