@@ -35,6 +35,7 @@ from smtriton.aws.resources import (
     WaitTimeout,
     check_name,
     described_or_none,
+    error_code,
     error_text,
     is_access_denied,
     is_managed,
@@ -315,10 +316,6 @@ def describe_endpoint(sm: Any, name: str) -> dict[str, Any] | None:
     return described_or_none(sm.describe_endpoint, EndpointName=name)
 
 
-def _poller(progress: Progress, poll_s: float, timeout_s: float, sleep: Any, clock: Any) -> Poller:
-    return Poller(progress, poll_s, timeout_s, sleep, clock)
-
-
 def wait_in_service(poller: Poller, sm: Any, name: str) -> Mapping[str, Any]:
     described = poller.until(
         f"endpoint {name}",
@@ -451,7 +448,7 @@ def _data_etag(s3: Any, url: str | None, progress: Progress) -> str | None:
     try:
         etag = s3.head_object(Bucket=bucket, Key=key)["ETag"]
     except (ClientError, BotoCoreError) as exc:
-        if getattr(exc, "response", {}).get("Error", {}).get("Code") in ("404", "NoSuchKey", "NotFound"):
+        if error_code(exc) in ("404", "NoSuchKey", "NotFound"):
             progress(f"warning: {url} does not exist (yet): SageMaker fails to start without it")
         return None
     return str(etag).strip('"')
@@ -560,7 +557,7 @@ def deploy(
     for warning in validate(spec):
         progress(f"warning: {warning}")
     sm = aws.sagemaker
-    poller = _poller(progress, poll_s, timeout_s, sleep, clock)
+    poller = Poller(progress, poll_s, timeout_s, sleep, clock)
     existing = _settled(sm, spec.name, poller, progress)
     if spec.inference_component is not None:
         return _deploy_component(aws, spec, existing, poller, keep_failed, progress)
@@ -830,7 +827,7 @@ def delete_endpoint(
     that a registration, if any, stays).
     """
     sm = aws.sagemaker
-    poller = _poller(progress, poll_s, timeout_s, sleep, clock)
+    poller = Poller(progress, poll_s, timeout_s, sleep, clock)
     if component is not None:
         return components.delete_components(sm, name, only=component, force=force, poller=poller, progress=progress)
     removed: list[str] = []
