@@ -144,7 +144,7 @@ def deploy_component(
             raise
         return ComponentResult(arn, model_name, updated=False)
 
-    old_model = (existing.get("Specification") or {}).get("ModelName")
+    old_model = _model_of(existing)
     try:
         sm.update_inference_component(InferenceComponentName=component.name, Specification=spec, RuntimeConfig=runtime)
     except Exception:
@@ -157,7 +157,9 @@ def deploy_component(
         raise
     except DeployError:
         described = describe(sm, component.name)
-    running = ((described or {}).get("Specification") or {}).get("ModelName")
+        if _model_of(described) == model_name:  # it failed on the new model: nothing went back to remove
+            raise
+    running = _model_of(described)
     if running != model_name:
         sm.delete_model(ModelName=model_name)
         reason = (described or {}).get("FailureReason") or "SageMaker rolled the update back"
@@ -167,6 +169,10 @@ def deploy_component(
     if old_model:
         _delete_model(sm, old_model, endpoint, False, progress)
     return ComponentResult(existing["InferenceComponentArn"], model_name, updated=True)
+
+
+def _model_of(described: Mapping[str, Any] | None) -> str | None:
+    return ((described or {}).get("Specification") or {}).get("ModelName")
 
 
 def _delete_model(sm: Any, name: str, endpoint: str, force: bool, progress: Progress) -> bool:
@@ -216,6 +222,5 @@ def delete_components(
         )
     removed = []
     for d in described:
-        model_name = (d.get("Specification") or {}).get("ModelName")
-        removed += _remove(sm, d["InferenceComponentName"], model_name, endpoint, force, poller, progress)
+        removed += _remove(sm, d["InferenceComponentName"], _model_of(d), endpoint, force, poller, progress)
     return removed

@@ -39,6 +39,7 @@ from smtriton.aws.resources import (
     error_text,
     is_access_denied,
     is_managed,
+    is_not_found,
     name_prefix,
     resource_name,
     tags,
@@ -680,8 +681,15 @@ def _start_endpoint(
 
 
 def _roll_back_endpoint(sm: Any, name: str, poller: Poller, progress: Progress) -> None:
+    from botocore.exceptions import ClientError
+
     progress(f"rolling back {name}")
-    sm.delete_endpoint(EndpointName=name)
+    try:
+        sm.delete_endpoint(EndpointName=name)
+    except ClientError as exc:
+        if is_not_found(exc):  # gone already
+            return
+        raise
     wait_deleted(poller, sm, name)
 
 

@@ -377,3 +377,16 @@ def test_help_fits_a_narrow_terminal_and_cuts_no_word_of_it(path):
         if getattr(param, "help", None) and not getattr(param, "hidden", False):
             cut = [w for w in param.help.replace("\\[", "[").split() if w not in joined]
             assert not cut, (param.name, cut, result.output)
+
+
+@pytest.mark.parametrize(
+    "path",
+    [("deploy",), ("invoke",), ("transform",), ("capture", "decode"), ("delete-endpoint",)],
+    ids=lambda path: " ".join(path),
+)
+def test_the_aws_commands_show_an_example(path):
+    result = smtriton(*path, "--help")
+    assert result.exit_code == 0
+    text = result.output
+    examples = text[text.index("Examples:") :]
+    assert f"smtriton {' '.join(path)} " in examples

@@ -353,3 +353,25 @@ def test_components_refused_before_any_call(change, message):
 
     with pytest.raises(DeployError, match=message):
         validate(spec(**change))
+
+
+def test_an_update_sagemaker_rolls_back_leaves_the_previous_model_and_deletes_the_new_one(clients):
+    clients.answer("sagemaker", "describe_endpoint", endpoint("shared", "InService", "cfg"))
+    clients.answer(
+        "sagemaker",
+        "describe_endpoint_config",
+        {**endpoint_config("cfg", "x"), "ProductionVariants": [{"VariantName": "AllTraffic", "InstanceType": GPU}]},
+    )
+    clients.answer("sagemaker", "describe_inference_component", component("InService", "encoder-old"))
+    clients.answer("sagemaker", "list_tags", {"Tags": TAGS})
+    made_model(clients)
+    clients.answer(
+        "sagemaker", "update_inference_component", {"InferenceComponentArn": arn("inference-component", "encoder")}
+    )
+    clients.answer("sagemaker", "describe_inference_component", component("Updating", "encoder-old"))
+    rolled_back = component("InService", "encoder-old", reason="the new copies failed their health check")
+    clients.answer("sagemaker", "describe_inference_component", rolled_back)
+    clients.answer("sagemaker", "delete_model", {}, ModelName=MODEL)
+    run = Run(clients)
+    with pytest.raises(DeployError, match="previous model still serves: the new copies failed their health check"):
+        deploy(run.aws, spec(), **run.kw())
