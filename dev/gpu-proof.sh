@@ -148,7 +148,8 @@ else
   rm -rf "$repo"
   if "$VENV/bin/smtriton" convert onnx -m text_encoder -o "$repo" >"$WORK/logs/convert.log" 2>&1 \
     && GPU=$GPU bash smtriton/convert/build_tensorrt_in_image.sh "$TAG" "$repo" "$repo/text_encoder" \
-      --model text_encoder --precision fp16 --timing-cache "$repo/.timing-cache" >>"$WORK/logs/convert.log" 2>&1 \
+      --model text_encoder --profile batch=1:16:16,sequence=1:32:128 --precision fp16 \
+      --timing-cache "$repo/.timing-cache" >>"$WORK/logs/convert.log" 2>&1 \
     && plan=$(compgen -G "$repo/*/[0-9]*/model.plan" | head -n 1) && [[ -n $plan ]]; then
     record convert PASS "text_encoder to ${plan#"$repo"/} (fp16), $(since "$started")"
   else

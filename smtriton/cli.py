@@ -42,7 +42,7 @@ LAZY_COMMANDS = {
 # `smtriton --help` lists the commands in the order a model goes through them.
 WORKFLOW = (
     "convert", "build-repository", "config", "validate", "package", "build-image", "push-image", "deploy", "invoke",
-    "delete-endpoint", "local-endpoint", "perf", "tune",
+    "transform", "capture", "delete-endpoint", "local-endpoint", "perf", "tune",
 )  # fmt: skip
 
 
@@ -207,7 +207,8 @@ ROOT_HELP = """Build-time tools for serving PyTorch models with Triton behind th
 A first run, one model: convert -> config -> validate -> package -> local-endpoint (call it on this
 machine, as boto3 calls SageMaker) or deploy (after build-image and push-image; then invoke). convert
 writes a config.pbtxt already; config rewrites it with other batching or instances. build-repository
-builds every model of a recipe at once; perf and tune measure a served model.
+builds every model of a recipe at once; perf and tune measure a served model; transform runs a batch
+transform job and capture decode reads an endpoint's captured data.
 
 The server is a separate command, serve (serve --help): what the image runs as SageMaker starts it, and
 what local-endpoint starts here.
@@ -338,6 +339,8 @@ app.command("build-image")(aws_cli.build_image_command)
 app.command("push-image")(aws_cli.push_image_command)
 app.command("deploy")(aws_cli.deploy_command)
 app.command("invoke")(aws_cli.invoke_command)
+app.command("transform")(aws_cli.transform_command)
+app.add_typer(aws_cli.capture_app, name="capture")
 app.command("delete-endpoint")(aws_cli.delete_endpoint_command)
 
 

@@ -23,6 +23,13 @@ TRITON_DTYPES: tuple[str, ...] = (
 # What the build tools (recipes, exporters, generated configs) handle: torch and ONNX have each one.
 BUILD_DTYPES: tuple[str, ...] = ("BOOL", "UINT8", "INT8", "INT16", "INT32", "INT64", "FP16", "FP32", "FP64", "BYTES")
 
+# ONNX TensorProto element type names -> Triton (what Triton's onnxruntime backend maps).
+ONNX_TYPES: dict[str, str] = {
+    "BOOL": "BOOL", "UINT8": "UINT8", "UINT16": "UINT16", "UINT32": "UINT32", "UINT64": "UINT64",
+    "INT8": "INT8", "INT16": "INT16", "INT32": "INT32", "INT64": "INT64", "FLOAT16": "FP16", "FLOAT": "FP32",
+    "DOUBLE": "FP64", "BFLOAT16": "BF16", "STRING": "BYTES",
+}  # fmt: skip
+
 INTEGER = frozenset({"UINT8", "UINT16", "UINT32", "UINT64", "INT8", "INT16", "INT32", "INT64"})
 FLOAT = frozenset({"FP16", "FP32", "FP64"})  # BF16 is no numpy float (only ml_dtypes')
 

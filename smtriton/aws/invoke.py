@@ -2,7 +2,8 @@
 
 Requests are KServe v2 (Triton) bodies, as JSON or as SageMaker's binary+json type
 (``application/vnd.sagemaker-triton.binary+json;json-header-size=N``); responses are decoded into numpy
-arrays with tritonclient either way. ``target_model`` selects the archive of a multi-model endpoint.
+arrays with tritonclient either way. ``target_model`` selects the archive of a multi-model endpoint,
+``component`` the inference component.
 
     from smtriton.aws.invoke import invoke
     result = invoke(boto3.client("sagemaker-runtime"), "my-endpoint", {"INPUT0": array}, target_model="m.tar.gz")
@@ -142,13 +143,16 @@ def invoke_raw(
     content_type: str,
     *,
     target_model: str | None = None,
+    component: str | None = None,
     custom_attributes: str | None = None,
     inference_id: str | None = None,
 ) -> InvokeResult:
-    """Send a prepared body; decode the answer."""
+    """Send a prepared body; decode the answer. ``component``: the inference component to run."""
     kwargs: dict[str, Any] = {"EndpointName": endpoint_name, "Body": body, "ContentType": content_type}
     if target_model:
         kwargs["TargetModel"] = target_model
+    if component:
+        kwargs["InferenceComponentName"] = component
     if custom_attributes:
         kwargs["CustomAttributes"] = custom_attributes
     if inference_id:
@@ -173,6 +177,7 @@ def invoke(
     binary: bool = True,
     outputs: Sequence[str] | None = None,
     target_model: str | None = None,
+    component: str | None = None,
     parameters: Mapping[str, Any] | None = None,
     custom_attributes: str | None = None,
     inference_id: str | None = None,
@@ -185,6 +190,7 @@ def invoke(
         body,
         content_type,
         target_model=target_model,
+        component=component,
         custom_attributes=custom_attributes,
         inference_id=inference_id,
     )

@@ -46,9 +46,12 @@ def is_local(endpoint_url: str | None) -> bool:
         return False
 
 
-def aws_session(region: str | None = None, profile: str | None = None, endpoint_url: str | None = None) -> Any:
+def aws_session(
+    region: str | None = None, profile: str | None = None, endpoint_url: str | None = None, *, need_region: bool = True
+) -> Any:
     """A ``boto3.Session`` with a region and credentials, or a :class:`ToolError` saying which is missing
-    (for a local ``endpoint_url``: placeholders for whichever is missing)."""
+    (for a local ``endpoint_url``: placeholders for whichever is missing; ``need_region=False``: S3 finds
+    a bucket's region itself)."""
     import boto3
     from botocore.exceptions import BotoCoreError, ProfileNotFound
 
@@ -58,7 +61,7 @@ def aws_session(region: str | None = None, profile: str | None = None, endpoint_
     except ProfileNotFound as exc:
         raise ToolUsageError(str(exc)) from None
     region_name = session.region_name or (LOCAL_REGION if local else None)
-    if not region_name:
+    if need_region and not region_name:
         raise ToolError(NO_REGION)
     try:
         credentials = session.get_credentials()
@@ -73,3 +76,8 @@ def aws_session(region: str | None = None, profile: str | None = None, endpoint_
     if region_name != session.region_name:
         return boto3.Session(region_name=region_name, profile_name=profile)
     return session
+
+
+def s3_client(region: str | None = None, profile: str | None = None) -> Any:
+    """An S3 client of the session ``--region`` and ``--profile`` choose, as every other AWS call's."""
+    return aws_session(region, profile, need_region=False).client("s3")

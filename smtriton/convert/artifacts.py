@@ -103,7 +103,6 @@ class Signature:
 def onnx_signature(path: Path) -> Signature:
     """Inputs (initializers excluded) and outputs of an ONNX graph; weights are not loaded."""
     import onnx
-    from onnx import helper
 
     try:
         model = onnx.load(str(path), load_external_data=False)
@@ -116,11 +115,12 @@ def onnx_signature(path: Path) -> Signature:
         if not value.type.HasField("tensor_type"):
             raise SignatureError(f"{value.name!r} is not a tensor (sequences and maps have no Triton type)")
         try:
-            numpy_name = helper.tensor_dtype_to_np_dtype(tensor_type.elem_type).name
-            dtype = dtypes.from_numpy_name(numpy_name)
-        except (KeyError, ValueError, TypeError):
             elem = onnx.TensorProto.DataType.Name(tensor_type.elem_type)
-            raise SignatureError(f"{value.name!r} has ONNX type {elem}, which this tool cannot map") from None
+        except ValueError:
+            elem = str(tensor_type.elem_type)
+        dtype = dtypes.ONNX_TYPES.get(elem)
+        if dtype is None:
+            raise SignatureError(f"{value.name!r} has ONNX type {elem}, which no Triton tensor type holds")
         dims: list[SigDim] = []
         for d in tensor_type.shape.dim:
             if d.HasField("dim_value"):
@@ -138,6 +138,52 @@ def onnx_signature(path: Path) -> Signature:
         except (ValueError, AttributeError):
             raise SignatureError(f"unreadable {ONNX_SIGNATURE_KEY} metadata") from None
     return Signature(inputs, tuple(sig(v) for v in model.graph.output), "ONNX graph", max_batch_size)
+
+
+# Nodes an index tensor may pass through unchanged in value on its way to a Gather.
+_VALUE_PRESERVING = frozenset({"Cast", "Identity", "Reshape", "Squeeze", "Unsqueeze", "Flatten"})
+
+
+def onnx_index_ranges(path: Path) -> dict[str, tuple[int, int]]:
+    """``[0, rows)`` for each integer graph input that indexes a table (``Gather`` on an initializer, as
+    an embedding exports): the values a realistic input takes, read from the graph (weights not loaded)."""
+    import onnx
+
+    graph = onnx.load(str(path), load_external_data=False).graph
+    sizes = {t.name: list(t.dims) for t in graph.initializer}
+    for node in graph.node:
+        value = next((a.t for a in node.attribute if a.name == "value"), None)
+        if node.op_type == "Constant" and node.output and value is not None:
+            sizes[node.output[0]] = list(value.dims)
+    consumers: dict[str, list[Any]] = {}
+    for node in graph.node:
+        for name in node.input:
+            consumers.setdefault(name, []).append(node)
+    ranges = {}
+    for value in graph.input:
+        rows = _rows_indexed(value.name, consumers, sizes) if value.name not in sizes else []
+        if rows:
+            ranges[value.name] = (0, min(rows))
+    return ranges
+
+
+def _rows_indexed(start: str, consumers: Mapping[str, list[Any]], sizes: Mapping[str, list[int]]) -> list[int]:
+    """The sizes of the tables ``start`` indexes, directly or through value-preserving nodes."""
+    rows: list[int] = []
+    pending, seen = [start], {start}
+    while pending:
+        tensor = pending.pop()
+        for node in consumers.get(tensor, []):
+            if node.op_type == "Gather" and len(node.input) > 1 and node.input[1] == tensor:
+                axis = next((a.i for a in node.attribute if a.name == "axis"), 0)
+                table = sizes.get(node.input[0])
+                if table and -len(table) <= axis < len(table) and table[axis] > 0:
+                    rows.append(int(table[axis]))
+            elif node.op_type in _VALUE_PRESERVING and node.input[0] == tensor:
+                fresh = [out for out in node.output if out not in seen]
+                seen.update(fresh)
+                pending.extend(fresh)
+    return rows
 
 
 def onnx_external_data(path: Path) -> list[str]:

@@ -36,7 +36,7 @@ from smtriton.convert.recipe import (
     source_file,
 )
 from smtriton.convert.stamp import is_up_to_date, read_stamp, stamp_inputs, write_stamp
-from smtriton.convert.trt_plan import sha256_file
+from smtriton.convert.trt_plan import AxisRange, profile_text, recipe_profile, sha256_file
 
 if TYPE_CHECKING:
     from smtriton.convert.export import Exporter
@@ -222,7 +222,7 @@ def image_command(spec: ModelSpec, recipe: Recipe, output: Path) -> str:
     options = spec.tensorrt
     argv = [IMAGE_SCRIPT, "IMAGE", shown(output), shown(output / spec.onnx), "--recipe", shown(recipe.path),
             "--model", spec.onnx, "--name", spec.name, "--max-batch-size", str(spec.max_batch_size),
-            "--precision", options.precision]  # fmt: skip
+            "--profile", profile_text(_profile(spec, recipe)), "--precision", options.precision]  # fmt: skip
     if options.workspace:
         argv += ["--workspace", options.workspace]
     if options.optimization_level is not None:
@@ -232,6 +232,14 @@ def image_command(spec: ModelSpec, recipe: Recipe, output: Path) -> str:
     if options.hardware_compatibility != "none":
         argv += ["--hardware-compatibility", options.hardware_compatibility]
     return shlex.join(argv)
+
+
+def _profile(spec: ModelSpec, recipe: Recipe) -> dict[str, AxisRange]:
+    """The optimization profile of a TensorRT entry: its bounds, the batch axis 1..max_batch_size."""
+    assert spec.onnx is not None and spec.tensorrt is not None
+    batching = spec.dynamic_batching or recipe.model(spec.onnx).dynamic_batching
+    preferred = batching.preferred_batch_size if batching else ()
+    return recipe_profile(spec.tensorrt.profile, spec.max_batch_size, preferred)
 
 
 def exporter_for(fmt: str) -> Exporter:
@@ -340,21 +348,20 @@ def _build_ensemble(
 def _build_tensorrt(
     model_dir: Path, version_dir: Path, spec: ModelSpec, say: Callable[[str], None], recipe: Recipe, output: Path
 ) -> ParityReport:
-    """As `smtriton convert tensorrt --recipe --model <the ONNX entry>` builds it: profile from that
-    entry's axes, plan and sidecar, the plan checked against ONNX Runtime, config from the engine."""
+    """As `smtriton convert tensorrt --recipe --model <the ONNX entry> --profile ...` builds it: profile
+    from the entry's bounds, plan and sidecar, the plan checked against ONNX Runtime, config from the
+    engine."""
     from smtriton import model_config
     from smtriton.convert import trt_build
     from smtriton.convert.artifacts import find_artifact
     from smtriton.convert.config import ConfigOptions
     from smtriton.convert.parity import ParityError
-    from smtriton.convert.trt_plan import parse_size, profile_from_axes
+    from smtriton.convert.trt_plan import parse_size
 
     assert spec.onnx is not None and spec.tensorrt is not None
     source = recipe.model(spec.onnx)
-    batching = spec.dynamic_batching or source.dynamic_batching
-    preferred = batching.preferred_batch_size if batching else ()
     options = trt_build.BuildOptions(
-        profiles=[profile_from_axes(source.axes, spec.max_batch_size, preferred)],
+        profiles=[_profile(spec, recipe)],
         precision=spec.tensorrt.precision,
         workspace_bytes=parse_size(spec.tensorrt.workspace) if spec.tensorrt.workspace else None,
         optimization_level=spec.tensorrt.optimization_level,

@@ -379,7 +379,8 @@ def convert_tensorrt(
         typer.Option(
             metavar="AXIS=MIN:OPT:MAX,...",
             help="Optimization profile, e.g. batch=1:8:16,sequence=1:128:512 "
-            "(repeat for several). Default: from --recipe/--model, or batch=1:N:N with --max-batch-size N.",
+            "(repeat for several). Every dynamic axis needs its sizes here, but the batch axis: without "
+            "--profile it is batch=1:N:N with --max-batch-size N (or the --recipe/--model entry's).",
         ),
     ] = None,
     recipe: Annotated[Path | None, typer.Option(help="Recipe whose entry gives axes, ranges and batching.")] = None,
@@ -428,6 +429,7 @@ def convert_tensorrt(
     from smtriton import model_config
     from smtriton.convert import trt_build
     from smtriton.convert.artifacts import SignatureError, find_artifact, onnx_signature
+    from smtriton.convert.build import staged_dir
     from smtriton.convert.config import ConfigOptions
     from smtriton.convert.recipe import DynamicBatching, InstanceGroup, load_recipe
     from smtriton.convert.trt_plan import (
@@ -435,7 +437,7 @@ def convert_tensorrt(
         ProfileError,
         parse_profile,
         parse_size,
-        profile_from_axes,
+        recipe_profile,
         sidecar_path,
     )
 
@@ -458,16 +460,18 @@ def convert_tensorrt(
             low, _, high = value.partition("..")
             ranges[key] = (int(low), int(high))
         mbs = mbs or 0
+        axes = sorted({d for t in onnx_signature(onnx_path).inputs for d in t.shape if isinstance(d, str)})
+        unbounded = [a for a in axes if not (mbs > 0 and a == "batch")]
         if profile:
             profiles = [parse_profile(p) for p in profile]
-        elif spec is not None:
-            preferred = spec.dynamic_batching.preferred_batch_size if spec.dynamic_batching else ()
-            profiles = [profile_from_axes(spec.axes, mbs, preferred)]
-        elif mbs > 0:
-            profiles = [profile_from_axes({}, mbs)]
+        elif not unbounded:  # the batch axis alone: 1..max_batch_size
+            preferred = spec.dynamic_batching.preferred_batch_size if spec and spec.dynamic_batching else ()
+            profiles = [recipe_profile({}, mbs, preferred)]
         else:
-            axes = sorted({d for t in onnx_signature(onnx_path).inputs for d in t.shape if isinstance(d, str)})
-            raise fail(f"give --profile for the dynamic axes {', '.join(axes) or '(none named)'}, or --recipe/--model")
+            raise fail(
+                f"give --profile with the sizes the plan accepts for the dynamic axes {', '.join(unbounded)} "
+                "(a recipe's axes are its parity check's sizes, not bounds)"
+            )
         options = trt_build.BuildOptions(
             profiles=profiles,
             precision=precision,
@@ -480,18 +484,24 @@ def convert_tensorrt(
             hardware_compatibility=hardware_compatibility,
             device=device,
         )
-        version_dir = output / model_name / str(version)
-        version_dir.mkdir(parents=True, exist_ok=True)
-        plan = version_dir / "model.plan"
+        model_dir = output / model_name
+        model_dir.mkdir(parents=True, exist_ok=True)
+        plan = model_dir / str(version) / "model.plan"
         default_atol, default_rtol = TOLERANCES[precision]
         columns = (SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                    TimeElapsedColumn())  # fmt: skip
-        with Progress(*columns, console=console, transient=True, disable=not console.is_terminal) as bar:
-            sidecar, report = trt_build.build_checked_plan(
-                onnx_path, plan, options, max_batch_size=mbs, verify=verify, reference=reference, ranges=ranges,
-                atol=default_atol if atol is None else atol, rtol=default_rtol if rtol is None else rtol,
-                monitor=_RichMonitor(bar),
-            )  # fmt: skip
+        # Built and checked beside the version directory; it replaces that directory only once the plan
+        # passed, so a failed build never leaves a plan where Triton would load it.
+        with staged_dir(model_dir, str(version)) as staging:
+            with Progress(*columns, console=console, transient=True, disable=not console.is_terminal) as bar:
+                sidecar, report = trt_build.build_checked_plan(
+                    onnx_path, staging / plan.name, options, max_batch_size=mbs, verify=verify, reference=reference,
+                    ranges=ranges, atol=default_atol if atol is None else atol,
+                    rtol=default_rtol if rtol is None else rtol, monitor=_RichMonitor(bar),
+                )  # fmt: skip
+            if report is not None and not report.passed:
+                console.print(f"  {report.summary()}", highlight=False)
+                raise typer.Exit(1)
         console.print(
             f"[green]✓[/] {plan} (TensorRT {sidecar.tensorrt_version}, {sidecar.gpu_name}, "
             f"compute capability {sidecar.compute_capability}, {sidecar.precision}); sidecar {sidecar_path(plan)}",
@@ -499,8 +509,6 @@ def convert_tensorrt(
         )
         if report is not None:
             console.print(f"  {report.summary()}", highlight=False)
-            if not report.passed:
-                raise typer.Exit(1)
         if config:
             options_cfg = ConfigOptions(
                 max_batch_size=mbs,

@@ -1,6 +1,8 @@
 """Parity of an exported artifact with the eager model: same fresh random inputs, compared per output.
 
-A case fails where ``|got - want| > atol + rtol * |want|`` (numpy's ``isclose``). The report keeps the
+A floating-point case fails where ``|got - want| > atol + rtol * |want|`` (numpy's ``isclose``). Integer,
+boolean and string outputs (class ids, token ids, masks, labels) have no rounding error to allow for:
+they must be equal. The report keeps the
 largest absolute error, the largest relative error ``|got - want| / max(|want|, atol / rtol)`` (below
 that magnitude the absolute tolerance governs, and relative error near zero says nothing; so a max
 relative error under ``rtol`` means every element passed on ``rtol`` alone), and which input sizes
@@ -138,7 +140,10 @@ def _accumulate(stats: OutputParity, want: np.ndarray, got: np.ndarray, atol: fl
             stats.worst_case = label
         return
     w, g = want.astype(np.float64), got.astype(np.float64)
-    close = np.isclose(g, w, atol=atol, rtol=rtol, equal_nan=True)
+    if want.dtype.kind in "biu":  # INTEGER and BOOL: equal or not (compared as integers), the error still measured
+        close, atol, rtol = np.asarray(want == got), 0.0, 0.0
+    else:
+        close = np.isclose(g, w, atol=atol, rtol=rtol, equal_nan=True)
     stats.mismatched += int(np.count_nonzero(~close))
     diff = np.abs(g - w)
     diff[np.isnan(diff) & close] = 0.0  # NaN vs NaN, inf vs the same inf: equal

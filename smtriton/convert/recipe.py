@@ -144,6 +144,9 @@ class TensorRTOptions:
     optimization_level: int | None = None  # builder optimization level 0..5
     version_compatible: bool = False
     hardware_compatibility: str = "none"  # see trt_plan.HARDWARE_LEVELS
+    # (min, opt, max) of every dynamic axis but the batch: the sizes the plan accepts, which the ONNX
+    # entry's parity sizes are not.
+    profile: Mapping[str, tuple[int, int, int]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -272,11 +275,36 @@ def _resolve_references(spec: ModelSpec, models: Mapping[str, ModelSpec], where:
     if source is None or source.format != "onnx":
         onnx_entries = ", ".join(m.name for m in models.values() if m.format == "onnx") or "none"
         raise RecipeError(f"{where}: `onnx` must name an ONNX entry of this recipe ({onnx_entries}), not {spec.onnx!r}")
-    if "max_batch_size" in spec.raw:
-        return spec
-    mbs = source.max_batch_size
-    batching = _parse_batching(spec.raw.get("dynamic_batching"), mbs, where)
-    return replace(spec, max_batch_size=mbs, dynamic_batching=batching)
+    if "max_batch_size" not in spec.raw:
+        mbs = source.max_batch_size
+        batching = _parse_batching(spec.raw.get("dynamic_batching"), mbs, where)
+        spec = replace(spec, max_batch_size=mbs, dynamic_batching=batching)
+    _check_profile_bounds(spec, source, where)
+    return spec
+
+
+def _check_profile_bounds(spec: ModelSpec, source: ModelSpec, where: str) -> None:
+    """Every dynamic axis of the ONNX entry's inputs needs the bounds the plan accepts, but the batch
+    axis, which is 1..max_batch_size; a profile axis no input has is a typo."""
+    assert spec.tensorrt is not None
+    bounds = spec.tensorrt.profile
+    batching = spec.max_batch_size > 0
+    if batching and BATCH_AXIS in bounds:
+        raise RecipeError(f"{where}: tensorrt.profile: the batch axis is 1..max_batch_size; leave it out")
+    used: dict[str, str] = {}
+    for tensor in source.inputs:
+        for axis in tensor.axes:
+            used.setdefault(axis, tensor.name)
+    for axis, tensor_name in used.items():
+        if axis not in bounds and not (batching and axis == BATCH_AXIS):
+            raise RecipeError(
+                f"{where}: tensorrt.profile has no bounds for axis {axis!r} (input {tensor_name!r} of "
+                f"{source.name!r}), which the plan must know: add profile = {{ {axis} = [min, opt, max] }} "
+                f"(the sizes it accepts; {source.name!r}'s axes are only the parity check's sizes)"
+            )
+    for axis in bounds:
+        if axis not in used:
+            raise RecipeError(f"{where}: tensorrt.profile names axis {axis!r}, which no input of {source.name!r} has")
 
 
 def _check_no_cycle(models: Sequence[ModelSpec], origin: str) -> None:
@@ -519,14 +547,15 @@ def _parse_tensorrt(t: Any, where: str) -> TensorRTOptions:
     where = f"{where}: tensorrt"
     if not isinstance(t, dict):
         raise RecipeError(f"{where}: must be a table")
-    _check_keys(t, {"precision", "workspace", "optimization_level", "version_compatible", "hardware_compatibility"},
-                where)  # fmt: skip
+    _check_keys(t, {"precision", "workspace", "optimization_level", "version_compatible", "hardware_compatibility",
+                    "profile"}, where)  # fmt: skip
     options = TensorRTOptions(
         precision=_get(t, "precision", str, where, "fp32"),
         workspace=_get(t, "workspace", str, where, None),
         optimization_level=_get(t, "optimization_level", int, where, None),
         version_compatible=_get(t, "version_compatible", bool, where, False),
         hardware_compatibility=_get(t, "hardware_compatibility", str, where, "none"),
+        profile=_parse_profile(_get(t, "profile", dict, where, {}), f"{where}.profile"),
     )
     if options.precision not in PRECISIONS:
         raise RecipeError(f"{where}: precision must be one of {', '.join(PRECISIONS)}, not {options.precision!r}")
@@ -540,6 +569,21 @@ def _parse_tensorrt(t: Any, where: str) -> TensorRTOptions:
     if options.optimization_level is not None and not 0 <= options.optimization_level <= 5:
         raise RecipeError(f"{where}: optimization_level is 0..5")
     return options
+
+
+def _parse_profile(t: Mapping[str, Any], where: str) -> dict[str, tuple[int, int, int]]:
+    profile: dict[str, tuple[int, int, int]] = {}
+    for axis, sizes in t.items():
+        if (
+            not isinstance(sizes, list)
+            or len(sizes) != 3
+            or not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in sizes)
+        ):
+            raise RecipeError(f"{where}: {axis} is [min, opt, max], three positive sizes")
+        if not sizes[0] <= sizes[1] <= sizes[2]:
+            raise RecipeError(f"{where}: {axis} needs min <= opt <= max, got {sizes}")
+        profile[str(axis)] = (sizes[0], sizes[1], sizes[2])
+    return profile
 
 
 def _parse_input(t: Mapping[str, Any], where: str, from_flags: bool = False) -> TensorSpec:

@@ -261,15 +261,15 @@ def _named_dims(dims: list[int], sig: TensorSig | None) -> list[int | str | None
 
 
 # TensorRT DataType member -> Triton dtype name.
-TRT_DTYPES = {"FLOAT": "FP32", "HALF": "FP16", "INT8": "INT8", "INT32": "INT32", "INT64": "INT64",
-              "BOOL": "BOOL", "UINT8": "UINT8"}  # fmt: skip
+TRT_DTYPES = {"FLOAT": "FP32", "HALF": "FP16", "BF16": "BF16", "INT8": "INT8", "INT32": "INT32",
+              "INT64": "INT64", "BOOL": "BOOL", "UINT8": "UINT8"}  # fmt: skip
 
 
 def _triton_dtype(trt: ModuleType, dtype: Any) -> str:
     for member, triton in TRT_DTYPES.items():
         if getattr(trt.DataType, member, None) == dtype:
             return triton
-    raise TensorRTError(f"TensorRT type {dtype} has no Triton equivalent in this tool")
+    raise TensorRTError(f"TensorRT type {dtype} has no Triton tensor type")
 
 
 def _tensor_sig(trt: ModuleType, tensor: Any, sig: TensorSig | None) -> TensorSig:
@@ -484,7 +484,7 @@ def verification_cases(
     sidecar: Sidecar, ranges: Mapping[str, tuple[int, int]], trials: int = 2, seed: int = 0
 ) -> list[tuple[str, dict[str, np.ndarray]]]:
     """Random inputs at every profile's min, opt and max shapes; integer inputs drawn from ``ranges``
-    (default [0, 2), valid for any embedding table)."""
+    (an integer input with none: [0, 2), a mask's values)."""
     from smtriton.convert.recipe import TensorSpec
     from smtriton.convert.sample_inputs import random_inputs
 
@@ -515,11 +515,14 @@ def verify_plan(
 ) -> Any:
     """The plan against ONNX Runtime running the FP32 reference graph, at every profile's extremes.
 
-    Returns a :class:`smtriton.convert.parity.ParityReport`; an FP16-cast or INT8 plan is compared with the same
-    FP32 reference as an FP32 one, so the reported errors are the whole cost of the precision.
+    Integer inputs take their values from ``ranges``, else from the table they index in the graph (token
+    ids: the vocabulary). Returns a :class:`smtriton.convert.parity.ParityReport`; an FP16-cast or INT8
+    plan is compared with the same FP32 reference as an FP32 one, so the reported errors are the whole
+    cost of the precision.
     """
     import onnxruntime as ort
 
+    from smtriton.convert.artifacts import onnx_index_ranges
     from smtriton.convert.parity import compare
 
     sidecar = read_sidecar(plan_path)
@@ -532,7 +535,8 @@ def verify_plan(
         return dict(zip(out_names, session.run(out_names, dict(feeds)), strict=True))
 
     candidate = runner or plan_runner(plan_path)
-    return compare(reference, candidate, verification_cases(sidecar, ranges or {}, trials), atol=atol, rtol=rtol)
+    values = {**onnx_index_ranges(reference_onnx), **(ranges or {})}
+    return compare(reference, candidate, verification_cases(sidecar, values, trials), atol=atol, rtol=rtol)
 
 
 def build_checked_plan(

@@ -48,8 +48,9 @@ __all__ = [
     "parse_profile",
     "parse_size",
     "profile_batch_limits",
-    "profile_from_axes",
+    "profile_text",
     "read_sidecar",
+    "recipe_profile",
     "sha256_file",
     "sidecar_path",
     "write_sidecar",
@@ -100,12 +101,17 @@ def parse_profile(text: str) -> dict[str, AxisRange]:
     return profile
 
 
-def profile_from_axes(
-    axes: Mapping[str, Sequence[int]], max_batch_size: int, preferred_batch_sizes: Sequence[int] = ()
+def profile_text(profile: Profile) -> str:
+    """What :func:`parse_profile` reads back: ``batch=1:4:8,sequence=1:64:128``."""
+    return ",".join(f"{axis}={r.min}:{r.opt}:{r.max}" for axis, r in profile.items())
+
+
+def recipe_profile(
+    bounds: Mapping[str, Sequence[int]], max_batch_size: int, preferred_batch_sizes: Sequence[int] = ()
 ) -> dict[str, AxisRange]:
-    """One profile from a recipe: each axis spans its listed sizes, tuned for the largest; the batch
-    axis spans 1..max_batch_size, tuned for the largest preferred batch size."""
-    profile = {axis: AxisRange(min(sizes), max(sizes), max(sizes)) for axis, sizes in axes.items() if sizes}
+    """One profile from a recipe's TensorRT entry: each axis its (min, opt, max) bounds; the batch axis
+    spans 1..max_batch_size, tuned for the largest preferred batch size."""
+    profile = {axis: AxisRange(*sizes) for axis, sizes in bounds.items()}
     if max_batch_size > 0:
         opt = max(preferred_batch_sizes, default=max_batch_size)
         profile["batch"] = AxisRange(1, min(opt, max_batch_size), max_batch_size)

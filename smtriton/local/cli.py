@@ -16,7 +16,8 @@ from typing import Annotated, Optional
 import typer
 import uvicorn
 
-from smtriton.cli_options import DefaultModelOpt
+from smtriton.aws.session import s3_client
+from smtriton.cli_options import DefaultModelOpt, ProfileOpt, RegionOpt
 from smtriton.errors import ToolError, ToolUsageError
 from smtriton.local.endpoint import ArchiveSource, create_app, safe_extract
 from smtriton.local.serve_process import Mount, ServeContainer, ServeProcess
@@ -134,6 +135,8 @@ def local_endpoint(
             "where its daemon answers, else podman]"
         ),
     ] = None,
+    region: RegionOpt = None,
+    profile: ProfileOpt = None,
 ) -> None:
     """Serve the SageMaker Runtime InvokeEndpoint API locally, in front of a real `serve` + Triton.
 
@@ -162,7 +165,7 @@ def local_endpoint(
         source: ArchiveSource | None = None
         if models is not None:
             (scratch / "models").mkdir()
-            source = ArchiveSource(models)
+            source = ArchiveSource(models, s3_client(region, profile) if models.startswith("s3://") else None)
         else:
             assert model_data is not None
             repository = model_data

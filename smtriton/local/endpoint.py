@@ -146,24 +146,25 @@ def model_hash(target_model: str) -> str:
 
 @dataclass
 class ArchiveSource:
-    """Where TargetModel archives come from: a local folder or an ``s3://bucket/prefix``."""
+    """Where TargetModel archives come from: a local folder or an ``s3://bucket/prefix`` (read with the
+    ``s3`` client the command made, so that its --region and --profile hold)."""
 
     location: str
-    _s3: object = field(default=None, repr=False)
+    s3: object = field(default=None, repr=False)
 
     def fetch(self, target_model: str, into: Path) -> Path:
         if ".." in Path(target_model).parts or target_model.startswith("/"):
             raise ArchiveError(f"TargetModel '{target_model}' must be a relative path without '..'")
         if self.location.startswith("s3://"):
-            import boto3
-
             bucket, _, prefix = self.location[5:].partition("/")
             key = f"{prefix.rstrip('/')}/{target_model}" if prefix else target_model
-            if self._s3 is None:
-                self._s3 = boto3.client("s3")
+            if self.s3 is None:
+                from smtriton.aws.session import s3_client
+
+                self.s3 = s3_client()
             path = into / "archive.tar.gz"
             try:
-                self._s3.download_file(bucket, key, str(path))  # type: ignore[attr-defined]
+                self.s3.download_file(bucket, key, str(path))  # type: ignore[attr-defined]
             except Exception as exc:
                 raise ArchiveError(f"could not download s3://{bucket}/{key}: {exc}") from None
             return path

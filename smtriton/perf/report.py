@@ -36,6 +36,8 @@ def csv_rows(results: Sequence[StepResult]) -> list[dict[str, Any]]:
             "requests": r.requests,
             "ok": r.ok,
             "throughput_rps": round(r.throughput_rps, 2),
+            "offered_rps": "" if r.offered_rps is None else round(r.offered_rps, 2),
+            "short": r.short,
         }
         for key in LATENCY_KEYS:
             value = r.latency_ms[key]
@@ -83,7 +85,8 @@ class StepTable:
             lat = [("-" if r.latency_ms[k] is None else f"{r.latency_ms[k]:.2f}") for k in LATENCY_KEYS]
             errors = ("\n" if compact else ", ").join(f"{k}: {v}" for k, v in r.errors.items()) or "0"
             cpu = f"{r.client_cpu:.0%}" + (f"{gap}[bold red]saturated[/]" if r.client_saturated else "")
-            t.add_row(r.label, f"{r.throughput_rps:,.0f}", *lat, f"[red]{errors}[/]" if r.errors else errors, cpu)
+            rps = f"{r.throughput_rps:,.0f}" + (f"{gap}[bold red]short[/]" if r.short else "")
+            t.add_row(r.label, rps, *lat, f"[red]{errors}[/]" if r.errors else errors, cpu)
         return t
 
     def _lines(self) -> Any:
@@ -94,7 +97,8 @@ class StepTable:
             lat = "/".join("-" if r.latency_ms[k] is None else f"{r.latency_ms[k]:.2f}" for k in LATENCY_KEYS)
             errors = ", ".join(f"{k}: {v}" for k, v in r.errors.items()) or "0"
             cpu = f"{r.client_cpu:.0%}" + (" saturated" if r.client_saturated else "")
-            lines.append(f"{r.label}: {r.throughput_rps:,.0f} req/s; {'/'.join(LATENCY_KEYS)} {lat} ms; "
+            short = f" (short of {r.offered_rps:,.0f} offered)" if r.short and r.offered_rps is not None else ""
+            lines.append(f"{r.label}: {r.throughput_rps:,.0f} req/s{short}; {'/'.join(LATENCY_KEYS)} {lat} ms; "
                          f"errors {errors}; client CPU {cpu}")  # fmt: skip
         return Text("\n".join(lines))
 

@@ -1,9 +1,14 @@
 """The load loops: closed loop (N workers, each sends its next request when the last one answers) and
 open loop (requests start on a schedule, whatever the answers; latency counts from the scheduled start).
 
-Each step runs a warm-up, then the measured window, then drains what is in flight. Only requests that
-complete inside the window are measured; every completed request counts in ``sent_total`` (what the
-server saw). The client's CPU time over the window says whether the client was the limit.
+Each step runs a warm-up, then the measured window, then waits for what is in flight. The latencies
+and errors are those of the requests that *started* in the window (for the open loop: were scheduled
+in it), each waited for after the window closes, so a server that falls behind shows its whole queue
+in the tail instead of dropping its slowest requests; one still unanswered :data:`DRAIN_TIMEOUT_S`
+after the step is a ``timeout`` error. The throughput is what the server achieved: the successful
+answers that arrived inside the window. An open-loop step whose achieved rate falls below the rate it
+offered is flagged ``short``. Every completed request counts in ``sent_total`` (what the server saw).
+The client's CPU time over the window says whether the client was the limit.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from smtriton.perf.targets import Channel, Target
 DRAIN_TIMEOUT_S = 30.0
 FIRST_ANSWER_LIMIT_S = 120.0
 TICK_S = 0.25
+TIMED_OUT = -1  # the status of a request still unanswered DRAIN_TIMEOUT_S after its step
 
 Progress = Callable[[str, str, float, int], None]  # (step label, phase, seconds into the step, completed)
 
@@ -44,24 +50,30 @@ class _Record:
     """Raw per-request record, appended to in the hot loop (three list appends per request)."""
 
     def __init__(self) -> None:
+        self.began: list[float] = []  # when it started, or for the open loop when it was due
         self.done_at: list[float] = []
-        self.latency: list[float] = []
         self.status: list[int] = []
 
-    def add(self, done_at: float, latency: float, status: int) -> None:
+    def add(self, began: float, done_at: float, status: int) -> None:
+        self.began.append(began)
         self.done_at.append(done_at)
-        self.latency.append(latency)
         self.status.append(status)
 
-    def window(self, start: float, end: float) -> tuple[list[float], Counter[int]]:
-        """(latencies of the 2xx answers, every status count) of the requests that completed in [start, end]."""
-        done = np.asarray(self.done_at)
-        lat = np.asarray(self.latency)
+    def started_in(self, start: float, end: float) -> tuple[list[float], Counter[int]]:
+        """Of the requests that started (were due) in [start, end): the latencies of the 2xx answers and
+        every status count."""
+        began = np.asarray(self.began)
         status = np.asarray(self.status, dtype=np.int64)
-        inside = (done >= start) & (done <= end)
-        ok = inside & (status >= 200) & (status < 300)
+        inside = (began >= start) & (began < end)
         counts = Counter({int(s): int(n) for s, n in zip(*np.unique(status[inside], return_counts=True), strict=True)})
-        return lat[ok].tolist(), counts
+        latency = np.asarray(self.done_at) - began
+        return latency[inside & (status >= 200) & (status < 300)].tolist(), counts
+
+    def succeeded_in(self, start: float, end: float) -> int:
+        """How many 2xx answers arrived in [start, end]: what the server achieved."""
+        done = np.asarray(self.done_at)
+        status = np.asarray(self.status, dtype=np.int64)
+        return int(np.count_nonzero((status >= 200) & (status < 300) & (done >= start) & (done <= end)))
 
 
 async def _window(
@@ -90,7 +102,8 @@ async def _window(
 
 
 async def _drain(tasks: list[asyncio.Task[None]]) -> int:
-    """Wait for in-flight requests; cancel those still out after the timeout; how many were cancelled."""
+    """Wait for in-flight requests; cancel those still out after the timeout (each records its request as
+    :data:`TIMED_OUT`); how many were cancelled."""
     if not tasks:
         return 0
     _, pending = await asyncio.wait(tasks, timeout=DRAIN_TIMEOUT_S)
@@ -116,9 +129,12 @@ async def closed_loop(target: Target, plan: StepPlan, progress: Progress | None 
         add = record.add
         while running:
             t0 = clock()
-            status = await ch.send(index)
-            t1 = clock()
-            add(t1, t1 - t0, status)
+            try:
+                status = await ch.send(index)
+            except asyncio.CancelledError:  # abandoned after the step: counted, not dropped
+                add(t0, clock(), TIMED_OUT)
+                return
+            add(t0, clock(), status)
             index += 1
 
     start = time.perf_counter()
@@ -126,14 +142,12 @@ async def closed_loop(target: Target, plan: StepPlan, progress: Progress | None 
     cpu_s, wall_s = await _window(plan, start, record, progress, first_answers=len(channels))
     end = time.perf_counter()
     running = False
-    stuck = await _drain(tasks)
+    await _drain(tasks)
     for ch in channels:
         ch.close()
-    latencies, statuses = record.window(end - wall_s, end)
-    result = summarize(plan.mode, plan.load, wall_s, latencies, statuses, cpu_s, len(record.status))
-    if stuck:
-        result.notes.append(f"{stuck} requests still unanswered {DRAIN_TIMEOUT_S:g} s after the step were abandoned")
-    return result
+    latencies, statuses = record.started_in(end - wall_s, end)
+    achieved = record.succeeded_in(end - wall_s, end)
+    return summarize(plan.mode, plan.load, wall_s, latencies, statuses, cpu_s, _answered(record), achieved=achieved)
 
 
 async def open_loop(target: Target, plan: StepPlan, progress: Progress | None = None) -> StepResult:
@@ -149,13 +163,15 @@ async def open_loop(target: Target, plan: StepPlan, progress: Progress | None = 
     clock = time.perf_counter
 
     async def one(at: float, index: int) -> None:
-        ch = await idle.get()
         try:
-            status = await ch.send(index)
-        finally:
-            idle.put_nowait(ch)
-        done = clock()
-        record.add(done, done - at, status)
+            ch = await idle.get()
+            try:
+                status = await ch.send(index)
+            finally:
+                idle.put_nowait(ch)
+        except asyncio.CancelledError:  # abandoned after the step: a timeout of the request it was due
+            status = TIMED_OUT
+        record.add(at, clock(), status)
 
     start = clock() + 0.01
     window = asyncio.create_task(_window(plan, start, record, progress))
@@ -177,14 +193,21 @@ async def open_loop(target: Target, plan: StepPlan, progress: Progress | None = 
         tasks.append(asyncio.create_task(one(at, index)))
     cpu_s, wall_s = await window
     end = clock()
-    stuck = await _drain(tasks)
+    await _drain(tasks)
     for ch in channels:
         ch.close()
-    latencies, statuses = record.window(end - wall_s, end)
-    result = summarize(plan.mode, plan.load, wall_s, latencies, statuses, cpu_s, len(record.status), lags)
-    if stuck:
-        result.notes.append(f"{stuck} requests still unanswered {DRAIN_TIMEOUT_S:g} s after the step were abandoned")
-    return result
+    # The requests due in the measured stretch of the schedule; the answers that arrived in the window.
+    due_from, due_until = measured_from, measured_from + plan.duration_s
+    offered = sum(1 for offset in times.tolist() if due_from <= start + offset < due_until)
+    latencies, statuses = record.started_in(due_from, due_until)
+    achieved = record.succeeded_in(end - wall_s, end)
+    return summarize(plan.mode, plan.load, wall_s, latencies, statuses, cpu_s, _answered(record), lags,
+                     achieved=achieved, offered=offered)  # fmt: skip
+
+
+def _answered(record: _Record) -> int:
+    """Requests the server answered (what it counted), every step phase included."""
+    return sum(1 for status in record.status if status != TIMED_OUT)
 
 
 async def run_steps(target: Target, plans: list[StepPlan], progress: Progress | None = None) -> list[StepResult]:

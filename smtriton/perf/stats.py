@@ -14,6 +14,9 @@ PERCENTILES: tuple[float, ...] = (50.0, 90.0, 99.0, 99.9)
 CLIENT_SATURATED = 0.85
 # An open-loop request sent this long after its scheduled start counts as late.
 LATE_S = 0.002
+# An open-loop step whose achieved rate is below the offered one by more than this share (and two
+# requests, the edges of the window) fell short: the server could not keep up.
+SHORTFALL = 0.05
 
 
 def percentile_key(q: float) -> str:
@@ -48,6 +51,8 @@ class StepResult:
     sent_total: int  # every request this step completed, warm-up included (what the server counted)
     late: int = 0
     max_lag_ms: float = 0.0
+    offered_rps: float | None = None  # open loop: requests due in the window, per second
+    short: bool = False  # open loop: the server achieved less than the offered rate
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -72,18 +77,26 @@ def summarize(
     cpu_s: float,
     sent_total: int,
     lags_s: Sequence[float] = (),
+    *,
+    achieved: int | None = None,
+    offered: int | None = None,
 ) -> StepResult:
     """One step's result from its raw record.
 
     ``latencies_s`` holds the successful (2xx) requests only, so an error that fails fast cannot make
-    the latency look better; ``statuses`` counts every completed request by HTTP status (0: no answer,
-    the connection failed). ``lags_s`` is, per open-loop request, how late it left against its schedule.
+    the latency look better; ``statuses`` counts every measured request by HTTP status (0: no answer,
+    the connection failed; -1: no answer in time). ``lags_s`` is, per open-loop request, how late it
+    left against its schedule. ``achieved``: the successful answers that arrived in the window (the
+    throughput; default: the successful measured requests); ``offered``: the open-loop requests due in
+    it.
     A step where no request succeeded flags nothing about the client: requests refused at once keep
     its core busy and its schedule late, and the errors, not the client, are what limited it.
     """
     requests = sum(statuses.values())
     ok = sum(n for status, n in statuses.items() if 200 <= status < 300)
-    errors = {("connection" if s == 0 else str(s)): n for s, n in sorted(statuses.items()) if not 200 <= s < 300}
+    named = {0: "connection", -1: "timeout"}
+    errors = {named.get(s, str(s)): n for s, n in sorted(statuses.items()) if not 200 <= s < 300}
+    done = ok if achieved is None else achieved
     cpu = cpu_s / wall_s if wall_s > 0 else 0.0
     late = sum(1 for lag in lags_s if lag > LATE_S)
     result = StepResult(
@@ -92,7 +105,7 @@ def summarize(
         duration_s=wall_s,
         requests=requests,
         ok=ok,
-        throughput_rps=ok / wall_s if wall_s > 0 else 0.0,
+        throughput_rps=done / wall_s if wall_s > 0 else 0.0,
         latency_ms=percentiles_ms(latencies_s),
         mean_ms=float(np.mean(latencies_s)) * 1000.0 if len(latencies_s) else None,
         errors=errors,
@@ -101,9 +114,16 @@ def summarize(
         sent_total=sent_total,
         late=late,
         max_lag_ms=max(lags_s, default=0.0) * 1000.0,
+        offered_rps=offered / wall_s if offered is not None and wall_s > 0 else None,
+        short=offered is not None and done < offered - max(SHORTFALL * offered, 2),
     )
     if result.client_saturated:
         result.notes.append(f"client CPU {cpu:.0%} of a core: the client may be the limit, not the server")
+    if result.short and result.offered_rps is not None:
+        result.notes.append(
+            f"the server fell short of the offered rate: {result.throughput_rps:,.1f}/s answered of "
+            f"{result.offered_rps:,.1f}/s offered; requests queued, and the latencies include the queue"
+        )
     if ok and late > 0.01 * max(len(lags_s), 1):
         result.notes.append(
             f"client fell behind its schedule: {late} of {len(lags_s)} requests left over {LATE_S * 1000:g} ms late"

@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from smtriton.cli_options import ProfileOpt, RegionOpt
 from smtriton.errors import ToolError, ToolUsageError
 from smtriton.repo.layout import model_directories, require_repository
 
@@ -126,7 +127,9 @@ RenameOpt = Annotated[
         metavar="OLD=NEW", help="Rename a model in the archive (its directory, its config's name, ensemble steps)."
     ),
 ]
-S3Opt = Annotated[str | None, typer.Option("--s3", help="Upload to s3://bucket/prefix/ (boto3 credentials).")]
+S3Opt = Annotated[
+    str | None, typer.Option("--s3", help="Upload to s3://bucket/prefix/ (boto3 credentials, --region, --profile).")
+]
 ValidateOpt = Annotated[bool, typer.Option(help="Validate the packaged models first (default on).")]
 # A folder that is not there (or a file) is refused by the argument itself: one usage line naming it.
 RepoArg = Annotated[
@@ -144,20 +147,24 @@ def package_sme_command(
     rename: RenameOpt = None,
     s3: S3Opt = None,
     validate: ValidateOpt = True,
+    region: RegionOpt = None,
+    profile: ProfileOpt = None,
 ) -> None:
     """One model.tar.gz whose root is the repository (SageMaker extracts it to /opt/ml/model).
 
     Deterministic: the same repository gives the same bytes (sorted entries, fixed times and owners,
     no gzip name or time); <archive>.sha256 is written beside it.
     """
+    from smtriton.aws.session import s3_client
     from smtriton.repo.package import model_dirs, package_sme, parse_renames, upload
 
     require_repository(repo)
+    client = s3_client(region, profile) if s3 else None  # credentials checked before anything is built
     names = list(model) if model else model_dirs(repo)
     if validate:
         _validate_before(repo, names, mme=False)
     archive = package_sme(repo, output, models=model, renames=parse_renames(rename or ()))
-    uris = upload([archive], s3) if s3 else None
+    uris = upload([archive], s3, client) if s3 else None
     _show([archive], uris)
     console.print(f"next: smtriton local-endpoint --model-data {escape(str(output))} calls it here; "
                   "smtriton deploy serves it on SageMaker", highlight=False)  # fmt: skip
@@ -173,19 +180,23 @@ def package_mme_command(
     rename: RenameOpt = None,
     s3: S3Opt = None,
     validate: ValidateOpt = True,
+    region: RegionOpt = None,
+    profile: ProfileOpt = None,
 ) -> None:
     """One <model>.tar.gz per model (the TargetModel of a multi-model endpoint).
 
     An ensemble's archive also holds the models its steps use. Deterministic, with a .sha256 each.
     """
+    from smtriton.aws.session import s3_client
     from smtriton.repo.package import model_dirs, package_mme, parse_renames, upload
 
     require_repository(repo)
+    client = s3_client(region, profile) if s3 else None
     names = list(model) if model else model_dirs(repo)
     if validate:
         _validate_before(repo, names, mme=True)
     archives = package_mme(repo, output, models=model, renames=parse_renames(rename or ()))
-    uris = upload(archives, s3) if s3 else None
+    uris = upload(archives, s3, client) if s3 else None
     _show(archives, uris)
     here = f"smtriton local-endpoint --models {escape(str(output))} calls them here (TargetModel: an archive's name)"
     console.print(f"next: {here}; smtriton deploy --multi-model serves them on SageMaker", highlight=False)

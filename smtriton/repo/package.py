@@ -289,7 +289,7 @@ class _HashingWriter:
         self.raw.flush()
 
 
-def upload(archives: Sequence[Archive], s3_uri: str, client: Any = None) -> list[str]:
+def upload(archives: Sequence[Archive], s3_uri: str, client: Any) -> list[str]:
     """Upload each archive to ``s3://bucket/prefix/<archive name>`` with its sha256 checked by S3.
 
     For an SME the URI of ``model.tar.gz`` is the model's ModelDataUrl; for an MME the prefix is.
@@ -300,10 +300,6 @@ def upload(archives: Sequence[Archive], s3_uri: str, client: Any = None) -> list
     bucket, prefix = match.group(1), (match.group(2) or "")
     if prefix and not prefix.endswith("/"):
         prefix += "/"
-    if client is None:
-        import boto3
-
-        client = boto3.client("s3")
     from boto3.exceptions import S3UploadFailedError
     from botocore.exceptions import BotoCoreError, ClientError
 

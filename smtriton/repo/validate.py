@@ -292,7 +292,60 @@ def _check_plan(artifact: Path, config: ModelConfig, add: Any, runtime: RuntimeI
                     f"max_batch_size {config.max_batch_size} exceeds what the plan's profiles accept for "
                     f"input {name!r} (batch up to {limit})"
                 )
+    _check_profiles(sidecar, config, add, rel, artifact)
     return Signature.from_dict({"inputs": sidecar.inputs, "outputs": sidecar.outputs}, "TensorRT sidecar")
+
+
+def _spans(sizes: Iterable[tuple[int, int]]) -> str:
+    return " or ".join(f"{low}..{high}" for low, high in sorted(set(sizes)))
+
+
+def _check_profiles(sidecar: Any, config: ModelConfig, add: Any, rel: str, artifact: Path) -> None:
+    """Every dimension of every optimization profile: well formed, the same bounds for inputs that
+    share an axis, a fixed config dimension inside them, and the sizes a dynamic (-1) one really takes.
+
+    A plan accepts only the sizes its profiles span, whatever the config says; Triton passes a request
+    past them on to TensorRT, which fails it at run time."""
+    shapes = {t["name"]: list(t["shape"]) for t in sidecar.inputs}
+    spans: dict[tuple[str, int], list[tuple[int, int]]] = defaultdict(list)  # (input, dim) -> per profile
+    for number, profile in enumerate(sidecar.profiles):
+        by_axis: dict[str, tuple[str, int, int]] = {}
+        for name, ranges in profile.items():
+            low, opt, high = (list(ranges.get(k, [])) for k in ("min", "opt", "max"))
+            shape = shapes.get(name)
+            if shape is None or not len(low) == len(opt) == len(high) == len(shape):
+                add(f"{rel}: profile {number} gives input {name!r} shapes that do not fit its signature", artifact)
+                continue
+            for dim, (a, b, c, declared) in enumerate(zip(low, opt, high, shape, strict=True)):
+                if not 0 < a <= b <= c or (isinstance(declared, int) and declared >= 0 and not a == c == declared):
+                    add(f"{rel}: profile {number}, input {name!r} dimension {dim}: {a}:{b}:{c} is not a valid "
+                        f"range for {declared}", artifact)  # fmt: skip
+                    continue
+                spans[(name, dim)].append((a, c))
+                if isinstance(declared, str):
+                    other = by_axis.setdefault(declared, (name, a, c))
+                    if other[1:] != (a, c):
+                        add(f"{rel}: profile {number} spans axis {declared!r} {other[1]}..{other[2]} for input "
+                            f"{other[0]!r} but {a}..{c} for input {name!r}; requests beyond the smaller fail",
+                            artifact)  # fmt: skip
+    batch = 1 if config.max_batch_size > 0 else 0
+    bounded: list[str] = []
+    for io in config.input:
+        for index, size in enumerate(io.dims):
+            found = spans.get((io.name, index + batch))
+            if not found:
+                continue
+            if size > 0 and not any(low <= size <= high for low, high in found):
+                add(f"input {io.name!r}: config dimension {index} is {size}, the plan's profiles accept "
+                    f"{_spans(found)} there")  # fmt: skip
+            elif size == -1:
+                bounded.append(f"input {io.name!r} dimension {index}: {_spans(found)}")
+        if batch and any(low > 1 for low, _ in spans.get((io.name, 0), [])):
+            lowest = min(low for low, _ in spans[(io.name, 0)])
+            add(f"input {io.name!r}: the plan's profiles accept batches from {lowest}, Triton sends smaller ones")
+    if bounded:
+        add(f"{rel} accepts only these sizes where the config has -1 (its optimization profiles; a request "
+            f"outside fails at run time): {'; '.join(bounded)}", artifact, "warning")  # fmt: skip
 
 
 def _check_torchscript_arity(artifact: Path, config: ModelConfig, add: Any) -> None:

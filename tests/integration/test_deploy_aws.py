@@ -299,7 +299,7 @@ def test_mme_deploy_with_auto_scaling_and_the_gpu_base_warning(run, aws, calls):
         multi_model=True,
         model_data="s3://models/mme",
         instance_count=2,
-        autoscaling=AutoScaling(min_capacity=2, max_capacity=5, target_invocations=300),
+        autoscaling=AutoScaling(min_capacity=2, max_capacity=5, target=300),
     )
     result = run.deploy(spec)
 
@@ -359,7 +359,8 @@ def test_update_in_place_swaps_config_and_model_and_deletes_the_old_ones(run, aw
     assert set(second.removed) == {f"endpoint-config/{first.config_name}", f"model/{first.model_name}"}
     env = sm.describe_model(ModelName=second.model_name)["PrimaryContainer"]["Environment"]
     assert env == {"SAGEMAKER_TRITON_LOG_INFO": "false"}
-    # Same instance type: the scaling registration stays (no capacity drop) and gets the new limits.
+    # Same instance type: the scaling registration stays and gets the new limits (the instance count an
+    # auto-scaled endpoint keeps needs an endpoint scaled out, which moto cannot make: test_deploy_stubbed.py).
     assert "DeregisterScalableTarget" not in calls.names()
     (target,) = aws.autoscaling.describe_scalable_targets(ServiceNamespace="sagemaker")["ScalableTargets"]
     assert target["MaxCapacity"] == 4
@@ -474,3 +475,51 @@ def test_the_deploy_and_delete_commands_over_boto3s_endpoint_setting(moto_url, s
     assert deleted.exit_code == 0, deleted.output
     assert "endpoint/cli-demo" in deleted.stdout.splitlines()
     assert sm.list_models()["Models"] == []
+
+
+def test_a_transform_job_and_its_model_through_moto(aws, calls):
+    """moto implements transform jobs (they complete at once): the job is created as asked, followed to
+    its end, and its model deleted."""
+    from smtriton.aws.transform import TransformSpec, run_transform
+
+    data = "s3://models/demo/model.tar.gz"
+    spec = TransformSpec(name="nightly", image=IMAGE, role_arn=ROLE, model_data=data, input="s3://in/requests/",
+                         output="s3://out/", split_type="Line", instance_type=GPU)  # fmt: skip
+    messages: list[str] = []
+    result = run_transform(aws.sagemaker, spec, wait=True, progress=messages.append, poll_s=0.01)
+    assert result.status == "Completed"
+    (job,) = calls.of("CreateTransformJob")
+    assert job["TransformResources"]["TransformAmiVersion"] == "al2-ami-sagemaker-batch-gpu-535"
+    assert job["TransformInput"]["SplitType"] == "Line"
+    described = aws.sagemaker.describe_transform_job(TransformJobName="nightly")
+    assert described["TransformJobStatus"] == "Completed"
+    assert described["ModelName"] == result.model_name
+    assert aws.sagemaker.list_models()["Models"] == []  # the job has ended: its model is gone
+    assert "transform job nightly: Completed" in messages
+
+
+def test_data_capture_and_the_deployment_options_through_the_command(moto_url, session):
+    from typer.testing import CliRunner
+
+    from smtriton.cli import app
+
+    env = {"AWS_ENDPOINT_URL": moto_url, "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+           "AWS_DEFAULT_REGION": REGION}  # fmt: skip
+    args = ["deploy", "captured", "--image", IMAGE, "--role", ROLE, "--model-data", "s3://models/m.tar.gz",
+            "--instance-type", GPU, "--data-capture", "s3://capture/demo/", "--capture-percent", "25",
+            "--subnet", "subnet-0123456789abcdef0", "--security-group", "sg-0123456789abcdef0",
+            "--network-isolation", "--kms-key", "alias/ml", "--volume-size", "64", "--model-download-timeout", "900",
+            "--poll", "0.01"]  # fmt: skip
+    created = CliRunner().invoke(app, args, env=env)
+    assert created.exit_code == 0, created.output
+    sm = session.client("sagemaker", endpoint_url=moto_url)
+    config_name = sm.describe_endpoint(EndpointName="captured")["EndpointConfigName"]
+    config = sm.describe_endpoint_config(EndpointConfigName=config_name)
+    assert config["DataCaptureConfig"]["DestinationS3Uri"] == "s3://capture/demo/"
+    assert config["DataCaptureConfig"]["InitialSamplingPercentage"] == 25
+    assert config["KmsKeyId"] == "alias/ml"
+    model = sm.describe_model(ModelName=config["ProductionVariants"][0]["ModelName"])
+    assert model["VpcConfig"]["Subnets"] == ["subnet-0123456789abcdef0"]  # (moto keeps no EnableNetworkIsolation)
+    refused = CliRunner().invoke(app, [*args[:-2], "--capture-percent", "150", "--poll", "0.01"], env=env)
+    assert refused.exit_code == 1
+    assert refused.output.strip().splitlines()[-1] == "error: the capture percentage must be 0-100"

@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from tests.integration.conftest import TEST_MODELS, start_serve
@@ -88,6 +89,38 @@ def test_an_open_loop_holds_its_rate(server: ServeProcess, tmp_path: Path):
     assert step["errors"] == {}
     assert 25 < step["throughput_rps"] < 100  # a Poisson count over 2 s at 50/s
     assert step["latency_ms"]["p50"] <= step["latency_ms"]["p99"]
+
+
+def test_an_offered_rate_the_model_cannot_meet_shows_the_true_tail_and_the_shortfall(
+    tmp_path: Path, test_repository: Path
+):
+    """The slow model answers after 0.2 s on each of its 4 instances: 20/s at most. Offered 40/s, the
+    queue grows through the step; every request due in the window is measured, the last ones included,
+    and the step says it fell short."""
+    server = start_serve(tmp_path, test_repository, "slow")
+    try:
+        out = tmp_path / "run.json"
+        rate, warmup, duration, service_s, instances = 40, 0.5, 2.0, 0.2, 4
+        result = perf(
+            server.url, "--model-dir", str(TEST_MODELS / "slow"), "--rate", str(rate), "--arrival", "fixed",
+            "--body-format", "json", "--warmup", str(warmup), "--duration", str(duration), "--json", str(out),
+        )  # fmt: skip
+    finally:
+        server.stop()
+    assert result.returncode == 0, result.stderr
+    (step,) = json.loads(out.read_text())["steps"]
+    due = [k for k in range(int(rate * (warmup + duration))) if warmup <= k / rate < warmup + duration]
+    assert step["requests"] == step["ok"] == len(due)  # every request due in the window, none dropped
+    assert step["errors"] == {}
+    # The k-th request can end no sooner than ceil((k + 1) / 4) service times after the first began, and was
+    # due k / rate after it: the tail cannot be much shorter than these floors' (a margin for the order of
+    # service).
+    floors = [np.ceil((k + 1) / instances) * service_s - k / rate for k in due]
+    assert step["latency_ms"]["p99"] >= np.percentile(floors, 99) * 1000 * 0.9
+    assert step["short"]
+    assert step["offered_rps"] == pytest.approx(rate, rel=0.05)
+    assert step["throughput_rps"] <= instances / service_s * 1.1
+    assert "fell short of the offered rate" in result.stderr
 
 
 def test_an_endpoint_by_name_through_boto3_and_the_local_endpoint(test_repository: Path, tmp_path: Path):

@@ -23,7 +23,7 @@ from tests.unit.test_repo_validate import tiny_onnx
 
 ROOT = Path(__file__).resolve().parents[2]
 WORKFLOW = ["convert", "build-repository", "config", "validate", "package", "build-image", "push-image", "deploy",
-            "invoke", "delete-endpoint", "local-endpoint", "perf", "tune"]  # fmt: skip
+            "invoke", "transform", "capture", "delete-endpoint", "local-endpoint", "perf", "tune"]  # fmt: skip
 
 
 def smtriton(*args: object) -> typer.testing.Result:
@@ -453,3 +453,16 @@ def test_config_input_help_says_how_the_batch_axis_is_written_and_does_so(onnx_m
     assert result.exit_code == 0, result.output
     assert "max_batch_size: 8" in result.stdout
     assert [line.strip() for line in result.stdout.splitlines() if "dims" in line] == ["dims: 4", "dims: 2"]
+
+
+@pytest.mark.parametrize(
+    "path",
+    [("deploy",), ("invoke",), ("transform",), ("capture", "decode"), ("delete-endpoint",)],
+    ids=lambda path: " ".join(path),
+)
+def test_the_aws_commands_show_an_example(path):
+    result = smtriton(*path, "--help")
+    assert result.exit_code == 0
+    text = result.output
+    examples = text[text.index("Examples:") :]
+    assert f"smtriton {' '.join(path)} " in examples

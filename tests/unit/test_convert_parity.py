@@ -80,3 +80,22 @@ def test_random_inputs_follow_dtype_shape_range_and_seed():
     assert all(np.array_equal(arrays[k], again[k]) for k in ("ids", "mask", "pixels"))
     other = random_inputs(specs, {"batch": 3, "sequence": 7}, seed=6)
     assert not np.array_equal(arrays["pixels"], other["pixels"])
+
+
+def test_integer_and_boolean_outputs_must_be_equal():
+    """A class id or a token id is right or wrong: 1001 is not 1000 within any relative tolerance."""
+    ids = {"ids": np.array([[1000, 50100]], dtype=np.int64), "mask": np.array([True, False])}
+    off_by_little = {"ids": np.array([[1001, 50123]], dtype=np.int64), "mask": np.array([True, True])}
+    report = compare(lambda x: ids, lambda x: off_by_little, [("c", {})], atol=1e-3, rtol=1e-2)
+    assert not report.passed
+    by_name = {o.name: o for o in report.outputs}
+    assert (by_name["ids"].mismatched, by_name["ids"].max_abs) == (2, 23.0)
+    assert by_name["mask"].mismatched == 1
+    assert "ids: 2/2 elements out of tolerance" in report.summary()
+    assert compare(lambda x: ids, lambda x: ids, [("c", {})], atol=0.5, rtol=0.5).passed
+
+
+def test_the_image_pipelines_class_ids_are_compared_exactly():
+    want = {"CLASS_IDS": np.array([[281, 282, 285, 287, 291]], dtype=np.int64)}
+    got = {"CLASS_IDS": np.array([[281, 282, 285, 291, 287]], dtype=np.int64)}  # two swapped ranks
+    assert not compare(lambda x: want, lambda x: got, [("c", {})], atol=5e-2, rtol=5e-2).passed

@@ -299,3 +299,56 @@ def test_tensorrt_mistakes_name_the_entry(change, message):
 def test_samples_must_name_a_function():
     with pytest.raises(RecipeError, match=re.escape("`samples` must be 'package.module:function'")):
         parse(IMAGE + 'samples = "smtriton.demo.images"\n')
+
+
+TEXT_TRT = """
+[[model]]
+name = "enc"
+format = "onnx"
+factory = "smtriton.demo.models:bert_tiny"
+max_batch_size = 16
+input = [
+  { name = "input_ids", dtype = "INT64", shape = ["batch", "sequence"], range = [0, 1000] },
+  { name = "attention_mask", dtype = "INT32", shape = ["batch", "sequence"], range = [0, 2] },
+]
+output = [{ name = "pooler_output" }]
+axes = { batch = [1, 4], sequence = [7, 32] }
+
+[[model]]
+name = "enc_trt"
+format = "tensorrt"
+onnx = "enc"
+tensorrt = { precision = "fp16", profile = { sequence = [1, 128, 512] } }
+"""
+
+
+def test_a_tensorrt_entry_gives_the_bounds_of_every_dynamic_axis_its_plan_accepts():
+    """The ONNX entry's axes are the parity check's sizes; the plan's profile has its own bounds."""
+    plan = parse(TEXT_TRT).model("enc_trt")
+    assert plan.tensorrt is not None
+    assert plan.tensorrt.profile == {"sequence": (1, 128, 512)}
+
+
+def test_a_tensorrt_entry_without_bounds_for_an_axis_is_refused_in_one_line():
+    text = TEXT_TRT.replace(", profile = { sequence = [1, 128, 512] }", "")
+    with pytest.raises(RecipeError) as info:
+        parse(text)
+    message = str(info.value)
+    assert "\n" not in message
+    assert "model 'enc_trt'" in message
+    assert "no bounds for axis 'sequence'" in message
+    assert "profile = { sequence = [min, opt, max] }" in message
+
+
+@pytest.mark.parametrize(
+    ("profile", "message"),
+    [
+        ("{ sequence = [128, 1, 512] }", "min <= opt <= max"),
+        ("{ sequence = [1, 512] }", "three positive sizes"),
+        ("{ sequence = [1, 128, 512], words = [1, 2, 3] }", "axis 'words', which no input of 'enc' has"),
+        ("{ sequence = [1, 128, 512], batch = [1, 8, 16] }", "batch axis is 1..max_batch_size"),
+    ],
+)
+def test_tensorrt_profile_mistakes(profile, message):
+    with pytest.raises(RecipeError, match=re.escape(message)):
+        parse(TEXT_TRT.replace("{ sequence = [1, 128, 512] }", profile))

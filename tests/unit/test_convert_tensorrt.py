@@ -35,11 +35,12 @@ from smtriton.convert.trt_plan import (
     check_compatibility,
     input_shapes,
     parse_profile,
-    profile_from_axes,
+    profile_text,
     read_sidecar,
+    recipe_profile,
     sidecar_path,
 )
-from smtriton.repo.validate import validate_repository
+from smtriton.repo.validate import errors, validate_repository
 
 # --- the stand-in -------------------------------------------------------------------------------------
 
@@ -418,9 +419,10 @@ def test_parse_profile_and_its_errors():
             parse_profile(bad)
 
 
-def test_profile_from_recipe_axes_and_batching():
-    profile = profile_from_axes({"sequence": (7, 32)}, max_batch_size=16, preferred_batch_sizes=(8, 4))
-    assert profile == {"sequence": AxisRange(7, 32, 32), "batch": AxisRange(1, 8, 16)}
+def test_profile_from_recipe_bounds_and_batching():
+    profile = recipe_profile({"sequence": (1, 128, 512)}, max_batch_size=16, preferred_batch_sizes=(8, 4))
+    assert profile == {"sequence": AxisRange(1, 128, 512), "batch": AxisRange(1, 8, 16)}
+    assert parse_profile(profile_text(profile)) == profile
 
 
 def test_input_shapes_from_named_axes():
@@ -684,13 +686,18 @@ def test_cli_builds_verifies_configures_and_the_repository_validates(trt, tmp_pa
     assert 'platform: "tensorrt_plan"' in config
     assert "KIND_GPU" in config
     assert "max_batch_size: 8" in config
-    assert validate_repository(repo) == []
+    (bounds,) = validate_repository(repo)  # what the -1 dims really take, said once
+    assert (bounds.severity, bounds.message) == (
+        "warning",
+        "1/model.plan accepts only these sizes where the config has -1 (its optimization profiles; a request "
+        "outside fails at run time): input 'ids' dimension 0: 1..32",
+    )
     # What the conversion decided is recorded beside the plan: `smtriton config` batches it the same way.
     regenerated = CliRunner().invoke(app, ["config", str(model), "--stdout"])
     assert regenerated.exit_code == 0, regenerated.output
     assert "max_batch_size: 8" in regenerated.stdout
     here = RuntimeInfo(trt.__version__, GPU.name, GPU.compute_capability)
-    assert validate_repository(repo, runtime=here) == []
+    assert errors(validate_repository(repo, runtime=here)) == []
     elsewhere = RuntimeInfo(trt.__version__, "NVIDIA L4", "8.9")
     assert next(p.message for p in validate_repository(repo, runtime=elsewhere)).startswith(
         "1/model.plan: plan built on"
@@ -701,7 +708,11 @@ def test_cli_needs_a_profile_for_dynamic_axes(trt, tmp_path):
     source = encoder_onnx(tmp_path / "m.onnx")
     result = CliRunner().invoke(app, ["convert", "tensorrt", str(source), "-o", str(tmp_path / "repo")])
     assert result.exit_code == 2
-    assert "give --profile for the dynamic axes batch, sequence" in result.output
+    assert "give --profile with the sizes the plan accepts for the dynamic axes batch, sequence" in result.output
+    batched = CliRunner().invoke(app, ["convert", "tensorrt", str(source), "-o", str(tmp_path / "repo"),
+                                       "--max-batch-size", "8"])  # fmt: skip
+    assert batched.exit_code == 2
+    assert "for the dynamic axes sequence (a recipe's axes are its parity check's sizes" in batched.output
 
 
 # --- a recipe's tensorrt entry -----------------------------------------------------------------------
@@ -738,7 +749,7 @@ parity = {{ trials = 1 }}
 name = "enc_trt"
 format = "tensorrt"
 onnx = "enc"
-tensorrt = {{ precision = "fp16", workspace = "1GiB" }}
+tensorrt = {{ precision = "fp16", workspace = "1GiB", profile = {{ sequence = [1, 16, 64] }} }}
 """
 
 
@@ -760,8 +771,8 @@ def test_recipe_entry_builds_the_plan_with_sidecar_parity_and_config(trt, plan_r
     recorded = read_sidecar(plan)
     assert recorded is not None
     assert (recorded.precision, recorded.gpu_name, recorded.max_batch_size) == ("fp16", GPU.name, 8)
-    # The profile spans the ONNX entry's axes; the batch axis 1..max_batch_size, tuned for it.
-    assert recorded.profiles[0]["ids"] == {"min": [1, 3], "opt": [8, 5], "max": [8, 5]}
+    # The profile: the entry's bounds; the batch axis 1..max_batch_size, tuned for it.
+    assert recorded.profiles[0]["ids"] == {"min": [1, 1], "opt": [8, 16], "max": [8, 64]}
     assert trt.built[-1]["pools"] == {"WORKSPACE": 1 << 30}
     parity = report.results[1].parity
     assert parity is not None
@@ -772,7 +783,7 @@ def test_recipe_entry_builds_the_plan_with_sidecar_parity_and_config(trt, plan_r
     assert [(g.count, model_config.model_config_pb2.ModelInstanceGroup.Kind.Name(g.kind)) for g in
             config.instance_group] == [(1, "KIND_GPU")]  # fmt: skip
     assert [i.name for i in config.input] == ["ids"]
-    assert validate_repository(out) == []
+    assert errors(validate_repository(out)) == []
     assert build_repository(plan_recipe, out).up_to_date
 
 
@@ -798,7 +809,7 @@ def test_without_tensorrt_the_entry_is_skipped_with_the_command_that_builds_it(p
     assert skipped.note == (
         "TensorRT is not importable here; build the plan inside the serving image: "
         "smtriton/convert/build_tensorrt_in_image.sh IMAGE repo repo/enc --recipe recipe.toml --model enc "
-        "--name enc_trt --max-batch-size 8 --precision fp16 --workspace 1GiB"
+        "--name enc_trt --max-batch-size 8 --profile sequence=1:16:64,batch=1:8:8 --precision fp16 --workspace 1GiB"
     )
     assert (tmp_path / "repo" / "enc_trt" / "1").is_dir()
     result = CliRunner().invoke(app, ["build-repository", str(plan_recipe), "--output", str(tmp_path / "repo")])
@@ -829,3 +840,111 @@ step = [{ model = "enc_trt", input_map = { ids = "ids" }, output_map = { hidden 
     assert [(r.name, r.status) for r in report.results] == [("enc", "built"), ("enc_trt", "skipped"),
                                                             ("pipe", "skipped")]  # fmt: skip
     assert report.results[2].note == "built from 'enc_trt', which is skipped here"
+
+
+def test_integer_inputs_without_a_range_take_the_values_of_the_table_they_index(trt, tmp_path):
+    """No --range: token ids are drawn over the whole embedding table (10 rows), not 0 and 1 only."""
+    from smtriton.convert.artifacts import onnx_index_ranges
+
+    source = encoder_onnx(tmp_path / "m.onnx")
+    assert onnx_index_ranges(source) == {"ids": (0, 10)}
+    plan = tmp_path / "model.plan"
+    trt_build.build_plan(source, plan, trt_build.BuildOptions(profiles=[PROFILE]))
+    real = trt_build.plan_runner(plan)
+    seen: list[np.ndarray] = []
+
+    def runner(feeds):
+        seen.append(feeds["ids"])
+        return real(feeds)
+
+    assert trt_build.verify_plan(plan, source, atol=1e-5, rtol=1e-5, runner=runner).passed
+    values = np.concatenate([ids.ravel() for ids in seen])
+    assert (values.min(), values.max()) == (0, 9)
+
+
+def other_encoder_onnx(path: Path) -> Path:
+    """encoder_onnx's graph with other weights: a reference no plan of encoder_onnx matches."""
+    encoder_onnx(path)
+    model = onnx.load(str(path))
+    for init in model.graph.initializer:
+        init.CopyFrom(helper.make_tensor(init.name, init.data_type, init.dims, np.ones(np.prod(init.dims)).tolist()))
+    onnx.save(model, str(path))
+    return path
+
+
+def test_a_plan_that_fails_parity_is_not_left_where_it_is_served(trt, tmp_path):
+    source = encoder_onnx(tmp_path / "src" / "enc" / "1" / "model.onnx")
+    repo = tmp_path / "repo"
+    args = ["convert", "tensorrt", str(source.parent.parent), "-o", str(repo), "--max-batch-size", "8",
+            "--profile", "batch=1:4:8,sequence=1:16:32"]  # fmt: skip
+    assert CliRunner().invoke(app, args).exit_code == 0
+    version = repo / "enc_trt" / "1"
+    served = {p.name: p.read_bytes() for p in version.iterdir()}
+    config = (repo / "enc_trt" / "config.pbtxt").read_bytes()
+
+    wrong = other_encoder_onnx(tmp_path / "other.onnx")
+    result = CliRunner().invoke(app, [*args, "--reference", str(wrong), "--workspace", "1GiB"])
+    assert result.exit_code == 1, result.output
+    assert "parity FAILED" in result.output
+    assert {p.name: p.read_bytes() for p in version.iterdir()} == served  # the plan in service is untouched
+    assert (repo / "enc_trt" / "config.pbtxt").read_bytes() == config
+    assert sorted(p.name for p in (repo / "enc_trt").iterdir()) == ["1", "config.pbtxt"]  # nothing staged is left
+
+    fresh = CliRunner().invoke(app, [*args[:4], str(tmp_path / "new"), *args[5:], "--reference", str(wrong)])
+    assert fresh.exit_code == 1
+    assert not list((tmp_path / "new").rglob("model.plan*"))
+
+
+def test_an_entry_without_bounds_is_refused_in_one_line_where_tensorrt_is_absent(plan_recipe, tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "tensorrt", None)
+    plan_recipe.write_text(PLAN_RECIPE.replace(", profile = { sequence = [1, 16, 64] }", ""))
+    result = CliRunner().invoke(app, ["build-repository", str(plan_recipe), "--output", str(tmp_path / "repo")])
+    assert result.exit_code == 2
+    (line,) = result.output.strip().splitlines()
+    assert line.startswith("error: ")
+    assert "model 'enc_trt': tensorrt.profile has no bounds for axis 'sequence'" in line
+    assert not (tmp_path / "repo").exists()
+
+
+def fixed_outside(side: dict, config: str) -> str:
+    return config.replace("dims: -1", "dims: 40")
+
+
+def mask_with_other_bounds(side: dict, config: str) -> str:
+    side["inputs"].append({"name": "mask", "dtype": "INT64", "shape": ["batch", "sequence"]})
+    side["profiles"][0]["mask"] = {"min": [1, 1], "opt": [4, 8], "max": [8, 16]}
+    return config
+
+
+def no_batch_of_one(side: dict, config: str) -> str:
+    side["profiles"][0]["ids"]["min"] = [2, 1]
+    return config
+
+
+def wrong_rank(side: dict, config: str) -> str:
+    side["profiles"][0]["ids"]["max"] = [8]
+    return config
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (fixed_outside, "input 'ids': config dimension 0 is 40, the plan's profiles accept 1..32 there"),
+        (mask_with_other_bounds, "profile 0 spans axis 'sequence' 1..32 for input 'ids' but 1..16 for input 'mask'"),
+        (no_batch_of_one, "input 'ids': the plan's profiles accept batches from 2, Triton sends smaller ones"),
+        (wrong_rank, "1/model.plan: profile 0 gives input 'ids' shapes that do not fit its signature"),
+    ],
+)
+def test_validate_checks_every_dimension_of_every_profile(trt, tmp_path, edit, message):
+    source = encoder_onnx(tmp_path / "src" / "enc" / "1" / "model.onnx")
+    repo = tmp_path / "repo"
+    args = ["convert", "tensorrt", str(source.parent.parent), "-o", str(repo), "--max-batch-size", "8",
+            "--profile", "batch=1:4:8,sequence=1:16:32"]  # fmt: skip
+    assert CliRunner().invoke(app, args).exit_code == 0
+    sidecar_file = repo / "enc_trt" / "1" / "model.plan.json"
+    config_file = repo / "enc_trt" / "config.pbtxt"
+    side = json.loads(sidecar_file.read_text())
+    config = edit(side, config_file.read_text())
+    sidecar_file.write_text(json.dumps(side))
+    config_file.write_text(config)
+    assert any(message in p.message for p in errors(validate_repository(repo)))

@@ -11,19 +11,22 @@ from smtriton.aws.deploy import (
     NAME_RE,
     AsyncInference,
     AutoScaling,
+    Component,
+    DataCapture,
     DeployError,
     EndpointSpec,
+    Hosting,
     Serverless,
     endpoint_config_request,
-    environment,
     is_gpu_instance,
     model_request,
     resource_name,
-    scaling_requests,
     validate,
 )
 from smtriton.aws.docker_image import sagemaker_triton_image
+from smtriton.aws.scaling import policy_requests, target_request
 from smtriton.serve.settings import known_variables
+from tests.unit.aws_stubs import valid, vpc_hosting
 
 IMAGE = "123456789012.dkr.ecr.us-east-1.amazonaws.com/smtriton:1"
 ROLE = "arn:aws:iam::123456789012:role/sagemaker"
@@ -117,19 +120,20 @@ def test_async_config_and_the_longer_container_limits_it_implies():
         },
         "ClientConfig": {"MaxConcurrentInvocationsPerInstance": 4},
     }
-    env = environment(spec)
+    env = spec.model().container_environment()
     assert env["SMTRITON_REQUEST_TIMEOUT_S"] == "3600"
     assert env["SMTRITON_MAX_PAYLOAD_BYTES"] == str(1024**3)
     assert (
-        environment(sme(async_inference=AsyncInference("s3://b/o/"), environment={"SMTRITON_REQUEST_TIMEOUT_S": "90"}))[
-            "SMTRITON_REQUEST_TIMEOUT_S"
-        ]
+        sme(async_inference=AsyncInference("s3://b/o/"), environment={"SMTRITON_REQUEST_TIMEOUT_S": "90"})
+        .model()
+        .container_environment()["SMTRITON_REQUEST_TIMEOUT_S"]
         == "90"
     )
 
 
 def test_scaling_requests_track_invocations_per_instance():
-    target, policy = scaling_requests("demo", AutoScaling(1, 4, 250.0, 600, 30))
+    target = target_request("demo", AutoScaling(1, 4, 250.0, 600, 30))
+    (policy,) = policy_requests("demo", AutoScaling(1, 4, 250.0, 600, 30), asynchronous=False)
     assert target == {
         "ServiceNamespace": "sagemaker",
         "ResourceId": "endpoint/demo/variant/AllTraffic",
@@ -141,6 +145,20 @@ def test_scaling_requests_track_invocations_per_instance():
     assert policy["PolicyType"] == "TargetTrackingScaling"
     assert config["PredefinedMetricSpecification"] == {"PredefinedMetricType": "SageMakerVariantInvocationsPerInstance"}
     assert (config["TargetValue"], config["ScaleInCooldown"], config["ScaleOutCooldown"]) == (250.0, 600, 30)
+
+
+def test_an_asynchronous_endpoint_tracks_its_queue_and_from_zero_wakes_on_its_backlog():
+    (tracking,) = policy_requests("q", AutoScaling(1, 4), asynchronous=True)
+    metric = tracking["TargetTrackingScalingPolicyConfiguration"]["CustomizedMetricSpecification"]
+    assert (metric["MetricName"], metric["Dimensions"]) == (
+        "ApproximateBacklogSizePerInstance",
+        [{"Name": "EndpointName", "Value": "q"}],
+    )
+    tracking, wake = policy_requests("q", AutoScaling(0, 4), asynchronous=True)
+    assert wake["PolicyType"] == "StepScaling"
+    assert wake["StepScalingPolicyConfiguration"]["StepAdjustments"] == [
+        {"MetricIntervalLowerBound": 0, "ScalingAdjustment": 1}
+    ]
 
 
 @pytest.mark.parametrize(
@@ -165,6 +183,7 @@ def test_scaling_requests_track_invocations_per_instance():
         (sme(async_inference=AsyncInference("/tmp/out")), "s3://"),
         (sme(autoscaling=AutoScaling(min_capacity=0)), "min capacity"),
         (sme(autoscaling=AutoScaling(min_capacity=3, max_capacity=2)), "min capacity"),
+        (sme(autoscaling=AutoScaling(), remove_autoscaling=True), "not both"),
         (sme(startup_timeout_s=30), "start-up"),
     ],
 )
@@ -214,3 +233,64 @@ def test_gpu_instances_and_resource_names():
     assert len(name) <= 63
     assert re.fullmatch(r"demo-\d{14}-[0-9a-f]{4}", resource_name("demo"))
     assert resource_name("demo") != resource_name("demo")
+
+
+VPC_HOSTING = vpc_hosting()
+
+
+def test_the_deployment_options_go_where_the_api_takes_them():
+    spec = sme(hosting=VPC_HOSTING, data_capture=DataCapture("s3://b/capture/", percent=20),
+               async_inference=AsyncInference("s3://b/out/"))  # fmt: skip
+    assert validate(spec) == []
+    model = valid("sagemaker", "CreateModel", model_request(spec, "m"))
+    assert model["VpcConfig"] == {"SecurityGroupIds": ["sg-0123456789abcdef0"], "Subnets": ["subnet-0123456789abcdef0"]}
+    assert model["EnableNetworkIsolation"] is True
+    config = valid("sagemaker", "CreateEndpointConfig", endpoint_config_request(spec, "c", "m"))
+    (variant,) = config["ProductionVariants"]
+    assert (variant["ModelDataDownloadTimeoutInSeconds"], variant["VolumeSizeInGB"]) == (1200, 100)
+    assert config["KmsKeyId"] == "alias/ml"
+    assert config["AsyncInferenceConfig"]["OutputConfig"]["KmsKeyId"] == "alias/ml"
+    assert config["DataCaptureConfig"] == {
+        "EnableCapture": True,
+        "InitialSamplingPercentage": 20,
+        "DestinationS3Uri": "s3://b/capture/",
+        "CaptureOptions": [{"CaptureMode": "Input"}, {"CaptureMode": "Output"}],
+        "CaptureContentTypeHeader": {"JsonContentTypes": ["application/json"]},
+        "KmsKeyId": "alias/ml",
+    }
+    plain = endpoint_config_request(sme(), "c", "m")
+    assert not {"KmsKeyId", "DataCaptureConfig"} & set(plain)
+    assert not {"VpcConfig", "EnableNetworkIsolation"} & set(model_request(sme(), "m"))
+
+
+def test_an_endpoint_for_inference_components_carries_role_vpc_and_managed_scaling():
+    spec = sme(inference_component=Component("enc", memory_mb=2048), hosting=VPC_HOSTING,
+               autoscaling=AutoScaling(0, 3))  # fmt: skip
+    assert validate(spec) == []
+    config = valid("sagemaker", "CreateEndpointConfig", endpoint_config_request(spec, "c", None))
+    (variant,) = config["ProductionVariants"]
+    assert "ModelName" not in variant
+    assert variant["ManagedInstanceScaling"] == {"Status": "ENABLED", "MinInstanceCount": 0, "MaxInstanceCount": 3}
+    assert "ModelDataDownloadTimeoutInSeconds" not in variant  # a component's own start-up parameter
+    assert (config["ExecutionRoleArn"], config["EnableNetworkIsolation"]) == (ROLE, True)
+    assert config["VpcConfig"]["Subnets"] == ["subnet-0123456789abcdef0"]
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        (sme(instance_type=None, serverless=Serverless(), data_capture=DataCapture("s3://b/c/")), "do not capture"),
+        (sme(instance_type=None, serverless=Serverless(), hosting=Hosting(network_isolation=True)), "serverless"),
+        (sme(instance_type=None, serverless=Serverless(), hosting=Hosting(volume_size_gb=10)), "--volume-size"),
+        (sme(data_capture=DataCapture("/tmp/capture")), "s3://"),
+        (sme(data_capture=DataCapture("s3://b/c/", percent=101)), "0-100"),
+        (sme(hosting=Hosting(model_download_timeout_s=30)), "60-3600"),
+        (sme(hosting=Hosting(volume_size_gb=1000)), "1-512"),
+        (sme(hosting=Hosting(subnets=("subnet-x",), security_groups=("sg-0123456789abcdef0",))), "subnet id"),
+        (sme(hosting=Hosting(security_groups=("sg-0123456789abcdef0",))), "both --subnet and --security-group"),
+        (sme(hosting=Hosting(kms_key="key with spaces")), "KMS key"),
+    ],
+)
+def test_deployment_options_refused_before_any_call(spec, message):
+    with pytest.raises(DeployError, match=message):
+        validate(spec)

@@ -135,3 +135,28 @@ def test_a_read_only_folder_in_the_archive_still_gets_its_files_and_stays_readab
     safe_extract(archive, target)
     assert (target / "m" / "config.pbtxt").read_bytes() == b"x=1"
     assert (target / "m").stat().st_mode & 0o755 == 0o755
+
+
+def test_archives_from_s3_come_through_the_region_and_profile_given(tmp_path, monkeypatch):
+    """--models s3://... reads with the session --region and --profile choose (not boto3's default one)."""
+    from typer.testing import CliRunner
+
+    from smtriton.cli import app
+    from smtriton.local import cli as local_cli
+    from tests.unit.aws_stubs import team_profile
+
+    team_profile(tmp_path, monkeypatch)
+    sources = []
+
+    def launch(*args):  # stops the command once the archive source is made: no serve is started
+        raise local_cli._Terminated
+
+    monkeypatch.setattr(local_cli, "ArchiveSource", lambda location, s3: sources.append(s3))
+    monkeypatch.setattr(local_cli, "_launch", launch)
+    args = ["local-endpoint", "--models", "s3://bucket/models", "--region", "ap-south-1", "--profile", "team",
+            "--work-dir", str(tmp_path)]  # fmt: skip
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    (client,) = sources
+    assert client.meta.region_name == "ap-south-1"
+    assert client._request_signer._credentials.access_key == "TEAMKEY"

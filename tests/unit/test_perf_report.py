@@ -27,14 +27,23 @@ def steps() -> list[StepResult]:
     ]
 
 
+def with_a_short_step() -> list[StepResult]:
+    """``steps()`` and an open-loop step that offered 500/s and got 250/s answered."""
+    short = summarize("rate", 500, 2.0, [0.9] * 1000, Counter({200: 1000}), 0.4, 700, [0.0] * 1000, achieved=500,
+                      offered=1000)  # fmt: skip
+    return [*steps(), short]
+
+
 def test_json_and_csv_carry_every_step(tmp_path: Path):
-    data = json.loads(report.to_json(steps(), {"target": "x"}))
+    data = json.loads(report.to_json(with_a_short_step(), {"target": "x"}))
     assert data["target"] == "x"
-    assert [s["load"] for s in data["steps"]] == [1, 8, 300]
+    assert [s["load"] for s in data["steps"]] == [1, 8, 300, 500]
+    assert [(s["offered_rps"], s["short"]) for s in data["steps"][2:]] == [(None, False), (500.0, True)]
     assert data["steps"][1]["errors"] == {"503": 3}
-    report.write_csv(steps(), tmp_path / "r.csv")
+    report.write_csv(with_a_short_step(), tmp_path / "r.csv")
     rows = list(csv.DictReader((tmp_path / "r.csv").open()))
-    assert [r["mode"] for r in rows] == ["concurrency", "concurrency", "rate"]
+    assert [r["mode"] for r in rows] == ["concurrency", "concurrency", "rate", "rate"]
+    assert (rows[3]["offered_rps"], rows[3]["short"]) == ("500.0", "True")
     assert rows[1]["errors"] == "503:3"
     assert rows[1]["client_saturated"] == "True"
     assert float(rows[0]["p50_ms"]) == pytest.approx(1.0)
@@ -42,13 +51,15 @@ def test_json_and_csv_carry_every_step(tmp_path: Path):
 
 def test_the_table_names_saturated_clients_and_errors():
     console = Console(record=True, width=160)
-    console.print(report.table(steps(), "t"))
+    console.print(report.table(with_a_short_step(), "t"))
     text = console.export_text()
-    rows = {line.split()[0]: line for line in text.splitlines() if line.strip().startswith(("c=", "300/s"))}
+    rows = {line.split()[0]: line for line in text.splitlines() if line.strip().startswith(("c=", "300/s", "500/s"))}
     assert "95% saturated" in rows["c=8"]
     assert "saturated" not in rows["c=1"]
     assert "503: 3" in rows["c=8"]
     assert "300/s" in text
+    assert "short" in rows["500/s"]
+    assert "short" not in rows["300/s"]
 
 
 @pytest.mark.parametrize("width", [160, 80, 60, 40])

@@ -95,3 +95,23 @@ def test_a_schedule_needs_a_positive_rate_and_a_known_arrival():
         schedule(0, 1.0, "fixed")
     with pytest.raises(ValueError, match="poisson"):
         schedule(10, 1.0, "burst")
+
+
+def test_an_open_loop_step_that_answered_less_than_it_offered_is_short():
+    lags = [0.0] * 1000
+    short = summarize("rate", 500, 2.0, [1.5] * 1000, Counter({200: 1000}), 0.3, 1000, lags, achieved=600, offered=1000)
+    assert short.short
+    assert (short.throughput_rps, short.offered_rps) == (300.0, 500.0)
+    assert any("fell short of the offered rate: 300.0/s answered of 500.0/s offered" in n for n in short.notes)
+    # the window's edges: a few requests still in flight at its end are no shortfall
+    kept_up = summarize("rate", 500, 2.0, [0.01] * 1000, Counter({200: 1000}), 0.3, 1000, lags, achieved=990,
+                        offered=1000)  # fmt: skip
+    assert not kept_up.short
+    closed = summarize("concurrency", 8, 2.0, [0.01] * 100, Counter({200: 100}), 0.3, 100)
+    assert (closed.short, closed.offered_rps) == (False, None)
+
+
+def test_requests_that_never_came_back_are_timeout_errors():
+    r = summarize("rate", 10, 2.0, [0.01] * 15, Counter({200: 15, -1: 5}), 0.1, 15, offered=20, achieved=15)
+    assert r.errors == {"timeout": 5}
+    assert (r.requests, r.ok) == (20, 15)

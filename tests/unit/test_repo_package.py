@@ -18,6 +18,7 @@ from typer.testing import CliRunner
 from smtriton.cli import app
 from smtriton.local.endpoint import safe_extract
 from smtriton.repo.package import DEFAULT_MTIME, PackageError, package_mme, package_sme, parse_renames, upload
+from tests.unit.aws_stubs import moto_credentials, team_profile
 
 SMTRITON = str(Path(sys.executable).parent / "smtriton")
 CONFIG = 'name: "{name}"\nbackend: "python"\nmax_batch_size: 4\n' + (
@@ -178,12 +179,7 @@ def test_archive_passes_safe_extraction(repo, tmp_path):
 def test_upload_to_s3_with_checksum(repo, tmp_path, monkeypatch):
     boto3 = pytest.importorskip("boto3")
     moto = pytest.importorskip("moto")
-    for key, value in {
-        "AWS_ACCESS_KEY_ID": "x",
-        "AWS_SECRET_ACCESS_KEY": "x",
-        "AWS_DEFAULT_REGION": "us-east-1",
-    }.items():
-        monkeypatch.setenv(key, value)
+    moto_credentials(monkeypatch)
     with moto.mock_aws():
         s3 = boto3.client("s3", region_name="us-east-1")
         s3.create_bucket(Bucket="models")
@@ -197,7 +193,25 @@ def test_upload_to_s3_with_checksum(repo, tmp_path, monkeypatch):
         with pytest.raises(PackageError, match="failed"):
             upload(archives[:1], "s3://no-such-bucket/x", client=s3)
     with pytest.raises(PackageError, match="not an s3://"):
-        upload(archives, "https://example.com/x")
+        upload(archives, "https://example.com/x", client=None)
+
+
+def test_the_upload_goes_through_the_region_and_profile_given(repo, tmp_path, monkeypatch):
+    """`package --s3` is an AWS call like deploy's: --region and --profile choose its session."""
+    team_profile(tmp_path, monkeypatch, region="eu-central-1")
+    used = []
+    monkeypatch.setattr("smtriton.repo.package.upload", lambda archives, uri, client: used.append(client) or [uri])
+    out = str(tmp_path / "model.tar.gz")
+    result = CliRunner().invoke(app, ["package", "sme", str(repo), "-o", out, "--s3", "s3://b/p", "--profile", "team",
+                                      "--region", "eu-west-3"])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    (client,) = used
+    assert client.meta.region_name == "eu-west-3"
+    assert client._request_signer._credentials.access_key == "TEAMKEY"
+    result = CliRunner().invoke(app, ["package", "mme", str(repo), "-o", str(tmp_path / "m"), "--s3", "s3://b/p",
+                                      "--profile", "team"])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert used[-1].meta.region_name == "eu-central-1"
 
 
 def test_cli_package_sme_validates_first(repo, tmp_path):

@@ -339,3 +339,31 @@ def test_cli_accepts_a_valid_repository(repo):
     result = CliRunner().invoke(app, ["validate", str(repo), "--mme"])
     assert result.exit_code == 0, result.output
     assert result.stdout == ""
+
+
+@pytest.mark.parametrize(
+    ("onnx_type", "config_type"),
+    [(TensorProto.BFLOAT16, "TYPE_BF16"), (TensorProto.UINT16, "TYPE_UINT16"), (TensorProto.UINT32, "TYPE_UINT32"),
+     (TensorProto.UINT64, "TYPE_UINT64"), (TensorProto.FLOAT16, "TYPE_FP16"), (TensorProto.STRING, "TYPE_STRING")],
+)  # fmt: skip
+def test_every_triton_type_is_read_and_validated(repo, tmp_path, onnx_type, config_type):
+    """Triton serves BF16 and unsigned 16/32/64-bit tensors: validation and packaging take them."""
+    from smtriton.convert.artifacts import onnx_signature
+    from smtriton.repo.package import package_sme
+
+    add_model(repo, "wide", CLASSIFIER.replace("TYPE_FP32 dims: [ 4 ]", f"{config_type} dims: [ 4 ]"),
+              x_type=onnx_type)  # fmt: skip
+    signature = onnx_signature(repo / "wide" / "1" / "model.onnx")
+    assert signature.inputs[0].dtype == config_type.removeprefix("TYPE_").replace("STRING", "BYTES")
+    assert lines(repo) == []
+    assert package_sme(repo, tmp_path / "model.tar.gz").models == ("clf", "wide")
+    wrong = CLASSIFIER.replace("TYPE_FP32 dims: [ 4 ]", "TYPE_INT32 dims: [ 4 ]")
+    (repo / "wide" / "config.pbtxt").write_text(wrong.replace('name: "clf"', 'name: "wide"'))
+    (line,) = lines(repo)
+    assert line.endswith(f"input 'x': config data_type TYPE_INT32, the ONNX graph 1/model.onnx has {config_type}")
+
+
+def test_a_plan_with_bf16_tensors_is_read():
+    from smtriton.convert.trt_build import TRT_DTYPES
+
+    assert TRT_DTYPES["BF16"] == "BF16"

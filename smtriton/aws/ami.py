@@ -1,0 +1,66 @@
+"""The Amazon Machine Image a GPU instance runs: the one place smtriton picks an AMI version.
+
+SageMaker offers AMI versions per kind of job, each with its NVIDIA driver; botocore's service model
+documents them (``TransformResources.TransformAmiVersion`` for batch transform,
+``ProductionVariant.InferenceAmiVersion`` for endpoints). They are read from there, so a newer
+botocore brings newer AMIs without a change here. By default a GPU instance type gets the version with
+the newest driver (an image's CUDA runs on a newer driver, not on an older one); CPU types get none,
+and asking for one there is refused.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from functools import cache
+
+from smtriton.aws.resources import DeployError
+
+GPU_INSTANCE_RE = re.compile(r"^ml\.(p\d+[a-z]*|g\d+[a-z]*)\.")
+# Where each kind of deployment takes its AMI version in SageMaker's API: (structure, member).
+MEMBERS = {"transform": ("TransformResources", "TransformAmiVersion"),
+           "endpoint": ("ProductionVariant", "InferenceAmiVersion")}  # fmt: skip
+_ENTRY = re.compile(r"<dt>\s*([a-z0-9-]+)\s*</dt>\s*<dd>(.*?)</dd>", re.S)
+_DRIVER = re.compile(r"NVIDIA driver version:\s*(\d+)")
+
+
+@dataclass(frozen=True)
+class AmiVersion:
+    name: str
+    driver: int | None  # the NVIDIA driver's major version; None for other accelerators
+
+
+def is_gpu_instance(instance_type: str | None) -> bool:
+    return bool(instance_type and GPU_INSTANCE_RE.match(instance_type))
+
+
+@cache
+def versions(kind: str) -> tuple[AmiVersion, ...]:
+    """The AMI versions botocore's SageMaker model documents for ``kind`` (``transform`` or ``endpoint``)."""
+    import botocore.session
+
+    structure, member = MEMBERS[kind]
+    model = botocore.session.get_session().get_service_model("sagemaker")
+    docs = model.shape_for(structure).members[member].documentation
+    found = []
+    for name, body in _ENTRY.findall(docs):
+        driver = _DRIVER.search(body)
+        found.append(AmiVersion(name, int(driver.group(1)) if driver else None))
+    return tuple(found)
+
+
+def choose(kind: str, instance_type: str | None, requested: str | None = None) -> str | None:
+    """The AMI version to ask for: ``requested`` when it is one SageMaker offers a GPU type, else the
+    GPU version with the newest driver on a GPU type, none on a CPU type."""
+    offered = versions(kind)
+    gpu = [v for v in offered if v.driver is not None]
+    if requested is not None:
+        if not is_gpu_instance(instance_type):
+            raise DeployError(f"an AMI version is for GPU instance types; {instance_type} has no GPU")
+        if requested not in {v.name for v in gpu}:
+            names = ", ".join(v.name for v in gpu) or "none known to this botocore"
+            raise DeployError(f"AMI version {requested!r} is not one SageMaker offers here ({names})")
+        return requested
+    if not is_gpu_instance(instance_type) or not gpu:
+        return None
+    return max(gpu, key=lambda v: v.driver or 0).name
