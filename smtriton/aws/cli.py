@@ -228,6 +228,13 @@ def deploy_command(
     multi_model: Annotated[bool, typer.Option("--multi-model", help="Multi-model endpoint (Mode: MultiModel)")] = False,
     instance_type: Annotated[str, typer.Option(help="Instance type (ignored for --serverless)")] = "ml.g5.xlarge",
     instance_count: Annotated[int, typer.Option(help="Initial instance count")] = 1,
+    inference_ami_version: Annotated[
+        Optional[str],  # noqa: UP045
+        typer.Option(
+            help="InferenceAmiVersion, GPU types only [default: the one with the newest NVIDIA driver, which runs "
+            "the image's CUDA; docs/deployment.md has the table]"
+        ),
+    ] = None,
     env: EnvOpt = None,
     default_model: DefaultModelOpt = None,
     startup_timeout: Annotated[
@@ -370,6 +377,7 @@ def deploy_command(
         inference_component=Component(inference_component, copies, accelerators, memory_mb, cpu_cores)
         if inference_component
         else None,
+        ami_version=inference_ami_version,
     )
     session = _session(region, profile)
     result = deploy(

@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from smtriton.aws import components, scaling
+from smtriton.aws import ami, components, scaling
 from smtriton.aws.ami import is_gpu_instance
 from smtriton.aws.capture import DataCapture
 from smtriton.aws.components import Component
@@ -121,6 +121,9 @@ class EndpointSpec:
     hosting: Hosting = field(default_factory=Hosting)
     data_capture: DataCapture | None = None
     inference_component: Component | None = None
+    # InferenceAmiVersion on a GPU instance type: None picks the one with the newest NVIDIA driver (an
+    # image's CUDA runs on a newer driver, never an older one); asking for one on a CPU type is refused.
+    ami_version: str | None = None
 
     def model(self) -> ServingModel:
         return ServingModel(
@@ -175,6 +178,8 @@ def validate(spec: EndpointSpec) -> list[str]:
         _check_component_endpoint(spec)
     if spec.serverless is not None:
         s = spec.serverless
+        if spec.ami_version is not None:
+            raise DeployError("serverless endpoints run no AMI of yours: --inference-ami-version is for GPU instances")
         if spec.multi_model:
             raise DeployError("serverless endpoints cannot be multi-model endpoints")
         if spec.async_inference is not None or spec.autoscaling is not None:
@@ -194,6 +199,7 @@ def validate(spec: EndpointSpec) -> list[str]:
             raise DeployError("an instance type (ml.*) is needed unless the endpoint is serverless")
         if spec.instance_count < 1:
             raise DeployError("instance count must be at least 1")
+        ami.choose("endpoint", spec.instance_type, spec.ami_version)  # refused before anything is made
     if spec.async_inference is not None:
         a = spec.async_inference
         if spec.multi_model:
@@ -274,6 +280,9 @@ def endpoint_config_request(
     else:
         count = spec.instance_count if instance_count is None else instance_count
         variant.update(InstanceType=spec.instance_type, InitialInstanceCount=count, InitialVariantWeight=1.0)
+        ami_version = ami.choose("endpoint", spec.instance_type, spec.ami_version)
+        if ami_version is not None:
+            variant["InferenceAmiVersion"] = ami_version
         if model_name is None:  # a component starts its own containers: its startup limits are its own
             if spec.hosting.volume_size_gb is not None:
                 variant["VolumeSizeInGB"] = spec.hosting.volume_size_gb
@@ -456,7 +465,7 @@ def _data_etag(s3: Any, url: str | None, progress: Progress) -> str | None:
 
 
 # What a variant of ours can carry: two configurations with the same of these serve the same.
-_VARIANT_KEYS = ("InstanceType", "InitialInstanceCount", "InitialVariantWeight", "ServerlessConfig",
+_VARIANT_KEYS = ("InstanceType", "InferenceAmiVersion", "InitialInstanceCount", "InitialVariantWeight", "ServerlessConfig",
                  "ContainerStartupHealthCheckTimeoutInSeconds", "VolumeSizeInGB",
                  "ModelDataDownloadTimeoutInSeconds")  # fmt: skip
 _CONFIG_KEYS = ("AsyncInferenceConfig", "DataCaptureConfig", "KmsKeyId")

@@ -128,6 +128,7 @@ def fresh_endpoint(c: Clients, statuses: tuple[str, ...] = ("Creating", "InServi
         "InstanceType": GPU,
         "InitialInstanceCount": 1,
         "InitialVariantWeight": 1.0,
+        "InferenceAmiVersion": "al2023-ami-sagemaker-inference-gpu-4-1",
         "VolumeSizeInGB": 100,
         "ManagedInstanceScaling": {"Status": "ENABLED", "MinInstanceCount": 0, "MaxInstanceCount": 4},
     }

@@ -85,6 +85,8 @@ def test_real_time_endpoint_config_has_one_variant_with_instances_and_startup_ti
                 "InstanceType": "ml.g5.xlarge",
                 "InitialInstanceCount": 2,
                 "InitialVariantWeight": 1.0,
+                # a GPU type runs the AMI with the newest NVIDIA driver, which runs any image's CUDA
+                "InferenceAmiVersion": "al2023-ami-sagemaker-inference-gpu-4-1",
                 "ContainerStartupHealthCheckTimeoutInSeconds": 900,
             }
         ],
@@ -294,3 +296,14 @@ def test_an_endpoint_for_inference_components_carries_role_vpc_and_managed_scali
 def test_deployment_options_refused_before_any_call(spec, message):
     with pytest.raises(DeployError, match=message):
         validate(spec)
+
+
+def test_an_inference_ami_version_is_asked_for_on_gpu_types_only():
+    chosen = endpoint_config_request(sme(ami_version="al2-ami-sagemaker-inference-gpu-3-1"), "c", "m")
+    assert chosen["ProductionVariants"][0]["InferenceAmiVersion"] == "al2-ami-sagemaker-inference-gpu-3-1"
+    cpu = endpoint_config_request(sme(instance_type="ml.c5.xlarge"), "c", "m")
+    assert "InferenceAmiVersion" not in cpu["ProductionVariants"][0]
+    with pytest.raises(DeployError, match=r"an AMI version is for GPU instance types; ml\.c5\.xlarge has no GPU"):
+        validate(sme(instance_type="ml.c5.xlarge", ami_version="al2-ami-sagemaker-inference-gpu-3-1"))
+    with pytest.raises(DeployError):
+        validate(sme(ami_version="al2-ami-sagemaker-inference-gpu-9"))  # not one SageMaker offers

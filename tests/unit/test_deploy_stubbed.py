@@ -15,6 +15,8 @@ IMAGE = "123456789012.dkr.ecr.us-east-1.amazonaws.com/smtriton:1"
 ROLE = "arn:aws:iam::123456789012:role/sagemaker"
 DATA = "s3://models/demo/model.tar.gz"
 GPU = "ml.g5.xlarge"
+# The InferenceAmiVersion a GPU type gets by default: the newest NVIDIA driver botocore's model documents.
+NEWEST_GPU_AMI = "al2023-ami-sagemaker-inference-gpu-4-1"
 OLD = "live-20260101000000-aaaa"  # the configuration and model in service before the update
 TARGET = {
     "ServiceNamespace": "sagemaker",
@@ -172,6 +174,8 @@ def new_resources(c: Clients, instances: int, instance_type: str = GPU) -> None:
         "InitialInstanceCount": instances,
         "InitialVariantWeight": 1.0,
     }
+    if instance_type.startswith(("ml.g", "ml.p")):
+        variant["InferenceAmiVersion"] = NEWEST_GPU_AMI
     c.answer(
         "sagemaker",
         "create_endpoint_config",
@@ -411,7 +415,7 @@ def test_delete_without_application_auto_scaling_rights_deletes_the_endpoint_and
 DIGEST = "sha256:" + "ab" * 32
 
 
-def same_as_deployed(c: Clients, digest_now: str) -> None:
+def same_as_deployed(c: Clients, digest_now: str) -> None:  # as this smtriton deployed it
     """`live` runs IMAGE (resolved to DIGEST when deployed) and DATA (ETag 0123abcd), not auto-scaled."""
     c.answer(
         "sagemaker", "describe_endpoint", endpoint("live", "InService", OLD, instances=1, image=IMAGE, digest=DIGEST)
@@ -420,7 +424,14 @@ def same_as_deployed(c: Clients, digest_now: str) -> None:
     c.answer(
         "sagemaker",
         "describe_endpoint_config",
-        endpoint_config(OLD, OLD, InstanceType=GPU, InitialInstanceCount=1, InitialVariantWeight=1.0),
+        endpoint_config(
+            OLD,
+            OLD,
+            InstanceType=GPU,
+            InitialInstanceCount=1,
+            InitialVariantWeight=1.0,
+            InferenceAmiVersion=NEWEST_GPU_AMI,
+        ),
     )
     c.answer(
         "sagemaker", "describe_model", model(OLD, {"Image": IMAGE, "Mode": "SingleModel", "ModelDataUrl": DATA}, ROLE)
