@@ -465,8 +465,8 @@ def _data_etag(s3: Any, url: str | None, progress: Progress) -> str | None:
 
 
 # What a variant of ours can carry: two configurations with the same of these serve the same.
-_VARIANT_KEYS = ("InstanceType", "InferenceAmiVersion", "InitialInstanceCount", "InitialVariantWeight", "ServerlessConfig",
-                 "ContainerStartupHealthCheckTimeoutInSeconds", "VolumeSizeInGB",
+_VARIANT_KEYS = ("InstanceType", "InferenceAmiVersion", "InitialInstanceCount", "InitialVariantWeight",
+                 "ServerlessConfig", "ContainerStartupHealthCheckTimeoutInSeconds", "VolumeSizeInGB",
                  "ModelDataDownloadTimeoutInSeconds")  # fmt: skip
 _CONFIG_KEYS = ("AsyncInferenceConfig", "DataCaptureConfig", "KmsKeyId")
 _CONTAINER_KEYS = ("Image", "Mode", "ModelDataUrl", "ModelDataSource", "Environment")

@@ -58,6 +58,13 @@ def _report(repo: Path, problems: list[Problem], quiet_ok: bool = False, checked
 def validate_command(
     repo: Annotated[Path, typer.Argument(metavar="REPO", help="Model repository (one directory per model).")],
     mme: Annotated[bool, typer.Option("--mme", help="Multi-model endpoint rules: model names unique.")] = False,
+    stub_python: Annotated[
+        str,
+        typer.Option(
+            help="The Python of the image's Python-backend stub, which a packed environment (EXECUTION_ENV_PATH) "
+            "must hold: 3.12 in NVIDIA's 25.04 (the triton image), 3.11 in the cpu image."
+        ),
+    ] = "3.12",
     tensorrt_version: Annotated[
         str | None, typer.Option(help="Check TensorRT plans against this runtime TensorRT version.")
     ] = None,
@@ -82,7 +89,7 @@ def validate_command(
     if repo.is_dir():
         require_repository(repo)
     runtime = _runtime(tensorrt_version, gpu_name, compute_capability, detect_runtime)
-    problems = validate_repository(repo, mme=mme, runtime=runtime)
+    problems = validate_repository(repo, mme=mme, runtime=runtime, stub_python=stub_python)
     checked = len(model_directories(repo)) if repo.is_dir() else None
     if _report(repo, problems, checked=checked):
         raise typer.Exit(1)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ast
 import re
+import tarfile
 from collections import defaultdict
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -53,6 +54,11 @@ PLATFORM_BACKENDS = {  # platform -> backend Triton resolves it to
     "tensorflow_savedmodel": "tensorflow",
     "ensemble": "",
 }
+# A Python model's packed environment, and how Triton lets its config name the model's own directory.
+EXECUTION_ENV = "EXECUTION_ENV_PATH"
+MODEL_DIRECTORY_VARIABLE = "$$TRITON_MODEL_DIRECTORY"
+# The Python of the Python-backend stub in the default image (NVIDIA's 25.04, Ubuntu 24.04).
+STUB_PYTHON = "3.12"
 KIND_OF_BACKEND = {"onnxruntime": "onnx", "pytorch": "torchscript", "tensorrt": "tensorrt", "python": "python"}
 ARTIFACT_NAMES = {"onnx": "ONNX graph", "torchscript": "TorchScript model", "tensorrt": "TensorRT plan"}
 
@@ -95,13 +101,15 @@ def validate_repository(
     runtime: RuntimeInfo | None = None,
     load_torchscript: bool = True,
     models: Collection[str] | None = None,
+    stub_python: str = STUB_PYTHON,
 ) -> list[Problem]:
     """Every problem found, in a stable order (errors and warnings; only errors fail a deploy).
 
     ``runtime``: the TensorRT version and GPU the endpoint runs, to check plans against. With
     ``load_torchscript`` a TorchScript file without our embedded signature is loaded with torch to
     count its forward() arguments. ``models``: check only these model directories (the others are
-    read only as far as an ensemble among them needs).
+    read only as far as an ensemble among them needs). ``stub_python``: the Python of the image's
+    Python-backend stub, which a packed environment (``EXECUTION_ENV_PATH``) must hold.
     """
     repo = Path(repo)
     if not repo.is_dir():
@@ -119,6 +127,8 @@ def validate_repository(
         problems = [p for p in problems if p.path.parent.name in models or p.path.name in models]
     for model in checked:
         _check_model(model, problems, mme=mme, runtime=runtime, load_torchscript=load_torchscript)
+        if model.config is not None:
+            _check_execution_env(model, stub_python, problems)
     for model in checked:
         if model.config is not None and model_config.is_ensemble(model.config):
             _check_ensemble(model, by_dir, problems)
@@ -377,6 +387,59 @@ def _check_python_model(artifact: Path, add: Any) -> None:
         return
     if not any(isinstance(n, ast.ClassDef) and n.name == "TritonPythonModel" for n in tree.body):
         add("defines no class TritonPythonModel, which the Python backend instantiates", artifact)
+
+
+def _check_execution_env(model: _Model, stub_python: str, problems: list[Problem]) -> None:
+    """A Python model's packed environment (``EXECUTION_ENV_PATH``, made with conda-pack): inside the model
+    directory, so it travels with the archive; an environment (``bin/activate``); the stub's Python."""
+    assert model.config is not None
+    parameter = model.config.parameters.get(EXECUTION_ENV)
+    if parameter is None or not parameter.string_value:
+        return
+    value = parameter.string_value
+    path = Path(value.replace(MODEL_DIRECTORY_VARIABLE, str(model.directory)))
+    if not path.resolve().is_relative_to(model.directory.resolve()):
+        problems.append(Problem(model.config_path, (
+            f"{EXECUTION_ENV} {value!r} lies outside the model directory: put the environment in it and write "
+            f"{MODEL_DIRECTORY_VARIABLE}/<file>.tar.gz, so that it travels with the model archive"
+        )))  # fmt: skip
+        return
+    if not path.exists():
+        problems.append(Problem(path, f"missing: {EXECUTION_ENV} names it (pack the environment with conda-pack)"))
+        return
+    activate, pythons = _environment_contents(path)
+    if not activate:
+        problems.append(Problem(path, "not a packed environment: it has no bin/activate (pack it with conda-pack)"))
+    if pythons and stub_python not in pythons:
+        problems.append(Problem(path, (
+            f"holds Python {', '.join(sorted(pythons))}; the Python backend's stub in the image runs {stub_python} "
+            f"and loads no other (make the environment with python={stub_python}, or pass --stub-python for an "
+            "image with another: 3.11 for the cpu image)"
+        )))  # fmt: skip
+
+
+def _environment_contents(path: Path) -> tuple[bool, set[str]]:
+    """(whether it has bin/activate, the Python versions of its lib/pythonX.Y) of a packed environment:
+    a directory, or a tar archive read as a stream (an environment is hundreds of MB)."""
+    if path.is_dir():
+        names = [str(p.relative_to(path)) for p in (path / "bin").glob("activate")]
+        names += [str(p.relative_to(path)) + "/" for p in (path / "lib").glob("python3.*") if p.is_dir()]
+    else:
+        names = []
+        try:
+            with tarfile.open(path, "r|*") as archive:
+                for member in archive:
+                    names.append(member.name)
+        except (tarfile.TarError, OSError, EOFError):
+            return False, set()
+    pythons = set()
+    activate = False
+    for name in names:
+        parts = [part for part in name.split("/") if part not in ("", ".")]
+        activate = activate or parts == ["bin", "activate"]
+        if len(parts) >= 2 and parts[0] == "lib" and re.fullmatch(r"python3\.\d+", parts[1]):
+            pythons.add(parts[1].removeprefix("python"))
+    return activate, pythons
 
 
 def _compare_io(config: ModelConfig, signature: Signature, what: str, add: Any) -> None:

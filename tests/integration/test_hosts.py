@@ -302,3 +302,73 @@ def test_an_mme_load_that_cannot_fit_in_dev_shm_is_507_and_the_endpoint_serves_o
         assert [m["modelName"] for m in requests.get(f"{server.url}/models", timeout=5).json()["models"]] == ["small"]
     finally:
         server.stop()
+
+
+PACKED_CONFIG = """name: "packed"
+backend: "python"
+max_batch_size: 0
+input [{ name: "X", data_type: TYPE_INT32, dims: [1] }]
+output [{ name: "Y", data_type: TYPE_INT32, dims: [1] }]
+parameters: { key: "EXECUTION_ENV_PATH", value: { string_value: "$$TRITON_MODEL_DIRECTORY/env.tar.gz" } }
+"""
+PACKED_MODEL = """import numpy as np
+import packed_only  # in the packed environment, nowhere else
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        value = np.array([packed_only.VALUE], dtype=np.int32)
+        return [pb_utils.InferenceResponse([pb_utils.Tensor("Y", value)]) for _ in requests]
+"""
+# Relocatable, as conda-pack's: wherever Triton unpacks it, its bin/ goes first on PATH, where the
+# Python backend's stub finds its interpreter (and so the environment's packages).
+ACTIVATE = """_env="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+export PATH="$_env/bin:$PATH"
+"""
+
+
+def _packed_environment(target: Path) -> None:
+    """An environment archive as conda-pack lays one out, made from this interpreter: conda is not
+    installable from the registries this project builds from, so a venv's layout stands in for it
+    (bin/python3, pyvenv.cfg, bin/activate, lib/pythonX.Y/site-packages with a module of its own; the
+    packages of this environment reached through a .pth, as a real one would carry them itself)."""
+    import sysconfig
+    import tarfile
+
+    env = target.parent / "env"
+    version = f"python{sys.version_info.major}.{sys.version_info.minor}"
+    site = env / "lib" / version / "site-packages"
+    site.mkdir(parents=True)
+    (env / "bin").mkdir()
+    base = Path(getattr(sys, "_base_executable", sys.executable)).resolve()
+    (env / "bin" / "python3").symlink_to(base)
+    (env / "bin" / "activate").write_text(ACTIVATE)
+    (env / "pyvenv.cfg").write_text(f"home = {base.parent}\ninclude-system-site-packages = false\n")
+    (site / "packed_only.py").write_text("VALUE = 42\n")
+    (site / "this_environment.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    with tarfile.open(target, "w:gz") as archive:
+        archive.add(env, arcname=".")
+    shutil.rmtree(env)
+
+
+def test_a_python_model_runs_in_the_packed_environment_its_config_names(tmp_path):
+    repo = tmp_path / "models"
+    model = repo / "packed"
+    (model / "1").mkdir(parents=True)
+    (model / "config.pbtxt").write_text(PACKED_CONFIG)
+    (model / "1" / "model.py").write_text(PACKED_MODEL)
+    _packed_environment(model / "env.tar.gz")
+    from smtriton.repo.validate import errors, validate_repository
+
+    python = f"{sys.version_info.major}.{sys.version_info.minor}"
+    assert errors(validate_repository(repo, stub_python=python)) == []
+    server = start_serve(tmp_path, repo, "packed")
+    try:
+        assert "Using Python execution env" in server.log_text()
+        body = json.dumps({"inputs": [{"name": "X", "shape": [1], "datatype": "INT32", "data": [1]}]})
+        answer = requests.post(f"{server.url}/invocations", data=body, timeout=30)
+        assert answer.status_code == 200, answer.text
+        assert answer.json()["outputs"][0]["data"] == [42]
+    finally:
+        server.stop()

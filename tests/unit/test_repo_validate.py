@@ -367,3 +367,62 @@ def test_a_plan_with_bf16_tensors_is_read():
     from smtriton.convert.trt_build import TRT_DTYPES
 
     assert TRT_DTYPES["BF16"] == "BF16"
+
+
+PYTHON_MODEL = "import triton_python_backend_utils as pb_utils\n\n\nclass TritonPythonModel:\n    pass\n"
+
+
+def _python_model_with_env(root: Path, env_path: str) -> Path:
+    model = root / "packed"
+    (model / "1").mkdir(parents=True)
+    (model / "1" / "model.py").write_text(PYTHON_MODEL)
+    (model / "config.pbtxt").write_text(
+        'name: "packed"\nbackend: "python"\nmax_batch_size: 0\n'
+        'input [{ name: "X", data_type: TYPE_INT32, dims: [1] }]\n'
+        'output [{ name: "Y", data_type: TYPE_INT32, dims: [1] }]\n'
+        f'parameters: {{ key: "EXECUTION_ENV_PATH", value: {{ string_value: "{env_path}" }} }}\n'
+    )
+    return model
+
+
+def _packed(target: Path, python: str, activate: bool = True) -> None:
+    """An environment archive as conda-pack lays one out (the parts validate reads)."""
+    import io
+    import tarfile
+
+    with tarfile.open(target, "w:gz") as archive:
+        for name, data in ((f"./lib/python{python}/site-packages/x.py", b"X = 1\n"),) + (
+            (("./bin/activate", b"export PATH=...\n"),) if activate else ()
+        ):
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            archive.addfile(info, io.BytesIO(data))
+
+
+def _env_problems(tmp_path: Path, stub_python: str = "3.12") -> list[str]:
+    return [p.message for p in errors(validate_repository(tmp_path, stub_python=stub_python))]
+
+
+def test_a_packed_environment_inside_the_model_with_the_stubs_python_is_accepted(tmp_path):
+    model = _python_model_with_env(tmp_path, "$$TRITON_MODEL_DIRECTORY/env.tar.gz")
+    _packed(model / "env.tar.gz", "3.12")
+    assert _env_problems(tmp_path) == []
+    assert any("holds Python 3.12" in m for m in _env_problems(tmp_path, stub_python="3.11"))  # the cpu image's
+
+
+@pytest.mark.parametrize(
+    ("env_path", "python", "activate", "message"),
+    [
+        ("/opt/envs/env.tar.gz", "3.12", True, "lies outside the model directory: put the environment in it"),
+        ("$$TRITON_MODEL_DIRECTORY/../env.tar.gz", "3.12", True, "lies outside the model directory"),
+        ("$$TRITON_MODEL_DIRECTORY/missing.tar.gz", "3.12", True, "missing: EXECUTION_ENV_PATH names it"),
+        ("$$TRITON_MODEL_DIRECTORY/env.tar.gz", "3.10", True, "holds Python 3.10; the Python backend's stub"),
+        ("$$TRITON_MODEL_DIRECTORY/env.tar.gz", "3.12", False, "not a packed environment: it has no bin/activate"),
+    ],
+)
+def test_a_packed_environment_that_would_not_load_is_named_with_why(tmp_path, env_path, python, activate, message):
+    model = _python_model_with_env(tmp_path, env_path)
+    _packed(model / "env.tar.gz", python, activate)
+    (tmp_path / "env.tar.gz").write_bytes((model / "env.tar.gz").read_bytes())  # beside the model: still outside
+    found = _env_problems(tmp_path)
+    assert any(message in m for m in found), found
