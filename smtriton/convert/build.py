@@ -23,7 +23,6 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from smtriton.convert.parity import ParityReport
 from smtriton.convert.recipe import (
@@ -35,11 +34,9 @@ from smtriton.convert.recipe import (
     load_recipe,
     source_file,
 )
+from smtriton.convert.runners import exporter_for
 from smtriton.convert.stamp import is_up_to_date, read_stamp, stamp_inputs, write_stamp
 from smtriton.convert.trt_plan import AxisRange, profile_text, recipe_profile, sha256_file
-
-if TYPE_CHECKING:
-    from smtriton.convert.export import Exporter
 
 try:
     import fcntl
@@ -240,19 +237,6 @@ def _profile(spec: ModelSpec, recipe: Recipe) -> dict[str, AxisRange]:
     batching = spec.dynamic_batching or recipe.model(spec.onnx).dynamic_batching
     preferred = batching.preferred_batch_size if batching else ()
     return recipe_profile(spec.tensorrt.profile, spec.max_batch_size, preferred)
-
-
-def exporter_for(fmt: str) -> Exporter:
-    """The exporter for a recipe format; imported only here, so unrelated toolchains are never loaded."""
-    if fmt == "onnx":
-        from smtriton.convert.export_onnx import OnnxExporter
-
-        return OnnxExporter()
-    if fmt == "torchscript":
-        from smtriton.convert.export_torchscript import TorchScriptExporter
-
-        return TorchScriptExporter()
-    raise ValueError(f"no exporter for format {fmt!r}")
 
 
 def _build_into(

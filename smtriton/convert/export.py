@@ -1,5 +1,5 @@
 """The exporter interface: one implementation per artifact format (``export_onnx``,
-``export_torchscript``), chosen by the recipe's ``format`` in :func:`smtriton.convert.build.exporter_for`.
+``export_torchscript``), chosen by the recipe's ``format`` in :func:`smtriton.convert.runners.exporter_for`.
 
 Kept narrow (export a module, load the artifact back as a numpy runner) so that new formats, such as
 an AOTInductor ``model.pt2`` beside TorchScript, plug in with one line in that dispatcher and no change

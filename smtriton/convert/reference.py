@@ -11,8 +11,7 @@ check of a pipeline compares the same reference with the built artifacts.
 from __future__ import annotations
 
 import functools
-import importlib.util
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -20,12 +19,11 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from smtriton.convert.recipe import DEFAULT_RECIPE, ModelSpec, Recipe, load_recipe, source_file
+from smtriton.convert.runners import Runner, chain, python_reference
 from smtriton.convert.sample_inputs import sample_inputs
 
 if TYPE_CHECKING:
     import torch
-
-Runner = Callable[[Mapping[str, np.ndarray]], dict[str, np.ndarray]]
 
 
 @dataclass(frozen=True)
@@ -61,8 +59,6 @@ def build_reference(spec: ModelSpec, recipe: Recipe, member: Callable[[str], Ref
     if spec.format == "python":
         return Reference(spec, None, python_reference(spec.name, source_file(spec)))
     if spec.format == "ensemble":
-        from smtriton.convert.pipeline import chain
-
         return Reference(spec, None, chain(spec, lambda name: member(name).run))
     if spec.format == "tensorrt":
         assert spec.onnx is not None
@@ -71,15 +67,3 @@ def build_reference(spec: ModelSpec, recipe: Recipe, member: Callable[[str], Ref
 
     module = load_module(spec)
     return Reference(spec, module, functools.partial(run_module, module, spec))
-
-
-def python_reference(name: str, path: Path) -> Runner:
-    """The ``reference(inputs)`` a Python-backend source defines, loaded without Triton."""
-    module_spec = importlib.util.spec_from_file_location(f"_smtriton_reference_{name}", path)
-    assert module_spec is not None and module_spec.loader is not None
-    module = importlib.util.module_from_spec(module_spec)
-    module_spec.loader.exec_module(module)
-    fn = getattr(module, "reference", None)
-    if fn is None:
-        raise NotImplementedError(f"{path} defines no reference(inputs) function")
-    return fn

@@ -200,10 +200,18 @@ def _setting(
     return Field(default, description=doc, json_schema_extra=extra, ge=ge, gt=gt, le=le)
 
 
-def _default_workers() -> int:
-    from smtriton.serve.workers import default_worker_count
+# The default worker count stops here: on a 16-core host 12 and 16 workers answered no more than 8 (the
+# CPU per request, front and Triton, is the limit there: bench/NOTES.md Part 8), and each worker costs
+# memory, upstream connections and one of Triton's HTTP threads.
+MAX_DEFAULT_WORKERS = 8
 
-    return default_worker_count()
+
+def _default_workers() -> int:
+    """Front workers when the setting is not given: one per two CPUs the container may use, so Triton
+    keeps half of them, and no more than :data:`MAX_DEFAULT_WORKERS`."""
+    from smtriton.serve.cgroups import available_cpus
+
+    return min(MAX_DEFAULT_WORKERS, max(1, available_cpus() // 2))
 
 
 class TritonOptions(BaseModel):

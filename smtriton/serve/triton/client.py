@@ -16,7 +16,6 @@ from urllib.parse import quote
 import aiohttp
 import orjson
 
-from smtriton.serve.codec import RequestBody
 from smtriton.serve.errors import (
     InternalError,
     ModelLoadFailed,
@@ -27,6 +26,10 @@ from smtriton.serve.errors import (
 )
 
 HEADER_LENGTH = "Inference-Header-Content-Length"
+
+# A request body on its way through: bytes, or the one buffer a body that came in pieces was
+# gathered in (a large body is never copied into a bytes object as well).
+RequestBody = bytes | bytearray
 
 
 @contextlib.contextmanager

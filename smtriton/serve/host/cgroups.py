@@ -293,3 +293,17 @@ def describe(memory: MemoryGroup | None, cpu: CpuGroup | None) -> str:
         amount = f"{quota:g} CPUs" if quota is not None else "no quota"
         parts.append(f"CPU: {amount} (cgroup v{cpu.version} {cpu.directory})")
     return "; ".join(parts)
+
+
+def available_cpus() -> int:
+    """CPUs this process may use: its affinity, bounded by its cgroup's CPU quota (a container's
+    limit, cgroup v1 or v2)."""
+    try:
+        count = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        count = os.cpu_count() or 1
+    group = cpu_group()
+    quota = group.quota() if group is not None else None
+    if quota is not None:
+        count = min(count, max(1, int(quota)))
+    return max(1, count)

@@ -12,6 +12,7 @@ import zlib
 import orjson
 
 from smtriton.serve.errors import BadRequest, PayloadTooLarge, UnsupportedEncoding
+from smtriton.serve.triton import client
 
 BINARY_JSON = "application/vnd.sagemaker-triton.binary+json"
 BINARY_JSON_PREFIX = f"{BINARY_JSON};json-header-size="
@@ -23,9 +24,7 @@ ACCEPTED_BODIES = (
     f"({BINARY_JSON_PREFIX}N) or an encoded image (image/jpeg, image/png, application/x-image)"
 )
 
-# A request body on its way through: bytes, or the one buffer a body that came in pieces was
-# gathered in (a large body is never copied into a bytes object as well).
-RequestBody = bytes | bytearray
+RequestBody = client.RequestBody
 
 
 def request_header_length(content_type: str | None, body_length: int) -> int | None:

@@ -23,7 +23,6 @@ import importlib
 import ipaddress
 import logging
 import multiprocessing
-import os
 import signal
 import socket
 import time
@@ -31,7 +30,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from multiprocessing.context import ForkServerProcess
 
-from smtriton.serve import cgroups
 from smtriton.serve.backoff import Backoff
 from smtriton.serve.channel import Channel, ChannelClosed, Handler
 from smtriton.serve.errors import StartupError
@@ -45,10 +43,6 @@ BACKLOG = 2048  # uvicorn's default
 STABLE_RUN_S = 10.0
 FIRST_RESTART_S = 0.1
 MAX_RESTART_S = 10.0
-# The default count stops here: on a 16-core host 12 and 16 workers answered no more than 8 (the CPU
-# per request, front and Triton, is the limit there: bench/NOTES.md Part 8), and each worker costs
-# memory, upstream connections and one of Triton's HTTP threads.
-MAX_DEFAULT_WORKERS = 8
 # A heartbeat goes to each worker this often (at most), and one not answered within the heartbeat
 # timeout has its worker killed and replaced.
 HEARTBEAT_INTERVAL_S = 1.0
@@ -340,23 +334,3 @@ def _exit(code: int | None) -> str:
         with contextlib.suppress(ValueError):
             return f"signal {signal.Signals(-code).name}"
     return f"status {code}"
-
-
-def available_cpus() -> int:
-    """CPUs this process may use: its affinity, bounded by its cgroup's CPU quota (a container's
-    limit, cgroup v1 or v2)."""
-    try:
-        count = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        count = os.cpu_count() or 1
-    group = cgroups.cpu_group()
-    quota = group.quota() if group is not None else None
-    if quota is not None:
-        count = min(count, max(1, int(quota)))
-    return max(1, count)
-
-
-def default_worker_count() -> int:
-    """Front workers when the setting is not given: one per two CPUs, so Triton keeps half of them, and
-    no more than :data:`MAX_DEFAULT_WORKERS`."""
-    return min(MAX_DEFAULT_WORKERS, max(1, available_cpus() // 2))
