@@ -117,13 +117,14 @@ def _machine() -> dict[str, object]:
     dirty = subprocess.run(
         ["git", "-C", str(REPO_ROOT), "status", "--porcelain", "smtriton/serve"], capture_output=True, text=True
     ).stdout.strip()
-    from smtriton.serve.workers import available_cpus, default_worker_count
+    from smtriton.serve.host.cgroups import available_cpus
+    from smtriton.serve.settings import Settings
 
     return {
         "cpu": cpu,
         "cores": os.cpu_count(),
         "cpus_available": available_cpus(),
-        "default_workers": default_worker_count(),
+        "default_workers": Settings.from_env({}).workers,
         "kernel": platform.release(),
         "python": platform.python_version(),
         "commit": commit + ("+uncommitted serve/ changes" if dirty else ""),

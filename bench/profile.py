@@ -31,7 +31,7 @@ def start_recording(pid: int, seconds: float, output: Path, rate: int = 250) -> 
 
 
 def area(path: str) -> str:
-    """A frame's file as a short area name: ``serve/app.py``, ``aiohttp``, ``asyncio``, ``uvicorn``..."""
+    """A frame's file as a short area name: ``serve/http/app.py``, ``aiohttp``, ``asyncio``, ``uvicorn``..."""
     if "/site-packages/" in path:
         return path.split("/site-packages/", 1)[1].split("/", 1)[0].removesuffix(".py")
     for marker in ("/serve/", "/bench/"):

@@ -6,18 +6,18 @@ import socket
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-import smtriton.serve.server
-import smtriton.serve.worker
+import smtriton.serve.http.server
+import smtriton.serve.http.worker
 from bench.experiments import serve_variant
 
 
 def _stock_protocol() -> None:
-    smtriton.serve.server.data_protocol = lambda routes: HttpToolsProtocol  # type: ignore[assignment,misc]
+    smtriton.serve.http.server.data_protocol = lambda routes: HttpToolsProtocol  # type: ignore[assignment,misc]
 
 
 def worker(index: int, channel: socket.socket) -> None:
     _stock_protocol()
-    smtriton.serve.worker.run(index, channel)
+    smtriton.serve.http.worker.run(index, channel)
 
 
 if __name__ == "__main__":

@@ -7,7 +7,7 @@ import socket
 import uvicorn.protocols.http.h11_impl
 import uvicorn.protocols.http.httptools_impl
 
-import smtriton.serve.worker
+import smtriton.serve.http.worker
 from bench.experiments import serve_variant
 
 
@@ -18,7 +18,7 @@ def _big_reads() -> None:
 
 def worker(index: int, channel: socket.socket) -> None:
     _big_reads()
-    smtriton.serve.worker.run(index, channel)
+    smtriton.serve.http.worker.run(index, channel)
 
 
 if __name__ == "__main__":

@@ -8,7 +8,7 @@ under load is collector pauses. Same flags as ``serve``.
 import gc
 import socket
 
-import smtriton.serve.worker
+import smtriton.serve.http.worker
 from bench.experiments import serve_variant
 
 
@@ -19,7 +19,7 @@ def _freeze() -> None:
 
 def worker(index: int, channel: socket.socket) -> None:
     _freeze()
-    smtriton.serve.worker.run(index, channel)
+    smtriton.serve.http.worker.run(index, channel)
 
 
 if __name__ == "__main__":

@@ -12,7 +12,7 @@ import os
 import socket
 import time
 
-import smtriton.serve.worker
+import smtriton.serve.http.worker
 from bench.experiments import serve_variant
 
 _stats = {g: {"collections": 0, "total_ms": 0.0, "max_ms": 0.0} for g in range(3)}
@@ -45,7 +45,7 @@ def _record() -> None:
 
 def worker(index: int, channel: socket.socket) -> None:
     _record()
-    smtriton.serve.worker.run(index, channel)
+    smtriton.serve.http.worker.run(index, channel)
 
 
 if __name__ == "__main__":

@@ -5,7 +5,7 @@ aiohttp's. No timeouts or error mapping: a measurement, not a product. Same flag
 import socket
 from urllib.parse import urlsplit
 
-import smtriton.serve.worker
+import smtriton.serve.http.worker
 from bench.experiments import serve_variant
 from bench.experiments.upstream import Upstream
 from smtriton.serve.triton.client import TritonClient, UpstreamResponse
@@ -28,7 +28,7 @@ def _lean() -> None:
 
 def worker(index: int, channel: socket.socket) -> None:
     _lean()
-    smtriton.serve.worker.run(index, channel)
+    smtriton.serve.http.worker.run(index, channel)
 
 
 if __name__ == "__main__":

@@ -5,10 +5,10 @@ The variant's module names a worker entry that applies the change, then runs ser
 
 from __future__ import annotations
 
-import smtriton.serve.cli
+import smtriton.serve.owner.cli
 
 
 def run(entry: str) -> None:
-    """Serve with ``entry`` (``module:function``, a function like :func:`smtriton.serve.worker.run` that
+    """Serve with ``entry`` (``module:function``, a function like :func:`smtriton.serve.http.worker.run` that
     applies the change and calls it) as every front worker."""
-    smtriton.serve.cli.main(worker=entry)
+    smtriton.serve.owner.cli.main(worker=entry)

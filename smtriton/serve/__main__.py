@@ -1,5 +1,5 @@
 """`python -m serve` is the `serve` command."""
 
-from smtriton.serve.cli import main
+from smtriton.serve.owner.cli import main
 
 main()

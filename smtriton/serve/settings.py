@@ -2,7 +2,7 @@
 
 The schema below (`Settings` and its `TritonOptions`) is the only place a setting is named. From it
 come the object built once at start-up (`Settings.from_env`), the reference in docs/settings.md
-(`python -m smtriton.serve.settings --markdown`) and the variables a deployment is checked against
+(:mod:`smtriton.serve.settings_reference`) and the variables a deployment is checked against
 (`known_variables`).
 
 SageMaker's variables (``SAGEMAKER_*``, ``SAGEMAKER_TRITON_*``) keep exactly the meaning of
@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import logging
 import shlex
-import sys
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -209,7 +208,7 @@ MAX_DEFAULT_WORKERS = 8
 def _default_workers() -> int:
     """Front workers when the setting is not given: one per two CPUs the container may use, so Triton
     keeps half of them, and no more than :data:`MAX_DEFAULT_WORKERS`."""
-    from smtriton.serve.cgroups import available_cpus
+    from smtriton.serve.host.cgroups import available_cpus
 
     return min(MAX_DEFAULT_WORKERS, max(1, available_cpus() // 2))
 
@@ -522,7 +521,7 @@ class Settings(BaseSettings):
     def from_env(cls, env: Mapping[str, str], **overrides: object) -> Settings:
         """Build the settings from an environment mapping; keyword overrides (CLI flags; None: not given) win."""
         flags = {name: value for name, value in overrides.items() if value is not None}
-        unknown = set(flags) - {name for name, field in cls.model_fields.items() if _extra(field).get("flag")}
+        unknown = set(flags) - {name for name, field in cls.model_fields.items() if extra_of(field).get("flag")}
         if unknown:
             raise TypeError(f"not settings a flag may override: {sorted(unknown)}")
         source = _Environment(cls, env)
@@ -541,14 +540,14 @@ class _Environment(PydanticBaseSettingsSource):
         self.origin: dict[tuple[str, ...], str] = {}  # field path -> the variable its value came from
 
     def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
-        for variable in _variables(field):
+        for variable in variables_of(field):
             if self.env.get(variable):  # empty means unset
                 return self.env[variable], variable, False
         return None, field_name, False
 
     def __call__(self) -> dict[str, Any]:
         values: dict[str, Any] = {}
-        for path, field in _fields(self.settings_cls):
+        for path, field in setting_fields(self.settings_cls):
             value, variable, _ = self.get_field_value(field, path[-1])
             if value is None:
                 continue
@@ -560,27 +559,27 @@ class _Environment(PydanticBaseSettingsSource):
         return values
 
 
-def _extra(field: FieldInfo) -> dict[str, Any]:
+def extra_of(field: FieldInfo) -> dict[str, Any]:
     return field.json_schema_extra if isinstance(field.json_schema_extra, dict) else {}
 
 
-def _variables(field: FieldInfo) -> tuple[str, ...]:
+def variables_of(field: FieldInfo) -> tuple[str, ...]:
     """The variables a field is read from, in order of precedence; none for a group of fields."""
-    names = _extra(field).get("env", [])
+    names = extra_of(field).get("env", [])
     return tuple(str(name) for name in names) if isinstance(names, list) else ()
 
 
-def _fields(model: type[BaseModel], prefix: tuple[str, ...] = ()) -> Iterator[tuple[tuple[str, ...], FieldInfo]]:
+def setting_fields(model: type[BaseModel], prefix: tuple[str, ...] = ()) -> Iterator[tuple[tuple[str, ...], FieldInfo]]:
     """Every field read from the environment, as (path, field), in declaration order."""
     for name, field in model.model_fields.items():
         if isinstance(field.annotation, type) and issubclass(field.annotation, BaseModel):
-            yield from _fields(field.annotation, (*prefix, name))
-        elif _variables(field):
+            yield from setting_fields(field.annotation, (*prefix, name))
+        elif variables_of(field):
             yield (*prefix, name), field
 
 
 def _field_at(path: tuple[str, ...]) -> FieldInfo | None:
-    return dict(_fields(Settings)).get(path)
+    return dict(setting_fields(Settings)).get(path)
 
 
 def _detail(error: ErrorDetails) -> str:
@@ -609,7 +608,7 @@ def _explain(exc: ValidationError, source: _Environment, flags: Mapping[str, obj
             lines.append(f"--{path[0].replace('_', '-')}={flags[path[0]]}: {detail}")
         elif path in source.origin and field is not None:
             variable = source.origin[path]
-            refusal = str(_extra(field).get("refusal", "{variable}={value!r}"))
+            refusal = str(extra_of(field).get("refusal", "{variable}={value!r}"))
             lines.append(f"{refusal.format(variable=variable, value=source.env[variable])}: {detail}")
         else:
             lines.append(f"{'.'.join(path) or 'settings'}: {detail}")
@@ -621,7 +620,7 @@ def _explain(exc: ValidationError, source: _Environment, flags: Mapping[str, obj
 
 def known_variables() -> frozenset[str]:
     """Every variable `serve` recognises: the schema's and those accepted without effect."""
-    return frozenset(v for _, field in _fields(Settings) for v in _variables(field)) | WITHOUT_EFFECT.keys()
+    return frozenset(v for _, field in setting_fields(Settings) for v in variables_of(field)) | WITHOUT_EFFECT.keys()
 
 
 def variables_without_effect(env: Mapping[str, str]) -> list[tuple[str, str]]:
@@ -638,20 +637,20 @@ def warn_without_effect(env: Mapping[str, str]) -> None:
 def flag_help(name: str) -> str:
     """The help of `serve --<name>`: the setting's meaning, its default and the variables it overrides."""
     field = Settings.model_fields[name]
-    variables = " or ".join(_variables(field))
-    text = f"{field.description}. Default: {_shown(field)}; overrides {variables}"
+    variables = " or ".join(variables_of(field))
+    text = f"{field.description}. Default: {shown_default(field)}; overrides {variables}"
     text = text.replace("`", "").replace("—", "none")
     return text[:1].upper() + text[1:]
 
 
 def environment_help() -> str:
     """Every variable `serve` reads, for its --help (defaults and meanings: docs/settings.md)."""
-    names = [name for _, field in _fields(Settings) for name in _variables(field)]
+    names = [name for _, field in setting_fields(Settings) for name in variables_of(field)]
     return "Reads these environment variables (defaults and meanings: docs/settings.md): " + ", ".join(names) + "."
 
 
-def _shown(field: FieldInfo) -> str:
-    shown = _extra(field).get("shown")
+def shown_default(field: FieldInfo) -> str:
+    shown = extra_of(field).get("shown")
     if shown is not None:
         return str(shown)
     value = field.get_default(call_default_factory=False)
@@ -666,81 +665,3 @@ def _shown(field: FieldInfo) -> str:
     if isinstance(value, int | float):
         return f"{value:g}"
     return f"`{value}`"
-
-
-def _bounds(field: FieldInfo) -> str:
-    ge = next((m.ge for m in field.metadata if isinstance(m, annotated_types.Ge)), None)
-    gt = next((m.gt for m in field.metadata if isinstance(m, annotated_types.Gt)), None)
-    le = next((m.le for m in field.metadata if isinstance(m, annotated_types.Le)), None)
-    if ge is not None and le is not None:
-        return f"{ge} to {le}"
-    if ge is not None:
-        return f"≥ {ge}"
-    if gt is not None:
-        return f"> {gt}"
-    return ""
-
-
-def markdown() -> str:
-    """docs/settings.md: every variable, its default, bounds and meaning, generated from the schema."""
-    rows: dict[bool, list[str]] = {True: [], False: []}
-    for path, field in _fields(Settings):
-        names = _variables(field)
-        meaning = str(field.description)
-        if len(names) > 1:
-            meaning += "; the first one set wins"
-        if _extra(field).get("flag"):
-            meaning += f"; also `--{path[-1].replace('_', '-')}`"
-        variables = ", ".join(f"`{name}`" for name in names)
-        row = f"| {variables} | {_shown(field)} | {_bounds(field)} | {meaning} |"
-        rows[names[0].startswith("SAGEMAKER_")].append(row)
-    header = ["| variable | default | bounds | meaning |", "| --- | --- | --- | --- |"]
-    ignored = [f"| `{name}` | {why} |" for name, why in WITHOUT_EFFECT.items()]
-    return "\n".join(
-        [
-            "# Settings",
-            "",
-            "<!-- Generated from smtriton/serve/settings.py: python -m smtriton.serve.settings --markdown"
-            " > docs/settings.md -->",
-            "",
-            "`serve` reads these environment variables once, at start-up; a value it does not understand stops it",
-            "with a message naming the variable. An empty value means the variable is not set. Flags of `serve`",
-            "(local runs) override the variables they name.",
-            "",
-            "## SageMaker's variables",
-            "",
-            "Their meaning is that of SageMaker's Triton container; values are parsed, never word-split into the",
-            "Triton command line.",
-            "",
-            *header,
-            *rows[True],
-            "",
-            "## `serve`'s own",
-            "",
-            *header,
-            *rows[False],
-            "",
-            "## Accepted, without effect",
-            "",
-            "Recognised, so that a deployment setting one is not told it is unknown; `serve` logs a warning at",
-            "start-up saying why it does nothing.",
-            "",
-            "| variable | why |",
-            "| --- | --- |",
-            *ignored,
-            "",
-        ]
-    )
-
-
-def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
-    if args != ["--markdown"]:
-        print("usage: python -m smtriton.serve.settings --markdown > docs/settings.md", file=sys.stderr)
-        return 2
-    sys.stdout.write(markdown())
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -33,7 +33,7 @@ from smtriton.convert.trt_plan import (
 )
 from smtriton.errors import ToolUsageError
 from smtriton.model_config import ModelConfig
-from smtriton.serve.plan_check import PLAN_FILENAME, is_tensorrt, served_versions
+from smtriton.serve.triton.plan_check import PLAN_FILENAME, is_tensorrt, served_versions
 from smtriton.tune.knobs import Knob, param_knob
 
 BUILD_PREFIX = "smtriton.tune."

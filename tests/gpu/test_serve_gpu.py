@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 import requests
 
-from smtriton.serve.gpu import each_gpu
+from smtriton.serve.host.gpu import each_gpu
 from smtriton.serve.triton.installation import TritonNotFound, find_triton
 from tests.gpu.encoder import Encoder
 from tests.integration.harness import ServeProcess

@@ -123,7 +123,7 @@ def test_serve_detects_the_runtime_the_builder_records():
     """serve (libnvinfer + NVML) and the builder (tensorrt module + nvidia-smi) must agree on this host,
     or serve would refuse the plans built here."""
     from smtriton.convert import trt_build
-    from smtriton.serve import plan_check
+    from smtriton.serve.triton import plan_check
 
     built = trt_build.runtime_info()
     here = plan_check.detect_runtime()

@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 import requests
 
-from smtriton.serve import cgroups
+from smtriton.serve.host import cgroups
 from tests.integration.conftest import TEST_MODELS, start_serve
 from tests.integration.contract_client import json_request, parse
 from tests.integration.harness import ServeProcess, free_port

@@ -17,18 +17,18 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from smtriton.serve.channel import Channel
-from smtriton.serve.dataplane import DataPlane
-from smtriton.serve.endpoint import Endpoint
+from smtriton.serve.dataplane.plane import DataPlane
 from smtriton.serve.errors import ModelNotFound, NotReady, ServeError
-from smtriton.serve.messages import Heartbeat, Message
+from smtriton.serve.http.worker import _plane
+from smtriton.serve.ipc.channel import Channel
+from smtriton.serve.ipc.messages import Heartbeat, Message
 from smtriton.serve.metrics import Metrics
-from smtriton.serve.multimodel import ModelRegistry
+from smtriton.serve.multimodel.registry import ModelRegistry
+from smtriton.serve.owner.endpoint import Endpoint
+from smtriton.serve.owner.pool import WorkerPool
 from smtriton.serve.settings import Settings
-from smtriton.serve.supervisor import TritonSupervisor
 from smtriton.serve.triton.installation import find_triton
-from smtriton.serve.worker import _plane
-from smtriton.serve.workers import WorkerPool
+from smtriton.serve.triton.supervisor import TritonSupervisor
 from tests.integration.conftest import TEST_MODELS
 from tests.integration.contract_client import json_request
 

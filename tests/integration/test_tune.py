@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from smtriton import model_config
-from smtriton.serve.gpu import gpu_models
+from smtriton.serve.host.gpu import gpu_models
 from smtriton.tune.knobs import apply, knobs_for
 from tests.integration.conftest import TEST_MODELS
 

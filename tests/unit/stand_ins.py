@@ -7,7 +7,7 @@ import asyncio
 from collections.abc import AsyncGenerator
 from typing import Any
 
-from smtriton.serve.messages import Message
+from smtriton.serve.ipc.messages import Message
 
 # One response of a decoupled model, as Triton's stream gives it.
 OUT = {"model_name": "m", "outputs": [{"name": "OUT", "datatype": "INT32", "shape": [1], "data": [1]}]}

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from smtriton.serve import cgroups
+from smtriton.serve.host import cgroups
 
 V1_LIMIT_NONE = "9223372036854771712"
 

@@ -10,9 +10,9 @@ from dataclasses import dataclass
 import orjson
 import pytest
 
-from smtriton.serve.channel import Channel, ChannelClosed
 from smtriton.serve.errors import Conflict, ModelNotFound, ServeError
-from smtriton.serve.messages import (
+from smtriton.serve.ipc.channel import Channel, ChannelClosed
+from smtriton.serve.ipc.messages import (
     STARTING,
     Call,
     DescribeModel,
@@ -128,7 +128,7 @@ def test_an_operation_the_other_side_does_not_know_is_a_400_naming_it():
 
     async def scenario() -> None:
         worker, main, tasks = await _pair(_unused, _unused)
-        from smtriton.serve import messages
+        from smtriton.serve.ipc import messages
 
         del messages._BY_OP["unheard_of_here"]  # as a side of another version would have it
         with pytest.raises(ServeError) as refused:

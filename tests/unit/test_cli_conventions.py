@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 
 from smtriton import cli
 from smtriton.aws.cli import parse_input
-from smtriton.serve import cli as serve_cli
+from smtriton.serve.owner import cli as serve_cli
 from smtriton.serve.settings import known_variables
 from tests.unit.test_perf_cli import NO_AWS
 from tests.unit.test_repo_validate import tiny_onnx

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from smtriton.serve import cuda
-from smtriton.serve.cuda import Driver
+from smtriton.serve.host import cuda
+from smtriton.serve.host.cuda import Driver
 
 H100 = ("NVIDIA H100 80GB HBM3",)
 A10G = ("NVIDIA A10G",) * 4

@@ -11,9 +11,9 @@ from typing import Any, Literal
 import orjson
 import pytest
 
-from smtriton.serve.dataplane import DataPlane, SessionStep
+from smtriton.serve.dataplane.plane import DataPlane, SessionStep
 from smtriton.serve.errors import BadRequest, ModelNotFound, NotReady, UnsupportedMediaType
-from smtriton.serve.messages import STARTING, EndpointState, ModelAdded, ModelDraining, ModelRemoved
+from smtriton.serve.ipc.messages import STARTING, EndpointState, ModelAdded, ModelDraining, ModelRemoved
 from smtriton.serve.metrics import Metrics
 from smtriton.serve.records import ModelRecord
 from smtriton.serve.settings import Settings

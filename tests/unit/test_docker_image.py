@@ -118,7 +118,7 @@ def test_entry_is_serve_in_exec_form_so_it_is_pid_1_and_takes_the_serve_argument
     assert entry == ["/opt/smtriton/bin/serve"]  # `docker run IMAGE serve` appends `serve`, which serve accepts
     assert not [args for keyword, args in stage if keyword == "CMD"]
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())
-    assert project["project"]["scripts"]["serve"] == "smtriton.serve.cli:main"
+    assert project["project"]["scripts"]["serve"] == "smtriton.serve.owner.cli:main"
     assert any("uv venv" in args and "/opt/smtriton" in args for keyword, args in stage if keyword == "RUN")
 
 

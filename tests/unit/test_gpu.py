@@ -1,11 +1,11 @@
-"""smtriton.serve.gpu: what NVML says about each GPU, and nothing (never an error) where NVML cannot answer."""
+"""smtriton.serve.host.gpu: what NVML says about each GPU, and nothing (never an error) where NVML cannot answer."""
 
 from __future__ import annotations
 
 import sys
 import types
 
-from smtriton.serve import gpu
+from smtriton.serve.host import gpu
 
 
 class NVMLError(Exception):

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from smtriton.serve import transcode
+from smtriton.serve.dataplane import transcode
+from smtriton.serve.dataplane.guard import MAX_JSON_DEPTH, JsonTooDeep, check_json_depth, check_request
 from smtriton.serve.errors import BadRequest
-from smtriton.serve.guard import MAX_JSON_DEPTH, JsonTooDeep, check_json_depth, check_request
 
 
 def nested(depth: int) -> bytes:

@@ -11,11 +11,11 @@ from typing import Any
 
 import pytest
 
-from smtriton.serve import protocol
-from smtriton.serve.app import create_app
-from smtriton.serve.dataplane import DataPlane
+from smtriton.serve.dataplane.plane import DataPlane
 from smtriton.serve.errors import INTERNAL_ERROR
-from smtriton.serve.routes import DataRoutes
+from smtriton.serve.http import protocol
+from smtriton.serve.http.app import create_app
+from smtriton.serve.http.routes import DataRoutes
 from tests.unit.test_protocol import Server, get, post
 from tests.unit.triton_stand_in import TritonStandIn, asgi_call, serving_plane, stand_in_thread
 

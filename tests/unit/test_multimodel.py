@@ -7,8 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from smtriton.serve import cgroups, edge, multimodel
 from smtriton.serve.errors import BadRequest, InsufficientStorage
+from smtriton.serve.host import cgroups
+from smtriton.serve.http import edge
+from smtriton.serve.multimodel import registry as multimodel
 from smtriton.serve.records import ModelRecord
 from smtriton.serve.settings import Settings
 from smtriton.serve.triton.client import UpstreamResponse

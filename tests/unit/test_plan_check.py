@@ -1,4 +1,4 @@
-"""serve's refusal of TensorRT plans built for another TensorRT version or GPU (serve/plan_check.py)."""
+"""serve's refusal of TensorRT plans built for another TensorRT version or GPU (serve/triton/plan_check.py)."""
 
 from __future__ import annotations
 
@@ -8,12 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from smtriton.serve import multimodel, plan_check
 from smtriton.serve.errors import BadRequest
-from smtriton.serve.plan_check import NoRuntime, check_model, decode_lib_version
-from smtriton.serve.repository import RepositoryError, refuse_unrunnable_plans
+from smtriton.serve.multimodel import registry as multimodel
+from smtriton.serve.owner.startup import RepositoryError, refuse_unrunnable_plans
 from smtriton.serve.settings import Settings
-from smtriton.serve.tensorrt_plan import RuntimeInfo, Sidecar, sidecar_path, write_sidecar
+from smtriton.serve.triton import plan_check
+from smtriton.serve.triton.plan_check import NoRuntime, check_model, decode_lib_version
+from smtriton.serve.triton.tensorrt_plan import RuntimeInfo, Sidecar, sidecar_path, write_sidecar
 
 A10G = RuntimeInfo("10.3.0", "NVIDIA A10G", "8.6")
 CONFIG = 'name: "{name}"\nplatform: "tensorrt_plan"\nmax_batch_size: 8\n'

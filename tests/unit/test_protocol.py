@@ -1,4 +1,4 @@
-"""The HTTP edge at the protocol (smtriton/serve/protocol.py), over real sockets.
+"""The HTTP edge at the protocol (smtriton/serve/http/protocol.py), over real sockets.
 
 uvicorn runs with `serve`'s protocol, the real ASGI app and the real data plane on an ephemeral
 loopback port in a thread, in front of a stand-in speaking Triton's HTTP API (another thread). The
@@ -24,13 +24,13 @@ import pytest
 import uvicorn
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from smtriton.serve import protocol
-from smtriton.serve.app import create_app
-from smtriton.serve.dataplane import DataPlane
-from smtriton.serve.messages import EndpointState
+from smtriton.serve.dataplane.plane import DataPlane
+from smtriton.serve.http import protocol
+from smtriton.serve.http.app import create_app
+from smtriton.serve.http.protocol import TESTED_UVICORN, UVICORN_INTERNALS, data_protocol
+from smtriton.serve.http.server import http_server
+from smtriton.serve.ipc.messages import EndpointState
 from smtriton.serve.metrics import Metrics
-from smtriton.serve.protocol import TESTED_UVICORN, UVICORN_INTERNALS, data_protocol
-from smtriton.serve.server import http_server
 from smtriton.serve.settings import Settings
 from tests.unit.triton_stand_in import TEST_SETTINGS, TritonStandIn, call, stand_in_thread
 
@@ -199,7 +199,7 @@ def test_the_fast_path_answers_as_the_asgi_app_does(connection, method, path, bo
 def test_each_request_is_matched_to_its_route_once_on_either_path(monkeypatch, server, connection):
     """The protocol matches a request's route once and hands the match on; the ASGI app reads it rather
     than matching again (it matches only a path the protocol could not read: an escaped one)."""
-    from smtriton.serve import routes
+    from smtriton.serve.http import routes
 
     matched: list[str] = []
     match = routes.route_of
@@ -500,7 +500,7 @@ def _probe(cls: type) -> object:
 
 def test_every_uvicorn_internal_the_fast_path_reads_is_there():
     """Fails loudly when a uvicorn release moves what the fast path relies on: pyproject.toml pins the
-    release; update TESTED_UVICORN and UVICORN_INTERNALS (smtriton/serve/protocol.py) only after the
+    release; update TESTED_UVICORN and UVICORN_INTERNALS (smtriton/serve/http/protocol.py) only after the
     fast path works on another."""
     missing = [
         f"{cls.__name__}.{name}"

@@ -2,7 +2,7 @@
 
 import pytest
 
-from smtriton.serve.repository import RepositoryError, resolve_default_model
+from smtriton.serve.owner.startup import RepositoryError, resolve_default_model
 
 
 def _model(root, name):

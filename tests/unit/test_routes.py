@@ -9,7 +9,7 @@ import json
 import orjson
 import pytest
 
-from smtriton.serve.routes import EMPTY_BODY
+from smtriton.serve.http.routes import EMPTY_BODY
 from smtriton.serve.settings import Settings
 from tests.unit.triton_stand_in import TritonStandIn, call
 
@@ -91,7 +91,7 @@ def test_an_empty_body_triton_refuses_is_told_so(body):
 def test_a_body_in_many_pieces_is_held_once_not_twice():
     import tracemalloc
 
-    from smtriton.serve.routes import BodyBuffer
+    from smtriton.serve.http.routes import BodyBuffer
 
     piece = bytes(range(256)) * 256  # 64 KiB, as the parser hands a large body over
     pieces = 512  # 32 MiB in all

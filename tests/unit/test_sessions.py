@@ -7,9 +7,11 @@ import json
 
 import pytest
 
-from smtriton.serve import sessions
+from smtriton.serve.dataplane import sessions
+from smtriton.serve.dataplane.sessions import SESSION_SEQUENCES, SessionRequest, read_request
 from smtriton.serve.errors import BadRequest
-from smtriton.serve.sessions import SESSION_SEQUENCES, SessionRequest, SessionTable, read_request
+from smtriton.serve.owner import sessions as owner_sessions
+from smtriton.serve.owner.sessions import SessionTable
 
 INFER = json.dumps({"inputs": [{"name": "VALUE", "shape": [1, 1], "datatype": "FP32", "data": [1.0]}]}).encode()
 ID = "0123456789abcdef0123456789abcdef"
@@ -167,7 +169,7 @@ def test_expired_sessions_are_swept_as_new_ones_open(monkeypatch):
 
 
 def test_the_table_is_bounded(monkeypatch):
-    monkeypatch.setattr(sessions, "MAX_OPEN", 3)
+    monkeypatch.setattr(owner_sessions, "MAX_OPEN", 3)
     table = SessionTable(ttl_s=60)
     for _ in range(3):
         table.open("m", idle_s=5, now=100.0)
@@ -188,8 +190,8 @@ class ConfigReader:
         return self.configs[model]
 
 
-def _keeper(clock: list[float], reader: ConfigReader) -> sessions.SessionKeeper:
-    return sessions.SessionKeeper(1200.0, lambda: reader, clock=lambda: clock[0])  # type: ignore[arg-type,return-value]
+def _keeper(clock: list[float], reader: ConfigReader) -> owner_sessions.SessionKeeper:
+    return owner_sessions.SessionKeeper(1200.0, lambda: reader, clock=lambda: clock[0])  # type: ignore[arg-type,return-value]
 
 
 def test_sessions_expire_on_the_monotonic_clock_whatever_the_wall_clock_does(monkeypatch):
@@ -197,10 +199,10 @@ def test_sessions_expire_on_the_monotonic_clock_whatever_the_wall_clock_does(mon
     reader = ConfigReader({"seq": {"sequence_batching": {"max_sequence_idle_microseconds": "3000000"}}})
     keeper = _keeper(clock, reader)
     opened = asyncio.run(keeper.open("seq"))
-    monkeypatch.setattr(sessions.time, "time", lambda: 0.0)  # the wall clock jumps back decades...
+    monkeypatch.setattr(owner_sessions.time, "time", lambda: 0.0)  # the wall clock jumps back decades...
     clock[0] += 2.0
     assert keeper.use(opened["id"], "seq")["sequence_id"] == opened["sequence_id"]  # ...nothing moves
-    monkeypatch.setattr(sessions.time, "time", lambda: 4e9)  # ...and forward a century
+    monkeypatch.setattr(owner_sessions.time, "time", lambda: 4e9)  # ...and forward a century
     clock[0] += 2.0
     assert keeper.use(opened["id"], "seq")["start"] is True  # still open: 2 s idle of 3
     clock[0] += 3.5  # idle past the model's 3 s, by the monotonic clock alone

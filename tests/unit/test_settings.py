@@ -9,18 +9,18 @@ import annotated_types
 import pytest
 from pydantic import ValidationError
 
-from smtriton.serve import cli
+from smtriton.serve.owner import cli
 from smtriton.serve.settings import (
     MIB,
     WITHOUT_EFFECT,
     Settings,
     SettingsError,
-    _fields,
-    _variables,
     known_variables,
-    markdown,
+    setting_fields,
+    variables_of,
     warn_without_effect,
 )
+from smtriton.serve.settings_reference import markdown
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -205,8 +205,8 @@ def test_each_bound_is_enforced_with_the_variable_named(variable, refused, accep
 
 def test_every_bound_in_the_schema_has_a_test():
     bounded = {
-        _variables(field)[0]
-        for _, field in _fields(Settings)
+        variables_of(field)[0]
+        for _, field in setting_fields(Settings)
         if any(isinstance(m, annotated_types.Ge | annotated_types.Gt | annotated_types.Le) for m in field.metadata)
     }
     assert bounded | {"SAGEMAKER_SAFE_PORT_RANGE"} == {variable for variable, _, _ in BOUNDS}
@@ -259,7 +259,7 @@ def test_flags_are_the_settings_serve_takes_as_options():
 
 def test_docs_settings_md_is_generated_from_the_schema():
     assert (ROOT / "docs" / "settings.md").read_text() == markdown(), (
-        "docs/settings.md is out of date: python -m smtriton.serve.settings --markdown > docs/settings.md"
+        "docs/settings.md is out of date: python -m smtriton.serve.settings_reference > docs/settings.md"
     )
 
 
@@ -307,10 +307,10 @@ def test_the_settings_reach_each_worker_unchanged():
 
 
 def test_the_default_worker_count_is_one_per_two_cpus_and_at_most_eight(monkeypatch):
-    from smtriton.serve import workers
+    from smtriton.serve.host import cgroups
 
     for cpus, expected in ((1, 1), (2, 1), (3, 1), (4, 2), (16, 8), (17, 8), (96, 8), (192, 8)):
-        monkeypatch.setattr(workers, "available_cpus", lambda cpus=cpus: cpus)
+        monkeypatch.setattr(cgroups, "available_cpus", lambda cpus=cpus: cpus)
         assert Settings.from_env({}).workers == expected
     assert Settings.from_env({"SAGEMAKER_MODEL_SERVER_WORKERS": "12"}).workers == 12  # asked for: no cap
     assert Settings.from_env({}, workers=2).workers == 2
@@ -326,7 +326,7 @@ def test_the_stop_budget_is_shared_between_the_drain_and_triton():
 
 
 def test_available_cpus_are_the_affinity_bounded_by_the_cgroup_quota(monkeypatch):
-    from smtriton.serve import cgroups, workers
+    from smtriton.serve.host import cgroups
 
     class Quota:
         def __init__(self, cpus: float | None) -> None:
@@ -337,13 +337,13 @@ def test_available_cpus_are_the_affinity_bounded_by_the_cgroup_quota(monkeypatch
 
     monkeypatch.setattr(os, "sched_getaffinity", lambda _pid: set(range(16)))
     monkeypatch.setattr(cgroups, "cpu_group", lambda: None)
-    assert workers.available_cpus() == 16  # no CPU cgroup: the affinity
+    assert cgroups.available_cpus() == 16  # no CPU cgroup: the affinity
     for quota, expected in ((None, 16), (4.0, 4), (2.5, 2), (0.5, 1), (32.0, 16)):  # never above the affinity
         monkeypatch.setattr(cgroups, "cpu_group", lambda quota=quota: Quota(quota))
-        assert workers.available_cpus() == expected, quota
+        assert cgroups.available_cpus() == expected, quota
 
 
 def test_each_worker_keeps_a_share_of_the_upstream_connections():
-    from smtriton.serve.worker import upstream_pool_size
+    from smtriton.serve.http.worker import upstream_pool_size
 
     assert [upstream_pool_size(n) for n in (1, 2, 4, 8, 16, 64)] == [256, 128, 64, 32, 16, 16]

@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from smtriton.serve import supervisor as supervisor_module
 from smtriton.serve.errors import TritonUnavailable
 from smtriton.serve.settings import Settings
-from smtriton.serve.supervisor import TritonState, TritonSupervisor
+from smtriton.serve.triton import supervisor as supervisor_module
 from smtriton.serve.triton.installation import TritonInstallation
+from smtriton.serve.triton.supervisor import TritonState, TritonSupervisor
 
 STAND_IN = textwrap.dedent(
     """\

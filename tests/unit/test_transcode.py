@@ -1,4 +1,4 @@
-"""smtriton.serve.transcode: which JSON requests are re-encoded binary, and that the encoding is exact."""
+"""smtriton.serve.dataplane.transcode: which JSON requests are re-encoded binary, and that the encoding is exact."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from smtriton.serve.transcode import to_binary
+from smtriton.serve.dataplane.transcode import to_binary
 
 
 def decode(body: bytes, header_length: int) -> tuple[dict, dict[str, np.ndarray]]:

@@ -4,10 +4,10 @@ once that Triton is gone."""
 from __future__ import annotations
 
 from smtriton.serve.settings import Settings
-from smtriton.serve.supervisor import TritonSupervisor
 from smtriton.serve.triton import shm
 from smtriton.serve.triton.installation import TritonInstallation
 from smtriton.serve.triton.process import Ports, build_command
+from smtriton.serve.triton.supervisor import TritonSupervisor
 
 
 def test_every_serve_names_its_regions_apart_from_tritons_own_and_each_other():

@@ -14,9 +14,9 @@ from typing import Any, NamedTuple
 import orjson
 from aiohttp import web
 
-from smtriton.serve.app import create_app
-from smtriton.serve.dataplane import DataPlane
-from smtriton.serve.messages import EndpointState
+from smtriton.serve.dataplane.plane import DataPlane
+from smtriton.serve.http.app import create_app
+from smtriton.serve.ipc.messages import EndpointState
 from smtriton.serve.metrics import Metrics
 from smtriton.serve.settings import Settings
 

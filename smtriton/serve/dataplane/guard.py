@@ -26,7 +26,7 @@ from typing import Any
 import orjson
 import simdjson
 
-from smtriton.serve.codec import RequestBody
+from smtriton.serve.dataplane.codec import RequestBody
 from smtriton.serve.errors import BadRequest
 
 # simdjson's own maximum depth: the parse that checks a body stops there.

@@ -16,7 +16,7 @@ from typing import Any
 
 import orjson
 
-from smtriton.serve.codec import RequestBody
+from smtriton.serve.dataplane.codec import RequestBody
 from smtriton.serve.errors import BadRequest, UnsupportedMediaType
 
 IMAGE_TYPES = frozenset({"image/jpeg", "image/png", "application/x-image"})

@@ -3,11 +3,11 @@
 Infer, generate and stream for the single model an SME serves; invoke for the models of an MME, through
 this worker's copy of the load records, counting the invokes it runs so an unload can wait for them.
 Requests go to Triton as SageMaker sent them: the body untouched, except that a large JSON request is
-re-encoded binary (:mod:`smtriton.serve.transcode`) and custom attributes are added to its parameters.
+re-encoded binary (:mod:`smtriton.serve.dataplane.transcode`) and custom attributes are added to its parameters.
 Answers come back as Triton gave them; mapping them to SageMaker's responses is the HTTP edge's job.
 
 What every worker must agree on is decided by the endpoint's owner in the main process
-(:mod:`smtriton.serve.endpoint`): it sends this plane the state (Triton's ports, whether requests may
+(:mod:`smtriton.serve.owner.endpoint`): it sends this plane the state (Triton's ports, whether requests may
 go to Triton, what `/ping` answers) and each change of the model table, and answers the multi-model
 API (load, unload, list, describe) for it.
 """
@@ -18,15 +18,16 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import orjson
 
-from smtriton.serve import cgroups, codec, guard, images, sessions, transcode
-from smtriton.serve.channel import Channel, ChannelClosed
+from smtriton.serve.dataplane import codec, guard, images, sessions, transcode
+from smtriton.serve.dataplane.sessions import SessionStep, SessionStream
 from smtriton.serve.errors import BadRequest, ModelNotFound, NotReady, ServeError, UnsupportedMediaType
-from smtriton.serve.messages import (
+from smtriton.serve.host import cgroups
+from smtriton.serve.ipc.channel import Channel, ChannelClosed
+from smtriton.serve.ipc.messages import (
     STARTING,
     Call,
     CloseSession,
@@ -52,7 +53,7 @@ from smtriton.serve.settings import Settings
 from smtriton.serve.triton.client import TritonClient, UpstreamResponse
 
 if TYPE_CHECKING:
-    from smtriton.serve.streaming import StreamClient
+    from smtriton.serve.dataplane.streaming import StreamClient
 
 log = logging.getLogger("serve")
 
@@ -64,20 +65,6 @@ CUSTOM_ATTRIBUTES = "sagemaker_custom_attributes"
 _SESSION = sessions.SESSION_HEADER.lower().encode()
 _NEW_SESSION = sessions.NEW_SESSION_HEADER.lower().encode()
 _CLOSED_SESSION = sessions.CLOSED_SESSION_HEADER.lower().encode()
-
-
-@dataclass(frozen=True)
-class SessionStep:
-    """A request's part in its session. ``parameters``: the sequence to set in its inference (None: it
-    only opened or closed the session, and ``body`` is the answer); ``headers``: what the answer adds
-    (for an inference, once it succeeded); ``opened``, ``closes``: the inference opens, or closes, it."""
-
-    session: str
-    parameters: dict[str, str | int | bool] | None
-    headers: list[tuple[bytes, bytes]]
-    body: bytes = b""
-    opened: bool = False
-    closes: bool = False
 
 
 def _request_parameters(
@@ -133,53 +120,6 @@ async def _wait_idle(name: str, model: Invocable, timeout: float) -> None:
         await asyncio.wait_for(model.idle.wait(), timeout)
     except asyncio.TimeoutError:
         log.warning("unloading %s with %d requests still in flight", name, model.inflight)
-
-
-class SessionStream:
-    """A streamed answer in a session: ``responses``, Triton's as they come, and :meth:`close`, the
-    clean-up to run once however the stream ended, also when nothing ever iterated ``responses`` (an
-    async generator never started never runs its ``finally``: the client left before the answer began).
-
-    The owner hears that the sequence was answered once Triton's first response that is not an error
-    came; a closing step closes the session however the stream ends (its answer's headers already said
-    so), once: when Triton's stream ended, before the answer's last chunk goes out, else on :meth:`close`."""
-
-    def __init__(self, plane: DataPlane, step: SessionStep, upstream: AsyncGenerator[dict[str, Any], None]) -> None:
-        self.step = step
-        self._plane = plane
-        self._upstream = upstream
-        self._closed = False
-        self._reported = False
-        self.responses = self._responses()
-
-    async def _responses(self) -> AsyncGenerator[dict[str, Any], None]:
-        answered = False
-        async for response in self._upstream:
-            if not answered and "error" not in response:
-                answered = True
-                if not self.step.closes:
-                    await self._plane.session_done(self.step, True)
-            yield response
-        await self._report_closed()
-
-    async def _report_closed(self) -> None:
-        if self.step.closes and not self._reported:
-            self._reported = True
-            await self._plane.session_done(self.step, True)
-
-    async def close(self) -> None:
-        """End the stream: Triton's is closed (cancelled, if it still runs), and a closing step's
-        session reported closed; only the first call does anything."""
-        if self._closed:
-            return
-        self._closed = True
-        try:
-            try:
-                await self.responses.aclose()
-            finally:
-                await self._upstream.aclose()
-        finally:
-            await self._report_closed()
 
 
 class DataPlane:
@@ -310,7 +250,7 @@ class DataPlane:
         parameters: dict[str, str | int | bool] | None = None,
     ) -> UpstreamResponse:
         """One SageMaker-encoded inference request to a Triton model (an encoded image too, for a model
-        that takes one: :mod:`smtriton.serve.images`); ``parameters`` are set in the request (a session's
+        that takes one: :mod:`smtriton.serve.dataplane.images`); ``parameters`` are set in the request (a session's
         sequence)."""
         client = self._ready_client()
         header_length: int | None
@@ -372,7 +312,7 @@ class DataPlane:
         parameters: dict[str, str | int | bool] | None = None,
     ) -> AsyncGenerator[dict[str, Any], None]:
         """A decoupled model's responses, one KServe JSON response each, as Triton streams them."""
-        from smtriton.serve import streaming  # gRPC and numpy only for endpoints that stream
+        from smtriton.serve.dataplane import streaming  # gRPC and numpy only for endpoints that stream
 
         if images.is_image(content_type):
             raise UnsupportedMediaType("a model that streams its answer takes JSON or binary+json, not an image body")

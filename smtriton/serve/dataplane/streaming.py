@@ -18,7 +18,7 @@ import orjson
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 from tritonclient.utils import deserialize_bytes_tensor, serialize_byte_tensor, triton_to_np_dtype
 
-from smtriton.serve.codec import RequestBody
+from smtriton.serve.dataplane.codec import RequestBody
 from smtriton.serve.errors import BadRequest
 
 FINAL = "triton_final_response"

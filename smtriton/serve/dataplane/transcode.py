@@ -20,8 +20,8 @@ import orjson
 import simdjson
 
 from smtriton import dtypes
-from smtriton.serve import guard
-from smtriton.serve.codec import RequestBody
+from smtriton.serve.dataplane import guard
+from smtriton.serve.dataplane.codec import RequestBody
 from smtriton.serve.errors import BadRequest
 
 # numpy kind -> simdjson buffer kind: "d" doubles, "i" int64, "u" uint64.
@@ -52,7 +52,7 @@ class _Unsure(Exception):
 def to_binary(body: RequestBody) -> tuple[bytes, int] | None:
     """``(binary body, JSON header length)`` for a plain JSON inference request, else None.
 
-    Raises for a body that could crash Triton (:mod:`smtriton.serve.guard`): the parse here is the
+    Raises for a body that could crash Triton (:mod:`smtriton.serve.dataplane.guard`): the parse here is the
     depth and declared-size check of the large bodies that come this way, whether or not they are
     re-encoded.
     """

@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from smtriton.serve.gpu import each_gpu
+from smtriton.serve.host.gpu import each_gpu
 
 log = logging.getLogger("serve")
 

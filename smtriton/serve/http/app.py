@@ -16,11 +16,11 @@ import orjson
 from fastapi import FastAPI, Request, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from smtriton.serve import edge
-from smtriton.serve.codec import JSON
-from smtriton.serve.dataplane import DataPlane
+from smtriton.serve.dataplane.codec import JSON
+from smtriton.serve.dataplane.plane import DataPlane
 from smtriton.serve.errors import INTERNAL_ERROR, ModelNotFound, ServeError, error_body
-from smtriton.serve.routes import DataRoutes, log_failure, read_limited
+from smtriton.serve.http import edge
+from smtriton.serve.http.routes import DataRoutes, log_failure, read_limited
 
 _PLAIN = {"content-type": "text/plain"}
 LOAD_BODY_LIMIT = 64 * 1024  # a load request is a small JSON object

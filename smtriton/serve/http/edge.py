@@ -13,9 +13,9 @@ from typing import Any
 
 import orjson
 
-from smtriton.serve import codec
-from smtriton.serve.codec import JSON
-from smtriton.serve.dataplane import CUSTOM_ATTRIBUTES
+from smtriton.serve.dataplane import codec
+from smtriton.serve.dataplane.codec import JSON
+from smtriton.serve.dataplane.plane import CUSTOM_ATTRIBUTES
 from smtriton.serve.errors import error_body
 from smtriton.serve.records import ModelRecord
 from smtriton.serve.triton.client import UpstreamResponse, error_text

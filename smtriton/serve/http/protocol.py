@@ -32,7 +32,7 @@ from typing import Any
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol, RequestResponseCycle
 from uvicorn.protocols.utils import get_client_addr, get_path_with_query_string
 
-from smtriton.serve.codec import JSON, RequestBody
+from smtriton.serve.dataplane.codec import JSON, RequestBody
 from smtriton.serve.errors import (
     INTERNAL_ERROR,
     BadRequest,
@@ -44,7 +44,7 @@ from smtriton.serve.errors import (
     UriTooLong,
     error_body,
 )
-from smtriton.serve.routes import (
+from smtriton.serve.http.routes import (
     PING_TYPE,
     ROUTE_SCOPE_KEY,
     BodyBuffer,

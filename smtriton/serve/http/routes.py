@@ -1,7 +1,7 @@
 """The data routes: `GET /ping`, `POST /invocations`, `POST /models/<name>/invoke`.
 
 :meth:`DataRoutes.reply` is the only implementation of the inference routes. The HTTP protocol's
-fast path (`smtriton.serve.protocol`) calls it directly; :class:`DataRoutes` is also a raw ASGI app
+fast path (`smtriton.serve.http.protocol`) calls it directly; :class:`DataRoutes` is also a raw ASGI app
 that serves these routes for what that path leaves to ASGI, skipping FastAPI/Starlette's routing,
 dependency solving and Request/Response objects (~21 % of the front's CPU per request, bench/NOTES.md).
 Every other request (the multi-model control plane, execution parameters, unknown paths) goes on to
@@ -18,8 +18,8 @@ from typing import Any
 from starlette.responses import StreamingResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from smtriton.serve import codec, edge, sessions
-from smtriton.serve.dataplane import DataPlane
+from smtriton.serve.dataplane import codec, sessions
+from smtriton.serve.dataplane.plane import DataPlane
 from smtriton.serve.errors import (
     INTERNAL_ERROR,
     BadRequest,
@@ -28,6 +28,7 @@ from smtriton.serve.errors import (
     ServeError,
     error_body,
 )
+from smtriton.serve.http import edge
 from smtriton.serve.triton.client import UpstreamResponse
 
 log = logging.getLogger("serve.access")
@@ -219,7 +220,7 @@ def route_of(method: bytes | str, path: str) -> Route:
 
 class DataRoutes:
     """The data routes' one implementation (:meth:`reply`), and an ASGI app serving them that passes
-    every other request to ``control``. The HTTP server's own fast path (`smtriton.serve.protocol`)
+    every other request to ``control``. The HTTP server's own fast path (`smtriton.serve.http.protocol`)
     calls :meth:`reply` too; this ASGI app serves what that path leaves to it."""
 
     def __init__(self, control: ASGIApp, plane: DataPlane) -> None:

@@ -23,9 +23,9 @@ from collections.abc import Iterator
 
 import uvicorn
 
-from smtriton.serve.app import create_app
-from smtriton.serve.dataplane import DataPlane
-from smtriton.serve.protocol import EdgeProtocol, data_protocol
+from smtriton.serve.dataplane.plane import DataPlane
+from smtriton.serve.http.app import create_app
+from smtriton.serve.http.protocol import EdgeProtocol, data_protocol
 
 log = logging.getLogger("serve")
 

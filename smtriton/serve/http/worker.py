@@ -1,6 +1,6 @@
 """One front worker: uvicorn on the SageMaker port that the main process bound, for the one Triton.
 
-The main process's worker pool (:mod:`smtriton.serve.workers`) forks it from multiprocessing's fork
+The main process's worker pool (:mod:`smtriton.serve.owner.pool`) forks it from multiprocessing's fork
 server, which imported this module while Triton started, and calls :func:`run` with the worker's end of
 the channel. It waits for the main process's first message (settings, state, models) before it listens
 on the port (a socket of its own beside the other workers'), so that it answers like every other
@@ -16,14 +16,14 @@ import signal
 import socket
 from typing import Any
 
-from smtriton.serve.channel import Channel
-from smtriton.serve.dataplane import DataPlane
+from smtriton.serve.dataplane.plane import DataPlane
+from smtriton.serve.http.server import http_server
+from smtriton.serve.http.sockets import listen
+from smtriton.serve.ipc.channel import Channel
+from smtriton.serve.ipc.messages import Hello, Message, ModelAdded
 from smtriton.serve.logs import configure_logging
-from smtriton.serve.messages import Hello, Message, ModelAdded
 from smtriton.serve.metrics import Metrics
-from smtriton.serve.server import http_server
 from smtriton.serve.settings import Settings
-from smtriton.serve.workers import listen
 
 log = logging.getLogger("serve")
 

@@ -3,7 +3,7 @@
 The main process owns the endpoint's state (Triton, the multi-model table, health, docs/design.md §3a);
 a worker asks it (load, unload, list, describe, sessions) and is told of each change it must see
 before the main process answers anyone, and the state it answers from. The messages are declared once
-in :mod:`smtriton.serve.messages`. One socketpair per worker, one JSON object per line: a call carries
+in :mod:`smtriton.serve.ipc.messages`. One socketpair per worker, one JSON object per line: a call carries
 an id and waits for the reply with that id; a notice carries none and gets no reply. Messages are taken
 in the order they were sent; errors cross as their HTTP status and message, so a worker answers
 exactly what the owner decided.
@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 import orjson
 
 from smtriton.serve.errors import BadRequest, Relayed, ServeError
-from smtriton.serve.messages import Call, Message, UnknownMessage
+from smtriton.serve.ipc.messages import Call, Message, UnknownMessage
 
 log = logging.getLogger("serve.channel")
 

@@ -4,7 +4,7 @@ A worker asks the endpoint's owner (the main process) for what it must not decid
 multi-model API, the stateful sessions, the out-of-memory verdict — and the owner tells every worker
 each change it must see before anyone is answered (docs/design.md §3a). Each message is a class here:
 its fields are checked by the type checker where it is built and where it is handled, and a
-:class:`Call` says the type of its reply. On the wire (:mod:`smtriton.serve.channel`) a message is
+:class:`Call` says the type of its reply. On the wire (:mod:`smtriton.serve.ipc.channel`) a message is
 ``{"op": <its name>, "args": {<its fields>}}``; nothing else spells an operation by hand.
 """
 

@@ -30,7 +30,6 @@ import orjson
 
 from smtriton import model_config
 from smtriton.model_config import CONFIG_FILE, ConfigParseError
-from smtriton.serve import cgroups
 from smtriton.serve.errors import (
     BadRequest,
     Conflict,
@@ -41,12 +40,13 @@ from smtriton.serve.errors import (
     NotReady,
     ServeError,
 )
-from smtriton.serve.gpu import gpu_free_memory
-from smtriton.serve.plan_check import check_models
+from smtriton.serve.host import cgroups
+from smtriton.serve.host.gpu import gpu_free_memory
 from smtriton.serve.records import ModelRecord
 from smtriton.serve.settings import Settings
 from smtriton.serve.triton import shm
 from smtriton.serve.triton.client import TritonClient
+from smtriton.serve.triton.plan_check import check_models
 
 log = logging.getLogger("serve.mme")
 

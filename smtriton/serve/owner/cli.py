@@ -19,10 +19,12 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
-from smtriton.serve import cgroups
 from smtriton.serve.errors import StartupError
+from smtriton.serve.host import cgroups
+from smtriton.serve.http.sockets import reserve_port
 from smtriton.serve.logs import configure_logging
-from smtriton.serve.repository import (
+from smtriton.serve.owner.pool import WORKER_ENTRY
+from smtriton.serve.owner.startup import (
     models_to_load,
     refuse_unrunnable_plans,
     refuse_without_shared_memory,
@@ -30,12 +32,11 @@ from smtriton.serve.repository import (
 )
 from smtriton.serve.settings import Settings, environment_help, flag_help, warn_without_effect
 from smtriton.serve.triton.installation import TritonInstallation, find_triton
-from smtriton.serve.workers import WORKER_ENTRY, reserve_port
 
 if TYPE_CHECKING:
-    from smtriton.serve.endpoint import Endpoint
-    from smtriton.serve.supervisor import TritonSupervisor
-    from smtriton.serve.workers import WorkerPool
+    from smtriton.serve.owner.endpoint import Endpoint
+    from smtriton.serve.owner.pool import WorkerPool
+    from smtriton.serve.triton.supervisor import TritonSupervisor
 
 log = logging.getLogger("serve")
 
@@ -121,7 +122,7 @@ def main(argv: Sequence[str] | None = None, *, worker: str = WORKER_ENTRY) -> No
 def _check_gpu_driver(installation: TritonInstallation) -> None:
     """Say which GPUs and driver this host has against the image's CUDA; stop when the driver is too old
     (and CUDA's forward compatibility cannot make up for it), or run Triton on that compatibility."""
-    from smtriton.serve.cuda import check_driver
+    from smtriton.serve.host.cuda import check_driver
 
     verdict = check_driver()
     if verdict is None:
@@ -171,8 +172,8 @@ async def _serve(
         from smtriton.serve.metrics import share_between_processes
 
         share_between_processes(work / "metrics")  # before prometheus_client is imported, here or in a worker
-    from smtriton.serve.supervisor import TritonSupervisor
-    from smtriton.serve.workers import WorkerPool
+    from smtriton.serve.owner.pool import WorkerPool
+    from smtriton.serve.triton.supervisor import TritonSupervisor
 
     log.info("limits: %s", cgroups.describe(cgroups.memory_group(), cgroups.cpu_group()))
     if default is None:
@@ -233,9 +234,9 @@ async def _serve(
         await supervisor.wait_spawned()
         workers.start()
 
-        from smtriton.serve.endpoint import Endpoint
         from smtriton.serve.metrics import Metrics
-        from smtriton.serve.multimodel import ModelRegistry
+        from smtriton.serve.multimodel.registry import ModelRegistry
+        from smtriton.serve.owner.endpoint import Endpoint
 
         metrics = Metrics(enabled=settings.metrics_port is not None)
         registry = None

@@ -3,8 +3,8 @@
 Each job has one owner here (docs/design.md §3a): :class:`Health` decides what `/ping` answers and
 whether requests may go to Triton (the SME model's readiness, Triton's life, the drain) and sends it to
 every worker; :class:`Announcer` tells every worker each change of the multi-model table before the
-registry answers anyone; the registry (:mod:`smtriton.serve.multimodel`) keeps the table; the session
-keeper (:mod:`smtriton.serve.sessions`) the stateful sessions. :class:`Endpoint` assembles them, runs
+registry answers anyone; the registry (:mod:`smtriton.serve.multimodel.registry`) keeps the table; the session
+keeper (:mod:`smtriton.serve.dataplane.sessions`) the stateful sessions. :class:`Endpoint` assembles them, runs
 the supervisor's hooks, and answers what a worker asks through the part that owns it.
 """
 
@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from smtriton.serve.errors import BadRequest, ModelLoadFailed, ModelNotFound, ServeError
-from smtriton.serve.messages import (
+from smtriton.serve.ipc.messages import (
     CloseSession,
     DescribeModel,
     EndpointState,
@@ -35,12 +35,12 @@ from smtriton.serve.messages import (
     UseSession,
 )
 from smtriton.serve.metrics import Metrics
-from smtriton.serve.multimodel import ModelRegistry, load_failure
+from smtriton.serve.multimodel.registry import ModelRegistry, load_failure
+from smtriton.serve.owner.pool import WorkerPool
+from smtriton.serve.owner.sessions import SessionKeeper
 from smtriton.serve.records import ModelRecord
-from smtriton.serve.sessions import SessionKeeper
 from smtriton.serve.settings import Settings
-from smtriton.serve.supervisor import TritonState, TritonSupervisor
-from smtriton.serve.workers import WorkerPool
+from smtriton.serve.triton.supervisor import TritonState, TritonSupervisor
 
 log = logging.getLogger("serve")
 

@@ -9,7 +9,7 @@ against 19, 16, 15 and 14 with a socket each; bench/NOTES.md Part 7). Workers ar
 multiprocessing's fork server, which imports the worker's modules once, while Triton starts: each
 worker shares those pages with it instead of importing them again (about 13 MiB of private memory a
 worker instead of 50), and a replacement starts in milliseconds. Each worker gets its end of a channel
-(:mod:`smtriton.serve.channel`) and a first message, ``hello``, with the settings and the endpoint's
+(:mod:`smtriton.serve.ipc.channel`) and a first message, ``hello``, with the settings and the endpoint's
 state; until then it accepts nothing. A worker that exits on its own, even by SIGKILL, is replaced at
 once (with back-off if it keeps dying young) while the others keep serving; on shutdown every worker
 drains the requests it accepted before the main process stops Triton.
@@ -20,7 +20,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import importlib
-import ipaddress
 import logging
 import multiprocessing
 import signal
@@ -31,13 +30,11 @@ from dataclasses import dataclass, field
 from multiprocessing.context import ForkServerProcess
 
 from smtriton.serve.backoff import Backoff
-from smtriton.serve.channel import Channel, ChannelClosed, Handler
-from smtriton.serve.errors import StartupError
-from smtriton.serve.messages import Call, Heartbeat, Hello, Message
+from smtriton.serve.ipc.channel import Channel, ChannelClosed, Handler
+from smtriton.serve.ipc.messages import Call, Heartbeat, Hello, Message
 
 log = logging.getLogger("serve.workers")
 
-BACKLOG = 2048  # uvicorn's default
 # A worker that lived this long before dying is replaced at once; one that dies younger, with back-off
 # (as a worker that cannot be started at all).
 STABLE_RUN_S = 10.0
@@ -49,39 +46,7 @@ HEARTBEAT_INTERVAL_S = 1.0
 # What a worker runs, as "module:function": function(its index, its end of the channel), which serves
 # until it exits. Named, not passed: the fork server imports the module, the main
 # process never does.
-WORKER_ENTRY = "smtriton.serve.worker:run"
-
-
-def _family(host: str) -> socket.AddressFamily:
-    try:
-        return socket.AF_INET6 if ipaddress.ip_address(host).version == 6 else socket.AF_INET
-    except ValueError:  # a host name: IPv4, as uvicorn resolves it by default
-        return socket.AF_INET
-
-
-def reserve_port(host: str, port: int) -> socket.socket:
-    """Hold the SageMaker port for the workers' sockets (StartupError when it is taken).
-
-    A plain bind first, so that a port any other socket holds, a ``SO_REUSEPORT`` one of another
-    `serve` included, is refused instead of shared; then the reservation: bound with ``SO_REUSEPORT``,
-    never listening, so no connection waits on it while it keeps the port for the workers."""
-    family = _family(host)
-    try:
-        with socket.socket(family, socket.SOCK_STREAM) as probe:
-            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            probe.bind((host, port))
-        reservation = socket.socket(family, socket.SOCK_STREAM)
-        reservation.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        reservation.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-        reservation.bind((host, port))
-    except OSError as exc:
-        raise StartupError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
-    return reservation
-
-
-def listen(host: str, port: int) -> socket.socket:
-    """A worker's own listening socket on the SageMaker port, beside the other workers' (``SO_REUSEPORT``)."""
-    return socket.create_server((host, port), family=_family(host), backlog=BACKLOG, reuse_port=True)
+WORKER_ENTRY = "smtriton.serve.http.worker:run"
 
 
 @dataclass
@@ -116,7 +81,7 @@ class WorkerPool:
         self.heartbeat_timeout = heartbeat_timeout
         self._on_exit = on_exit
         self._context = multiprocessing.get_context("forkserver")
-        self._context.set_forkserver_preload([entry.partition(":")[0], "smtriton.serve.preloaded"])
+        self._context.set_forkserver_preload([entry.partition(":")[0], "smtriton.serve.http.preloaded"])
         self.slots = [WorkerSlot(index) for index in range(1, count + 1)]
         self._hello: Callable[[int], Hello] | None = None
         self._handler: Handler | None = None

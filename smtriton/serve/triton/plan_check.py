@@ -1,7 +1,7 @@
 """Refuse TensorRT plans this host cannot run, with a clear message, before Triton tries to load them.
 
 A plan from another TensorRT version or GPU fails deep inside Triton with a deserialization error. The
-sidecar the builder writes (:mod:`smtriton.serve.tensorrt_plan`) says what the plan needs, so `serve` compares it
+sidecar the builder writes (:mod:`smtriton.serve.triton.tensorrt_plan`) says what the plan needs, so `serve` compares it
 with this host first: an SME exits 1 at start-up, an MME load answers 400. A plan without a sidecar
 (built elsewhere) or with one `serve` cannot read is let through with a warning: only what is known
 not to run is refused.
@@ -19,8 +19,14 @@ from pathlib import Path
 
 from smtriton import model_config
 from smtriton.model_config import ConfigParseError, ModelConfig
-from smtriton.serve.gpu import gpu_models
-from smtriton.serve.tensorrt_plan import RuntimeInfo, SidecarError, check_compatibility, read_sidecar, sidecar_path
+from smtriton.serve.host.gpu import gpu_models
+from smtriton.serve.triton.tensorrt_plan import (
+    RuntimeInfo,
+    SidecarError,
+    check_compatibility,
+    read_sidecar,
+    sidecar_path,
+)
 
 log = logging.getLogger("serve")
 
