@@ -1,0 +1,124 @@
+"""The package's structure: no import circle anywhere in ``smtriton``, deferred imports (inside functions)
+included; and ``smtriton/serve``'s rooms (its subpackages, and each module at its top) import each other
+one way, so the tree reads top-down as docs/design.md §4 draws it.
+
+Imports under ``if TYPE_CHECKING:`` are left out: they name types for the checker and never run.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[2] / "smtriton"
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+MODULES = {_module_name(p): p for p in PACKAGE.rglob("*.py") if "pybackends" not in p.parts}
+
+
+def _runtime_nodes(tree: ast.AST) -> Iterator[ast.AST]:
+    """Every node but those under ``if TYPE_CHECKING:``."""
+    for node in ast.iter_child_nodes(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            yield from (n for child in node.orelse for n in (child, *_runtime_nodes(child)))
+            continue
+        yield node
+        yield from _runtime_nodes(node)
+
+
+def _imports(name: str, path: Path) -> set[str]:
+    """The modules of ``smtriton`` that module ``name`` imports, at any depth."""
+    found = set()
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    for node in _runtime_nodes(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*anchor, *([base] if base else [])])
+            targets = [f"{base}.{alias.name}" if f"{base}.{alias.name}" in MODULES else base for alias in node.names]
+        else:
+            continue
+        found.update(t for t in targets if t in MODULES and t != name)
+    return found
+
+
+GRAPH = {name: _imports(name, path) for name, path in MODULES.items()}
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected groups of more than one node (Tarjan's algorithm)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    groups: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for target in sorted(graph.get(node, ())):
+            if target not in index:
+                visit(target)
+                low[node] = min(low[node], low[target])
+            elif target in on_stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            group = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                group.append(member)
+                if member == node:
+                    break
+            if len(group) > 1:
+                groups.append(sorted(group))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return groups
+
+
+def test_no_module_of_smtriton_imports_itself_back_through_others():
+    assert _cycles(GRAPH) == []
+
+
+def _room(module: str) -> str | None:
+    """The room of ``smtriton/serve`` a module is in: its subpackage, or the module itself at the top."""
+    parts = module.split(".")
+    if parts[:2] != ["smtriton", "serve"] or len(parts) < 3:
+        return None
+    return parts[2]
+
+
+def test_the_rooms_of_serve_import_each_other_one_way():
+    rooms: dict[str, set[str]] = {}
+    for module, targets in GRAPH.items():
+        room = _room(module)
+        if room is None:
+            continue
+        rooms.setdefault(room, set()).update(
+            target_room for t in targets if (target_room := _room(t)) is not None and target_room != room
+        )
+    assert _cycles(rooms) == []
+    assert {"host", "ipc", "triton", "multimodel", "dataplane", "http", "owner"} <= set(rooms)
+
+
+def test_the_checks_see_a_circle_when_there_is_one():
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert _cycles({"a": {"b"}, "b": set()}) == []
+    source = "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import x\ndef f():\n    import y\n"
+    names = {n.names[0].name for n in _runtime_nodes(ast.parse(source)) if isinstance(n, ast.Import)}
+    assert names == {"y"}  # a deferred import counts, a type-checking one does not
