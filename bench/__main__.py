@@ -26,7 +26,6 @@ from pathlib import Path
 import orjson
 
 from bench import mme, report
-from bench.experiments import EXPERIMENTS
 from bench.load import WrkMissing, run_wrk, wrk_binary
 from bench.scenarios import REPO_ROOT, Scenario, build_scenarios, check, compare, decode, self_check
 from bench.servers import KINDS, Server, TritonSetup, known, loadavg, post
@@ -46,8 +45,7 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--servers",
         default=",".join(KINDS),
-        help="anchor,ours,proxy, ours-w<N> (serve with N front workers) and/or prototypes x-<name> "
-        "(bench/experiments), in this order [anchor,ours,proxy]",
+        help="anchor,ours,proxy and/or ours-w<N> (serve with N front workers), in this order [anchor,ours,proxy]",
     )
     p.add_argument(
         "--max-other-cpu",
@@ -66,7 +64,7 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--cold-trials", type=int, default=3, help="cold starts per server (0: skip) [3]")
     p.add_argument("--mme-trials", type=int, default=3, help="multi-model load/unload trials per server (0: skip) [3]")
     p.add_argument("--profile", action="store_true", help="then py-spy `serve` under load at the top concurrency")
-    p.add_argument("--profile-server", default="ours", help="the front --profile samples: ours or x-<name> [ours]")
+    p.add_argument("--profile-server", default="ours", help="the front --profile samples: ours or ours-w<N> [ours]")
     p.add_argument("--output", type=Path, default=RESULTS, help=f"results directory [{RESULTS}]")
     p.add_argument("--keep-logs", action="store_true", help="keep the servers' logs (kept anyway on failure)")
     args = p.parse_args(argv)
@@ -79,10 +77,7 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     args.servers = [k for k in args.servers.split(",") if k]
     unknown = [k for k in args.servers if not known(k)]
     if unknown:
-        p.error(
-            f"unknown servers: {', '.join(unknown)} "
-            f"(known: {', '.join(KINDS)}, ours-w<N>, x-{', x-'.join(EXPERIMENTS)})"
-        )
+        p.error(f"unknown servers: {', '.join(unknown)} (known: {', '.join(KINDS)}, ours-w<N>)")
     return args
 
 

@@ -83,7 +83,7 @@ def table_rows(results: dict) -> list[list[str]]:
             if "wrong_answer" in r:
                 out.append([scenario, str(c), server, "wrong answer", "", "", "", "", "", "", "", "", "", ""])
                 continue
-            ours = server not in ("anchor", "proxy")  # ours, and the prototypes (x-...)
+            ours = server not in ("anchor", "proxy")  # ours, and ours-w<N>
             anchor = index.get((scenario, c, "anchor"))
             dp50 = r["p50_ms"] - anchor["p50_ms"] if ours and anchor and "p50_ms" in anchor else None
             out.append(

@@ -26,7 +26,6 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench.experiments import EXPERIMENTS
 from smtriton.local.serve_process import ServeProcess, free_port
 from smtriton.serve.settings import Settings
 from smtriton.serve.triton.backends import assemble_backends
@@ -37,7 +36,7 @@ LOOPBACK = "127.0.0.1"
 START_TIMEOUT_S = 180.0
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 PROXY = ("uvicorn", "bench.proxy_app:app", 1)
-KINDS = ("anchor", "ours", "proxy")  # and ours-w<N> (N front workers), x-<name>: a prototype from bench/experiments
+KINDS = ("anchor", "ours", "proxy")  # and ours-w<N>: serve with N front workers
 
 
 def ours_workers(kind: str) -> int | None:
@@ -47,7 +46,7 @@ def ours_workers(kind: str) -> int | None:
 
 
 def known(kind: str) -> bool:
-    return kind in KINDS or ours_workers(kind) is not None or kind.removeprefix("x-") in EXPERIMENTS
+    return kind in KINDS or ours_workers(kind) is not None
 
 
 def _die_with_parent(sig: int) -> None:  # pragma: no cover - runs between fork and exec
@@ -208,7 +207,7 @@ class Server:
         """``mme``: a multi-model endpoint (anchor or ours only) whose models are loaded from under
         ``repository`` (the model root) with ``POST /models``; ``model`` is then only a label."""
         if not known(kind):
-            raise ValueError(f"unknown server {kind!r}: {', '.join(KINDS)}, ours-w<N> or x-<{'|'.join(EXPERIMENTS)}>")
+            raise ValueError(f"unknown server {kind!r}: {', '.join(KINDS)} or ours-w<N>")
         if mme and kind not in ("anchor", "ours"):
             raise ValueError(f"{kind}: only anchor and ours serve multi-model endpoints")
         self.mme = mme
@@ -264,31 +263,26 @@ class Server:
                 env = {**self.setup.env, "SAGEMAKER_TRITON_DEFAULT_MODEL_NAME": self.model}
                 self._spawn("triton", self.setup.sagemaker_command(self.repository, self.model, self.port), env, 9)
                 self._wait(self.port, "/ping", deadline)
-            elif self.ours or EXPERIMENTS.get(self.kind.removeprefix("x-"), PROXY)[0] == "serve":
+            elif self.ours:
                 self._work.mkdir(parents=True, exist_ok=True)
                 env = {**self.setup.env, "SMTRITON_WORK_DIR": str(self._work)}
-                module = "smtriton.serve" if self.ours else EXPERIMENTS[self.kind.removeprefix("x-")][1]
                 workers = ours_workers(self.kind)
                 if workers is not None:
                     env["SAGEMAKER_MODEL_SERVER_WORKERS"] = str(workers)
-                if not self.ours:
-                    env["BENCH_GC_STATS"] = str(self.log_dir / f"{self.kind}-{self.model}-gc.json")
                 if self.mme:
                     args = ["--multi-model", "--model-root", str(self.repository)]
                 else:
                     args = ["--model-repository", str(self.repository), "--default-model", self.model]
                 log = self.log_dir / f"{self.kind}-{self.model}-serve.log"
-                self.serve = ServeProcess(
-                    args, log, env=env, port=self.port, module=module, append_log=True, die_with_parent=True
-                )
+                self.serve = ServeProcess(args, log, env=env, port=self.port, append_log=True, die_with_parent=True)
                 self.serve.wait_healthy(deadline - time.monotonic(), interval=0.02)
-            else:  # the proxy and the prototypes: a loopback Triton, then the front
+            else:  # the proxy: a loopback Triton, then the front
                 triton_port = free_port()
                 cmd = self.setup.command(self.repository, self.model, triton_port)
                 self._spawn("triton", cmd, self.setup.env, 9)
                 self._wait(triton_port, f"/v2/models/{self.model}/ready", deadline)
                 env = {**_clean_env(), "BENCH_TRITON_URL": f"{LOOPBACK}:{triton_port}", "BENCH_MODEL": self.model}
-                how, target, workers = EXPERIMENTS.get(self.kind.removeprefix("x-"), PROXY)
+                how, target, workers = PROXY
                 if how == "uvicorn":
                     cmd = [sys.executable, "-m", "uvicorn", target, "--workers", str(workers), "--no-access-log"]
                     cmd += ["--log-level", "warning"]
