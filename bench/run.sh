@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The benchmark, one command: `bash bench/run.sh [--duration 5 --warmup 2 --profile ...]`.
-# Sets up .venv (dev/setup.sh) unless VENV names a ready one, adds the bench extra, builds the demo
+# Sets up .venv (scripts/setup.sh) unless VENV names a ready one, adds the bench extra, builds the demo
 # model repository when it is not up to date, checks for wrk (installs it with apt-get when run as
 # root on Debian/Ubuntu), then runs `python -m bench` with the arguments given.
 set -euo pipefail
@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 VENV=${VENV:-.venv}
 PY="$VENV/bin/python"
 if ! [[ -x "$PY" ]] || ! "$PY" -c 'import smtriton.serve, smtriton.cli' >/dev/null 2>&1; then
-  VENV="$VENV" bash dev/setup.sh
+  VENV="$VENV" bash scripts/setup.sh
 fi
 if ! "$PY" -c 'import tritonclient.http, rich, fastapi, uvicorn' >/dev/null 2>&1 \
    || ! [[ -x "$VENV/bin/py-spy" ]]; then

@@ -15,5 +15,5 @@ settings.load_profile(
     os.environ.get("HYPOTHESIS_PROFILE") or ("ci" if os.environ.get("CI", "").lower() == "true" else "dev")
 )
 
-# The image tests need a built image (dev/image-test.sh builds it and names it here).
+# The image tests need a built image (scripts/image-test.sh builds it and names it here).
 collect_ignore = [] if os.environ.get("SMTRITON_TEST_IMAGE") else ["image"]

@@ -2,7 +2,7 @@
 the TensorRT Python package and cuda-python too.
 
 Elsewhere each is skipped with the reason, so the suite passes on CPU-only hosts and CI. To run them:
-inside the serving image on a GPU host, which is what ``bash dev/gpu-proof.sh`` does (it installs
+inside the serving image on a GPU host, which is what ``bash scripts/gpu-proof.sh`` does (it installs
 ``.[tensorrt,convert,test]`` with the TensorRT package matching the image, then runs ``pytest tests/gpu``).
 """
 

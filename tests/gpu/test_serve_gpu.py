@@ -3,7 +3,7 @@ endpoint's GPU memory as NVML sees it and its 507, and a TensorRT plan built in 
 
 Skipped (tests/gpu/conftest.py) without an NVIDIA GPU; each test also skips where the Triton serve finds
 has no native backend for its model (anywhere but a Triton image such as NVIDIA's). Run them inside the
-serving image on a GPU host: dev/gpu-proof.sh does, and gives the plan test the repository it converted.
+serving image on a GPU host: scripts/gpu-proof.sh does, and gives the plan test the repository it converted.
 """
 
 from __future__ import annotations
@@ -90,7 +90,7 @@ def test_onnx_runtime_serves_on_cuda(tmp_path):
 
 def test_torchscript_serves_on_cuda(tmp_path):
     _needs_native("pytorch")
-    torch = pytest.importorskip("torch", reason="torch makes the TorchScript model (dev/gpu-proof.sh installs it)")
+    torch = pytest.importorskip("torch", reason="torch makes the TorchScript model (scripts/gpu-proof.sh installs it)")
     torch.manual_seed(0)
     module = torch.nn.Sequential(torch.nn.Linear(8, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4)).eval()
     x = torch.randn(3, 8)
@@ -212,10 +212,10 @@ PLAN_REPOSITORY = os.environ.get("SMTRITON_GPU_PLAN_REPOSITORY", "")
 
 
 @pytest.mark.skipif(
-    not PLAN_REPOSITORY, reason="no converted repository: dev/gpu-proof.sh sets SMTRITON_GPU_PLAN_REPOSITORY"
+    not PLAN_REPOSITORY, reason="no converted repository: scripts/gpu-proof.sh sets SMTRITON_GPU_PLAN_REPOSITORY"
 )
 def test_the_plan_converted_in_this_image_is_served_and_matches_onnx_runtime(tmp_path):
-    """The repository dev/gpu-proof.sh converted in this image (the demo text encoder's ONNX model and its
+    """The repository scripts/gpu-proof.sh converted in this image (the demo text encoder's ONNX model and its
     TensorRT plan): serve checks the plan's sidecar against this host, Triton runs it on the GPU, and its
     answer to the README's request matches ONNX Runtime on the ONNX model within the plan's precision."""
     _needs_native("tensorrt")

@@ -1,7 +1,7 @@
 """Real TensorRT builds on a real GPU: plans match ONNX Runtime, sidecars match the host, configs validate.
 
 Skipped (tests/gpu/conftest.py) unless tensorrt, cuda-python and an NVIDIA GPU are present. Run them
-inside the serving image, where the TensorRT Python package matches the Triton runtime (dev/gpu-proof.sh).
+inside the serving image, where the TensorRT Python package matches the Triton runtime (scripts/gpu-proof.sh).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The serving image run as SageMaker runs it (``IMAGE serve``): dev/image-test.sh builds it and runs these.
+"""The serving image run as SageMaker runs it (``IMAGE serve``): scripts/image-test.sh builds it and runs these.
 
 Collected only when $SMTRITON_TEST_IMAGE names the image (tests/conftest.py); the engine comes from
 $SMTRITON_CONTAINER_ENGINE or is found (docker with a daemon, else podman). $SMTRITON_TEST_TARGET (cpu or
@@ -37,7 +37,7 @@ START_TIMEOUT_S = 120.0
 
 
 def _report(line: str) -> None:
-    """A line for dev/image-test.sh's summary (start-up times)."""
+    """A line for scripts/image-test.sh's summary (start-up times)."""
     if path := os.environ.get("SMTRITON_IMAGE_REPORT"):
         with open(path, "a") as report:
             report.write(line + "\n")

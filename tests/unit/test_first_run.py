@@ -24,7 +24,7 @@ chmod +x "$3/bin/python"
 
 
 def _fake_setup_env(tmp_path: Path) -> dict[str, str]:
-    """dev/setup.sh's environment with FAKE_PYTHON as its Python: every pip call lands in ``CALLS``."""
+    """scripts/setup.sh's environment with FAKE_PYTHON as its Python: every pip call lands in ``CALLS``."""
     fake = tmp_path / "python3"
     fake.write_text(FAKE_PYTHON)
     fake.chmod(0o755)
@@ -36,14 +36,14 @@ def _fake_setup_env(tmp_path: Path) -> dict[str, str]:
 def test_setup_announces_each_step_and_when_it_is_done(tmp_path):
     env = _fake_setup_env(tmp_path)
     calls = tmp_path / "calls"
-    run = subprocess.run(["bash", "dev/setup.sh"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+    run = subprocess.run(["bash", "scripts/setup.sh"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
     assert run.returncode == 0, run.stderr
     steps = [line for line in run.stderr.splitlines() if line.startswith("setup [")]
     assert [s.split("]")[0] for s in steps] == ["setup [1/4", "setup [2/4", "setup [3/4", "setup [4/4"]
     assert "installing PyTorch" in steps[2]
     assert run.stderr.rstrip().endswith(f"setup done: {tmp_path / 'venv'} is ready")
     assert "-c requirements-dev.lock -e .[local,convert,test]" in calls.read_text()
-    again = subprocess.run(["bash", "dev/setup.sh"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+    again = subprocess.run(["bash", "scripts/setup.sh"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
     assert (again.returncode, again.stderr) == (0, "")  # up to date: nothing to say, nothing done
 
 
@@ -57,7 +57,7 @@ def test_setup_installs_the_cpu_build_of_torch_never_pypis_cuda_one(tmp_path, lo
         (wheels / "torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl").write_bytes(b"")
     calls = tmp_path / "calls"
     env = _fake_setup_env(tmp_path) | {"WHEELS": str(wheels)}
-    run = subprocess.run(["bash", "dev/setup.sh"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+    run = subprocess.run(["bash", "scripts/setup.sh"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
     assert run.returncode == 0, run.stderr
     (torch_call,) = [c for c in calls.read_text().splitlines() if c.endswith(" torch")]
     assert f"--find-links {wheels}" in torch_call
@@ -90,15 +90,15 @@ def test_the_wheel_holds_only_the_smtriton_namespace_and_builds_without_deprecat
 
 
 def _demo_sandbox(tmp_path: Path) -> Path:
-    """dev/demo.sh beside stand-ins: a set-up and a build that do nothing, a serve that prints its arguments."""
-    (tmp_path / "dev").mkdir()
-    shutil.copy2(ROOT / "dev" / "demo.sh", tmp_path / "dev" / "demo.sh")
-    (tmp_path / "dev" / "setup.sh").write_text("exit 0\n")
+    """scripts/demo.sh beside stand-ins: a set-up and a build that do nothing, a serve that prints its arguments."""
+    (tmp_path / "scripts").mkdir()
+    shutil.copy2(ROOT / "scripts" / "demo.sh", tmp_path / "scripts" / "demo.sh")
+    (tmp_path / "scripts" / "setup.sh").write_text("exit 0\n")
     (tmp_path / ".venv" / "bin").mkdir(parents=True)
     for name, body in (("smtriton", "exit 0"), ("serve", 'printf "%s\\n" "$@"')):
         (tmp_path / ".venv" / "bin" / name).write_text(f"#!/usr/bin/env bash\n{body}\n")
         (tmp_path / ".venv" / "bin" / name).chmod(0o755)
-    return tmp_path / "dev" / "demo.sh"
+    return tmp_path / "scripts" / "demo.sh"
 
 
 @pytest.mark.parametrize(("host", "bound"), [(None, "127.0.0.1"), ("0.0.0.0", "0.0.0.0")])

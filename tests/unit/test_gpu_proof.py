@@ -1,4 +1,4 @@
-"""dev/gpu-proof.sh where it cannot prove anything: no Docker, no daemon, no GPU, no NGC access, no
+"""scripts/gpu-proof.sh where it cannot prove anything: no Docker, no daemon, no GPU, no NGC access, no
 container toolkit. Each step says why it cannot run (or why it failed) in one report line, the steps that
 need it say so too, and the exit status tells a partial run (3) from a failure (1).
 
@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-SCRIPT = ROOT / "dev" / "gpu-proof.sh"
+SCRIPT = ROOT / "scripts" / "gpu-proof.sh"
 STEPS = ["docker", "gpu", "base", "toolkit", "build", "image", "convert", "gpu-tests"]
 NO_DAEMON = "Cannot connect to the Docker daemon at unix:///var/run/docker.sock. Is the docker daemon running?"
 NO_DRIVER = "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver."
@@ -77,7 +77,7 @@ def _run(tmp: Path, fakes: dict[str, str]) -> tuple[int, dict[str, tuple[str, st
         "PATH": f"{fake_bin}{os.pathsep}{_host_path(tmp)}",
         "HOME": str(tmp),
         "WORK": str(tmp / "work"),
-        "VENV": str(Path(sys.executable).parent.parent),  # set up already: dev/setup.sh is not run
+        "VENV": str(Path(sys.executable).parent.parent),  # set up already: scripts/setup.sh is not run
         "FAKE_LOG": str(log),
     }
     done = subprocess.run(["bash", str(SCRIPT)], capture_output=True, text=True, env=env, timeout=300, cwd=tmp)
@@ -159,4 +159,4 @@ def test_a_gpu_docker_cannot_hand_to_containers_is_a_failure_and_the_build_is_re
 def test_usage(tmp_path, args):
     done = subprocess.run(["bash", str(SCRIPT), *args], capture_output=True, text=True, timeout=30)
     assert done.returncode == 2
-    assert "bash dev/gpu-proof.sh [BASE_IMAGE]" in done.stderr
+    assert "bash scripts/gpu-proof.sh [BASE_IMAGE]" in done.stderr

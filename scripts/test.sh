@@ -3,7 +3,7 @@
 # the real serve + Triton; GPU tests skip on hosts without one). Extra arguments go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash dev/setup.sh
+bash scripts/setup.sh
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
 .venv/bin/mypy

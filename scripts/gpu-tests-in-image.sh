@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Run inside the serving image on a GPU host (dev/gpu-proof.sh starts it, with the project at /src
+# Run inside the serving image on a GPU host (scripts/gpu-proof.sh starts it, with the project at /src
 # read-only and its work folder at /work): installs what the GPU tests need into the image's environment
 # of this throwaway container, then runs tests/gpu. Nothing is installed in the image itself.
 #

@@ -4,7 +4,7 @@
 # embedded Triton on loopback, no Docker, no GPU.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash dev/setup.sh
+bash scripts/setup.sh
 .venv/bin/smtriton build-repository model_repository/recipe.toml --output model_repository
 # Plain log lines for a person at a terminal; the container keeps JSON lines for CloudWatch.
 export SMTRITON_LOG_FORMAT=${SMTRITON_LOG_FORMAT:-text}

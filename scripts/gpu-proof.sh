@@ -3,17 +3,17 @@
 # the image checks CI runs on its stand-in, convert a model to a TensorRT plan inside that image with the
 # project's own conversion, and run the GPU tests inside the image on the GPU. Prints one report.
 #
-#   bash dev/gpu-proof.sh [BASE_IMAGE]        (default nvcr.io/nvidia/tritonserver:<the Dockerfile's release>-py3)
+#   bash scripts/gpu-proof.sh [BASE_IMAGE]        (default nvcr.io/nvidia/tritonserver:<the Dockerfile's release>-py3)
 #
 #   docker     docker with a daemon and the buildx plugin
 #   gpu        an NVIDIA GPU (nvidia-smi -L lists GPU $GPU)
 #   base       BASE_IMAGE present or pulled (NGC refuses anonymous pulls: `docker login nvcr.io`)
 #   toolkit    docker hands the GPU to a container of BASE_IMAGE (the NVIDIA container toolkit)
 #   build      `smtriton build-image --base-image BASE_IMAGE`: the triton target, as users build it
-#   image      `dev/image-test.sh` on that base: SME, MME, labels, non-root, SIGTERM, size (no GPU needed)
+#   image      `scripts/image-test.sh` on that base: SME, MME, labels, non-root, SIGTERM, size (no GPU needed)
 #   convert    the demo text encoder exported to ONNX here (CPU torch), then built into a TensorRT plan
 #              inside the image on the GPU (smtriton/convert/build_tensorrt_in_image.sh)
-#   gpu-tests  tests/gpu inside the image on the GPU (dev/gpu-tests-in-image.sh): TensorRT builds and
+#   gpu-tests  tests/gpu inside the image on the GPU (scripts/gpu-tests-in-image.sh): TensorRT builds and
 #              tune, ONNX Runtime and TorchScript on CUDA, a multi-model endpoint's GPU memory and its
 #              507, and the plan of `convert` served
 #
@@ -23,7 +23,7 @@
 #
 # GPU picks the GPU (index, default 0); WORK keeps logs, the converted repository and the tests' JUnit
 # report (default /var/tmp/smtriton-gpu-proof); IMAGE_TAG names the image (smtriton:gpu-proof); VENV is
-# the environment with the project (.venv, set up by dev/setup.sh when needed).
+# the environment with the project (.venv, set up by scripts/setup.sh when needed).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -64,8 +64,8 @@ why_not() {
 }
 last_line() { grep -v '^[[:space:]]*$' "$1" | tail -n 1 | cut -c1-240; }
 venv() {
-  # The project's environment, set up on first use (dev/setup.sh is a no-op when it is current).
-  if [[ $VENV == .venv ]]; then bash dev/setup.sh >"$WORK/logs/setup.log" 2>&1 || return 1; fi
+  # The project's environment, set up on first use (scripts/setup.sh is a no-op when it is current).
+  if [[ $VENV == .venv ]]; then bash scripts/setup.sh >"$WORK/logs/setup.log" 2>&1 || return 1; fi
   [[ -x $VENV/bin/smtriton ]]
 }
 since() { echo "$(($(date +%s) - $1)) s"; }
@@ -132,10 +132,10 @@ if ! passed build; then
   record image "CANNOT RUN" "$(why_not build)"
 else
   started=$(date +%s)
-  if IMAGE_TARGETS=triton TRITON_BASE_IMAGE=$BASE VENV=$VENV bash dev/image-test.sh >"$WORK/logs/image.log" 2>&1; then
+  if IMAGE_TARGETS=triton TRITON_BASE_IMAGE=$BASE VENV=$VENV bash scripts/image-test.sh >"$WORK/logs/image.log" 2>&1; then
     record image PASS "$(grep -Eo '[0-9]+ passed[^=]*' "$WORK/logs/image.log" | tail -n 1), $(since "$started")"
   else
-    record image FAIL "dev/image-test.sh: $(last_line "$WORK/logs/image.log") (log: $WORK/logs/image.log)"
+    record image FAIL "scripts/image-test.sh: $(last_line "$WORK/logs/image.log") (log: $WORK/logs/image.log)"
   fi
 fi
 
@@ -165,7 +165,7 @@ else
   if passed convert; then plan_env=(--env SMTRITON_GPU_PLAN_REPOSITORY=/work/repository); fi
   started=$(date +%s)
   if docker run --rm --gpus "device=$GPU" --shm-size 1g -v "$PWD:/src:ro" -v "$WORK:/work" \
-    "${plan_env[@]}" --entrypoint bash "$TAG" /src/dev/gpu-tests-in-image.sh >"$WORK/logs/gpu-tests.log" 2>&1; then
+    "${plan_env[@]}" --entrypoint bash "$TAG" /src/scripts/gpu-tests-in-image.sh >"$WORK/logs/gpu-tests.log" 2>&1; then
     outcome=PASS
   else
     outcome=FAIL

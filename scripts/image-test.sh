@@ -7,7 +7,7 @@
 #   cpu     on python:3.11-slim-bookworm where it can be pulled; where no registry of images is reachable,
 #           on a stand-in with the same Python built from Debian's packages with debootstrap.
 #   triton  on TRITON_BASE_IMAGE when it is set (e.g. nvcr.io/nvidia/tritonserver:25.04-py3 where NGC can be
-#           reached); else on a stand-in laid out as NVIDIA's image is (dev/tritonserver-stand-in/), built
+#           reached); else on a stand-in laid out as NVIDIA's image is (scripts/tritonserver-stand-in/), built
 #           on that Debian base with the Triton of the nvidia-pytriton wheel that requirements.lock pins.
 #
 # Stand-ins are kept in the engine's image store and reused while their inputs are unchanged, so only the
@@ -25,7 +25,7 @@ VENV=${VENV:-.venv}
 PULLED_BASE=docker.io/library/python:3.11-slim-bookworm
 DEBIAN_STAND_IN=localhost/smtriton-stand-in-base:bookworm
 TRITON_STAND_IN=localhost/smtriton-stand-in-tritonserver
-STAND_IN_DIR=dev/tritonserver-stand-in
+STAND_IN_DIR=scripts/tritonserver-stand-in
 scratch=$(mktemp -d /var/tmp/smtriton-image-test.XXXXXX)
 trap 'rm -rf "$scratch"' EXIT
 say() { echo "image-test: $*" >&2; }
@@ -33,7 +33,7 @@ for target in $TARGETS; do
   [[ $target == cpu || $target == triton ]] || { say "IMAGE_TARGETS: unknown target '$target' (cpu, triton)"; exit 2; }
 done
 # The checks run from the project's environment (a no-op when it is set up).
-if [[ $VENV == .venv ]]; then bash dev/setup.sh; fi
+if [[ $VENV == .venv ]]; then bash scripts/setup.sh; fi
 began=$(date +%s)
 
 install_podman() {
@@ -53,7 +53,7 @@ install_podman() {
 configure_podman() {
   # runc (crun cannot create containers under a hybrid cgroup hierarchy) and ulimits within the hard
   # limits of a sandboxed machine (podman's defaults exceed them and runc refuses the container).
-  local conf=/etc/containers/containers.conf marker="# smtriton dev/image-test.sh"
+  local conf=/etc/containers/containers.conf marker="# smtriton scripts/image-test.sh"
   if [[ $(id -u) -ne 0 ]] || { [[ -f $conf ]] && grep -qF "$marker" "$conf"; }; then
     return
   fi
@@ -109,7 +109,7 @@ debian_stand_in() {
 }
 
 triton_stand_in() {
-  # NVIDIA's image as dev/tritonserver-stand-in/ lays it out, on the Debian stand-in, with the versions of
+  # NVIDIA's image as scripts/tritonserver-stand-in/ lays it out, on the Debian stand-in, with the versions of
   # nvidia-pytriton, onnxruntime and numpy that requirements.lock pins; tagged by what went into it (the
   # Debian base, the Containerfile and its files, those pins), so that a change rebuilds it.
   debian_stand_in
