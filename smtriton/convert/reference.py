@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from smtriton.convert.recipe import DEFAULT_RECIPE, ModelSpec, Recipe, load_recipe, source_file
+from smtriton.convert.recipe import DEFAULT_RECIPE, ModelSpec, Recipe, load_recipe
+from smtriton.convert.recipe_code import source_file
 from smtriton.convert.runners import Runner, chain, python_reference
 from smtriton.convert.sample_inputs import sample_inputs
 

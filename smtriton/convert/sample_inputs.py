@@ -13,7 +13,8 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from smtriton import dtypes
-from smtriton.convert.recipe import ModelSpec, RecipeError, TensorSpec, import_function
+from smtriton.convert.recipe import ModelSpec, RecipeError, TensorSpec
+from smtriton.convert.recipe_code import import_function
 
 # Words with non-ASCII letters so BYTES tensors exercise real UTF-8, not just ASCII.
 _WORDS = ("triton", "sagemaker", "über", "straße", "café", "naïve", "ßeta", "δέλτα", "ok", "")

@@ -19,7 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from smtriton.convert.recipe import ModelSpec, factory_file, samples_file, source_file
+from smtriton.convert.recipe import ModelSpec
+from smtriton.convert.recipe_code import factory_file, samples_file, source_file
 from smtriton.convert.trt_plan import sha256_file
 
 STAMP_FILE = ".build-stamp.json"
@@ -37,7 +38,8 @@ BUILDER_MODULES = (
     "smtriton.convert.config", "smtriton.convert.export", "smtriton.convert.export_onnx",
     "smtriton.convert.export_torchscript", "smtriton.convert.onnx_tools", "smtriton.convert.recipe",
     "smtriton.convert.sample_inputs", "smtriton.convert.signature", "smtriton.convert.stamp",
-    "smtriton.convert.torch_model", "smtriton.convert.pipeline", "smtriton.repo.ensemble",
+    "smtriton.convert.torch_model", "smtriton.convert.pipeline", "smtriton.convert.runners",
+    "smtriton.convert.recipe_code", "smtriton.repo.ensemble",
 )  # fmt: skip
 
 

@@ -12,7 +12,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from smtriton.convert.recipe import ModelSpec, RecipeError, import_factory
+from smtriton.convert.recipe import ModelSpec, RecipeError
+from smtriton.convert.recipe_code import import_factory
 
 
 def load_module(spec: ModelSpec) -> torch.nn.Module:
