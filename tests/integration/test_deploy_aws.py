@@ -269,6 +269,8 @@ def test_sme_deploy_sends_the_required_fields_waits_with_progress_and_is_in_serv
             "InstanceType": GPU,
             "InitialInstanceCount": 1,
             "InitialVariantWeight": 1.0,
+            # a GPU type runs the AMI with the newest NVIDIA driver: it runs every image's CUDA
+            "InferenceAmiVersion": "al2023-ami-sagemaker-inference-gpu-4-1",
             "ContainerStartupHealthCheckTimeoutInSeconds": 600,
         }
     ]

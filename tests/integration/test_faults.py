@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import resource
 import shutil
 import signal
@@ -70,13 +71,19 @@ def _answered_since(server: ServeProcess, mark: int, path: str) -> set[int]:
     return seen
 
 
+def _every_worker_listens(server: ServeProcess, count: int) -> None:
+    """Wait until every worker has said it listens (/ping is 200 as soon as one does)."""
+    assert wait_for(lambda: server.log_text().count("Application startup complete") >= count, 30)
+    assert len(worker_pids(server)) == count
+
+
 def _mme(tmp_path: Path, env: dict[str, str] | None = None) -> ServeProcess:
     root = tmp_path / "models"
     root.mkdir()
     server_env = {**WORKERS, **(env or {})}
     server = start_serve(tmp_path, None, None, env=server_env, args=["--multi-model", "--model-root", str(root)])
     server.root = root  # type: ignore[attr-defined]
-    assert len(worker_pids(server)) == int(server_env["SAGEMAKER_MODEL_SERVER_WORKERS"])
+    _every_worker_listens(server, int(server_env["SAGEMAKER_MODEL_SERVER_WORKERS"]))
     return server
 
 
@@ -111,6 +118,7 @@ def test_a_frozen_worker_is_replaced_and_every_fresh_connection_is_answered_agai
         tmp_path, test_repository, "addsub", env={**WORKERS, "SMTRITON_WORKER_HEARTBEAT_TIMEOUT_S": "2"}
     )
     try:
+        _every_worker_listens(server, COUNT)
         frozen, *others = worker_pids(server)
         os.kill(frozen, signal.SIGSTOP)
         stopped_at = time.monotonic()
@@ -281,6 +289,7 @@ def _lowest_free_descriptor(pid: int) -> int:
 def test_a_failed_respawn_is_retried_and_shutdown_still_stops_triton(tmp_path, test_repository):
     server = start_serve(tmp_path, test_repository, "addsub", env=WORKERS)
     try:
+        _every_worker_listens(server, COUNT)
         first, *_ = worker_pids(server)
         soft, hard = resource.prlimit(server.pid, resource.RLIMIT_NOFILE)
         try:  # the main process can open no more descriptors: a replacement's socketpair fails (EMFILE)
@@ -289,8 +298,8 @@ def test_a_failed_respawn_is_retried_and_shutdown_still_stops_triton(tmp_path, t
             pytest.skip("this test runner may not change serve's descriptor limit")
         try:
             os.kill(first, signal.SIGKILL)
-            failure = "worker 1 could not be started: [Errno 24] Too many open files; trying again"
-            assert wait_for(lambda: server.log_text().count(failure) >= 2, 30), server.log_tail()  # retried
+            failure = re.compile(r"worker \d+ could not be started: \[Errno 24\] Too many open files; trying again")
+            assert wait_for(lambda: len(failure.findall(server.log_text())) >= 2, 30), server.log_tail()  # retried
             assert wait_for(lambda: len(worker_pids(server)) == COUNT - 1, 5), worker_pids(server)  # not replaced
             answer = requests.post(f"{server.url}/invocations", data=ADDSUB, timeout=10)  # the others serve on
             assert answer.status_code == 200, answer.text
