@@ -19,6 +19,14 @@ from smtriton.errors import ToolUsageError
 
 CONFIG_FILE = "config.pbtxt"
 ModelConfig = model_config_pb2.ModelConfig
+PLATFORM_BACKENDS = {  # platform -> the backend Triton resolves it to ("": an ensemble runs none)
+    "onnxruntime_onnx": "onnxruntime",
+    "pytorch_libtorch": "pytorch",
+    "tensorrt_plan": "tensorrt",
+    "tensorflow_graphdef": "tensorflow",
+    "tensorflow_savedmodel": "tensorflow",
+    "ensemble": "",
+}
 
 
 class ConfigParseError(ToolUsageError, ValueError):
@@ -93,6 +101,11 @@ def rename(config: model_config_pb2.ModelConfig, name: str | None, steps: Mappin
 def served_name(config: model_config_pb2.ModelConfig, model_dir: Path) -> str:
     """The name Triton serves a model under: its config's ``name``, or its directory's when empty."""
     return str(config.name) or model_dir.name
+
+
+def backend_of(config: model_config_pb2.ModelConfig) -> str:
+    """The backend Triton runs ``config`` on: its platform's, else the one it names ("" for an ensemble)."""
+    return PLATFORM_BACKENDS.get(config.platform) or str(config.backend)
 
 
 def is_ensemble(config: model_config_pb2.ModelConfig) -> bool:

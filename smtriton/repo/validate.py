@@ -40,20 +40,12 @@ from smtriton.convert.trt_plan import (
     read_sidecar,
     sha256_file,
 )
-from smtriton.model_config import CONFIG_FILE, ConfigParseError, ModelConfig
+from smtriton.model_config import CONFIG_FILE, PLATFORM_BACKENDS, ConfigParseError, ModelConfig
 from smtriton.repo import ensemble, layout
 from smtriton.repo.layout import model_directories
 
 # serve's rule for model names (docs/contract.md §2.4, loading a model), used for every repository.
 MODEL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,254}$")
-PLATFORM_BACKENDS = {  # platform -> backend Triton resolves it to
-    "onnxruntime_onnx": "onnxruntime",
-    "pytorch_libtorch": "pytorch",
-    "tensorrt_plan": "tensorrt",
-    "tensorflow_graphdef": "tensorflow",
-    "tensorflow_savedmodel": "tensorflow",
-    "ensemble": "",
-}
 # A Python model's packed environment, and how Triton lets its config name the model's own directory.
 EXECUTION_ENV = "EXECUTION_ENV_PATH"
 MODEL_DIRECTORY_VARIABLE = "$$TRITON_MODEL_DIRECTORY"
@@ -158,8 +150,7 @@ def _load(directory: Path, problems: list[Problem]) -> _Model:
 def _kind(config: ModelConfig) -> str | None:
     if model_config.is_ensemble(config):
         return "ensemble"
-    backend = PLATFORM_BACKENDS.get(config.platform) or config.backend
-    return KIND_OF_BACKEND.get(backend)
+    return KIND_OF_BACKEND.get(model_config.backend_of(config))
 
 
 def _check_model(

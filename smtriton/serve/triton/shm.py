@@ -34,8 +34,6 @@ SHM_DIR = Path("/dev/shm")
 PREFIX_OPTION = "shm-region-prefix-name="
 # Triton's own default prefix, kept at the front so the regions read as the Python backend's.
 TRITON_PREFIX = "triton_python_backend_shm_region_"
-# What a platform name resolves to as a backend (the backends that have a Python-based stand-in).
-PLATFORM_BACKENDS = {"onnxruntime_onnx": "onnxruntime", "pytorch_libtorch": "pytorch", "tensorrt_plan": "tensorrt"}
 MIB = 1 << 20
 
 
@@ -89,8 +87,8 @@ def python_instances(model_dir: Path, native_backends: set[str], gpus: int) -> i
         config = model_config.read(model_dir)
     except (ConfigParseError, OSError):
         return 0  # Triton refuses it itself
-    backend = config.backend or PLATFORM_BACKENDS.get(config.platform, config.platform)
-    if backend != "python" and (not backend or backend in native_backends or backend == "ensemble"):
+    backend = model_config.backend_of(config)
+    if backend != "python" and (not backend or backend in native_backends):
         return 0
     if not config.instance_group:
         return max(1, gpus)
