@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from smtriton.serve.host.gpu import each_gpu
+from smtriton.serve.host.gpu import each_gpu, nvml_text
 
 log = logging.getLogger("serve")
 
@@ -73,19 +73,19 @@ def gpu_driver() -> Driver | None:
 
     def read(nvml: object, handle: object) -> str:
         if not found:
-            found["version"] = _text(nvml.nvmlSystemGetDriverVersion())  # type: ignore[attr-defined]
+            found["version"] = nvml_text(nvml.nvmlSystemGetDriverVersion())  # type: ignore[attr-defined]
             found["cuda"] = nvml.nvmlSystemGetCudaDriverVersion_v2()  # type: ignore[attr-defined]
-        return _text(nvml.nvmlDeviceGetName(handle))  # type: ignore[attr-defined]
+        return nvml_text(nvml.nvmlDeviceGetName(handle))  # type: ignore[attr-defined]
 
     names = each_gpu(read)
     if not names or not found:
         return None
-    cuda = int(str(found["cuda"]))
-    return Driver(str(found["version"]), (cuda // 1000, cuda % 1000 // 10), tuple(names))
+    return Driver(str(found["version"]), _cuda_version(int(str(found["cuda"]))), tuple(names))
 
 
-def _text(value: object) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
+def _cuda_version(number: int) -> Version:
+    """CUDA's integer form of a version (12040: what NVML and ``cuDriverGetVersion`` report) -> (12, 4)."""
+    return number // 1000, number % 1000 // 10
 
 
 def compat_libraries(root: Path = CUDA_ROOT) -> Path | None:
@@ -116,7 +116,7 @@ def probe_compat(libraries: Path) -> tuple[int, Version | None]:
         status, version = (int(field) for field in done.stdout.split())
     except (OSError, ValueError, subprocess.TimeoutExpired):
         return -1, None
-    return status, (version // 1000, version % 1000 // 10) if version else None
+    return status, _cuda_version(version) if version else None
 
 
 def ami_for(cuda: Version) -> str | None:

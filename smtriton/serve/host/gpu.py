@@ -40,8 +40,12 @@ def gpu_models() -> list[tuple[str, str]]:
     """(name, compute capability such as "8.6") of each GPU: what a TensorRT plan is built for."""
 
     def read(nvml: ModuleType, handle: object) -> tuple[str, str]:
-        name = nvml.nvmlDeviceGetName(handle)
         major, minor = nvml.nvmlDeviceGetCudaComputeCapability(handle)
-        return (name.decode() if isinstance(name, bytes) else str(name)), f"{major}.{minor}"
+        return nvml_text(nvml.nvmlDeviceGetName(handle)), f"{major}.{minor}"
 
     return each_gpu(read)
+
+
+def nvml_text(value: object) -> str:
+    """A string NVML returned: bytes from older nvidia-ml-py releases, str from newer ones."""
+    return value.decode() if isinstance(value, bytes) else str(value)
