@@ -21,11 +21,11 @@ from typing import Any
 
 import numpy as np
 
+from smtriton.aws.invoke import header_length
 from smtriton.aws.model import is_s3
 from smtriton.aws.resources import DeployError
 
 JSON_TYPES = ("application/json",)  # captured as JSON text; the others (binary+json, octet-stream) as base64
-BINARY_JSON = "application/vnd.sagemaker-triton.binary+json"
 
 
 @dataclass(frozen=True)
@@ -103,20 +103,12 @@ def _text(value: Any) -> Any:
     return value
 
 
-def header_size(content_type: str) -> int | None:
-    """The JSON header size of a binary+json content type; None for any other type."""
-    media, _, params = content_type.partition(";")
-    if media.strip().lower() != BINARY_JSON:
-        return None
-    found = re.search(r"json-header-size\s*=\s*(\d+)", params)
-    if found is None:
-        raise CaptureError(f"{content_type!r} has no json-header-size")
-    return int(found.group(1))
-
-
 def decode_body(data: bytes, content_type: str) -> Body:
     """A KServe v2 request or response body (JSON, or JSON header + binary tensors) -> its tensors."""
-    size = header_size(content_type)
+    try:
+        size = header_length(content_type)
+    except ValueError as exc:
+        raise CaptureError(str(exc)) from None
     head, rest = (data, b"") if size is None else (data[:size], data[size:])
     try:
         header = json.loads(head)

@@ -112,6 +112,8 @@ def header_length(content_type: str) -> int | None:
     for param in params.split(";"):
         key, _, value = param.partition("=")
         if key.strip().lower() == "json-header-size":
+            if not value.strip().isdecimal():
+                raise ValueError(f"{content_type!r}: json-header-size {value.strip()!r} is not a size in bytes")
             return int(value.strip())
     raise ValueError(f"{content_type!r} has no json-header-size")
 

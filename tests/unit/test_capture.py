@@ -55,6 +55,10 @@ def test_binary_tensors_of_every_kind_come_back_as_sent():
             "event e2: input: .* no json-header-size",
         ),
         (
+            captured("e6", "application/vnd.sagemaker-triton.binary+json;json-header-size=-2", b"{}"),
+            "event e6: input: .* json-header-size '-2' is not a size in bytes",
+        ),
+        (
             json.dumps(
                 {
                     "captureData": {"endpointInput": {"data": "%%%", "encoding": "BASE64"}},
