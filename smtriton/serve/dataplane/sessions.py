@@ -19,15 +19,12 @@ import re
 import time
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import Any, Literal, Protocol
 
 import orjson
 
 from smtriton.serve.dataplane.codec import RequestBody, json_part
 from smtriton.serve.errors import BadRequest
-
-if TYPE_CHECKING:
-    pass
 
 SESSION_HEADER = "X-Amzn-SageMaker-Session-Id"  # the request's session, or NEW_SESSION
 NEW_SESSION_HEADER = "X-Amzn-SageMaker-New-Session-Id"  # a session opened: "<id>; Expires=<time>"

@@ -88,8 +88,8 @@ def _directory(mount: Mount, path: str) -> Path:
     return mount.point  # a cgroup namespace shows another path than the mount's root: the mount is ours
 
 
-def locate(controller: str, proc: Path = PROC) -> tuple[Path, int] | None:
-    """This process's cgroup directory for ``controller`` and its version, or None (no cgroup)."""
+def locate(controller: str, proc: Path = PROC) -> tuple[Path, Mount] | None:
+    """This process's cgroup directory for ``controller`` and the mount it lies under, or None (no cgroup)."""
     paths = _hierarchies(proc)
     mounts = _mounts(proc)
     if controller in paths:
@@ -97,13 +97,13 @@ def locate(controller: str, proc: Path = PROC) -> tuple[Path, int] | None:
             if mount.version == 1 and controller in options:
                 directory = _directory(mount, paths[controller])
                 if directory.is_dir():
-                    return directory, 1
+                    return directory, mount
     if "" in paths:
         for mount, _ in mounts:
             if mount.version == 2:
                 directory = _directory(mount, paths[""])
                 if controller in _read(directory / "cgroup.controllers").split() or _v2_files(directory, controller):
-                    return directory, 2
+                    return directory, mount
     return None
 
 
@@ -233,14 +233,16 @@ def memory_group(proc: Path = PROC) -> MemoryGroup | None:
     found = locate("memory", proc)
     if found is None:
         return None
-    directory, version = found
-    top = next((m.point for m, _ in _mounts(proc) if m.version == 2 and directory.is_relative_to(m.point)), None)
-    return MemoryGroup(directory, version, top if version == 2 else None)
+    directory, mount = found
+    return MemoryGroup(directory, mount.version, mount.point if mount.version == 2 else None)
 
 
 def cpu_group(proc: Path = PROC) -> CpuGroup | None:
     found = locate("cpu", proc)
-    return CpuGroup(*found) if found is not None else None
+    if found is None:
+        return None
+    directory, mount = found
+    return CpuGroup(directory, mount.version)
 
 
 def oom_counter(group: MemoryGroup | None) -> OomCounter | None:

@@ -47,13 +47,13 @@ def run(index: int, channel: socket.socket) -> None:
     try:
         import uvloop
     except ImportError:  # pragma: no cover - uvloop is in the runtime's dependencies
-        code = asyncio.run(_serve(index, channel))
+        code = asyncio.run(_serve(channel))
     else:
-        code = uvloop.run(_serve(index, channel))
+        code = uvloop.run(_serve(channel))
     raise SystemExit(code)
 
 
-async def _serve(index: int, channel_socket: socket.socket) -> int:
+async def _serve(channel_socket: socket.socket) -> int:
     hello: asyncio.Future[DataPlane] = asyncio.get_running_loop().create_future()
 
     def handle(message: Message) -> Any:

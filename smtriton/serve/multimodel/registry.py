@@ -22,9 +22,9 @@ import re
 import shutil
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 import orjson
 
@@ -293,6 +293,14 @@ class RegistryListener(Protocol):
     async def removed(self, record: ModelRecord) -> None: ...
 
 
+@dataclass
+class _NameLock:
+    """One model name's lock, and how many hold it or wait for it."""
+
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    users: int = 0
+
+
 class ModelRegistry:
     """The MME model table and every operation on it; one per endpoint, in `serve`'s main process."""
 
@@ -327,21 +335,21 @@ class ModelRegistry:
         self._loading: set[str] = set()
         self._announcing: dict[str, ModelRecord] = {}  # loaded in Triton, the workers being told
         self._unloading: set[str] = set()
-        self._locks: dict[str, list[Any]] = {}  # name -> [its lock, how many hold or wait for it]
+        self._locks: dict[str, _NameLock] = {}
         self.listener: RegistryListener | None = None
 
     @contextlib.asynccontextmanager
     async def _exclusive(self, name: str) -> AsyncIterator[None]:
         """Hold ``name``'s lock; the lock is forgotten once nobody holds or waits for it, so the table
         of locks stays as small as the names in use."""
-        entry = self._locks.setdefault(name, [asyncio.Lock(), 0])
-        entry[1] += 1
+        entry = self._locks.setdefault(name, _NameLock())
+        entry.users += 1
         try:
-            async with entry[0]:
+            async with entry.lock:
                 yield
         finally:
-            entry[1] -= 1
-            if entry[1] == 0:
+            entry.users -= 1
+            if entry.users == 0:
                 del self._locks[name]
 
     # ----- queries ------------------------------------------------------------------------------
@@ -501,7 +509,6 @@ class ModelRegistry:
             try:
                 await self._unload_in_triton(list(reversed(record.triton_names)), wait=True)
             except BaseException:
-                self._unloading.discard(name)  # before it is announced again: a worker starting now gets it
                 if self.listener is not None:
                     await self.listener.added(record)
                 raise
