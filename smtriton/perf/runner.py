@@ -101,11 +101,11 @@ async def _window(
         await asyncio.sleep(min(TICK_S, max((begin if not measuring else end) - now, 0.01)))
 
 
-async def _drain(tasks: list[asyncio.Task[None]]) -> int:
+async def _drain(tasks: list[asyncio.Task[None]]) -> None:
     """Wait for in-flight requests; cancel those still out after the timeout (each records its request as
-    :data:`TIMED_OUT`); how many were cancelled."""
+    :data:`TIMED_OUT`)."""
     if not tasks:
-        return 0
+        return
     _, pending = await asyncio.wait(tasks, timeout=DRAIN_TIMEOUT_S)
     for task in pending:
         task.cancel()
@@ -114,7 +114,6 @@ async def _drain(tasks: list[asyncio.Task[None]]) -> int:
     for task in tasks:  # a bug in the client must stop the run, not read as a slow server
         if not task.cancelled() and task.exception() is not None:
             raise task.exception()  # type: ignore[misc]
-    return len(pending)
 
 
 async def closed_loop(target: Target, plan: StepPlan, progress: Progress | None = None) -> StepResult:
