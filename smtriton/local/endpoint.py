@@ -29,7 +29,9 @@ from fastapi import FastAPI, Request, Response
 
 from smtriton.errors import ToolUsageError
 from smtriton.local.serve_process import ServeProcess
-from smtriton.serve.dataplane.sessions import CLOSED_SESSION_HEADER, NEW_SESSION_HEADER, SESSION_HEADER
+from smtriton.serve.headers import CLOSED_SESSION as CLOSED_SESSION_HEADER
+from smtriton.serve.headers import NEW_SESSION as NEW_SESSION_HEADER
+from smtriton.serve.headers import SESSION as SESSION_HEADER
 
 log = logging.getLogger("smtriton.local_endpoint")
 

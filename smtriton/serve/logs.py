@@ -71,3 +71,11 @@ def configure_logging(level: str, fmt: Literal["json", "text"], worker: int | No
         handler.addFilter(_Worker(worker))
     logging.basicConfig(level=level.upper(), handlers=[handler], force=True)
     logging.getLogger("uvicorn.access").addFilter(_NoPing())
+
+
+_access = logging.getLogger("serve.access")
+
+
+def log_failure(method: str, path: str, status: int, inference_id: str | None) -> None:
+    """One line per failed request, with SageMaker's inference id; never the body."""
+    _access.info("%s %s answered %d", method, path, status, extra={"status": status, "inference_id": inference_id})

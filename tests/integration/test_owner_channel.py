@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 from smtriton.serve.dataplane.plane import DataPlane
+from smtriton.serve.dataplane.request import Request
 from smtriton.serve.errors import ModelNotFound, NotReady, ServeError
 from smtriton.serve.http.worker import _plane
 from smtriton.serve.ipc.channel import Channel
@@ -38,6 +39,13 @@ SEQUENCE_MODELS = Path(__file__).parent / "models_sequence"
 ADDSUB = json.dumps(
     json_request({"INPUT0": np.ones((1, 16), dtype=np.int32), "INPUT1": np.ones((1, 16), dtype=np.int32)})
 ).encode()
+
+
+def _request(model: str, body: bytes) -> Request:
+    async def read_body() -> bytes:
+        return body
+
+    return Request(model, read_body, "application/json")
 
 
 async def _until(predicate, timeout: float = 120) -> None:
@@ -82,11 +90,11 @@ def test_a_worker_plane_and_the_owner_speak_every_message_over_a_real_channel(tm
             pool.slots[0].channel = owner  # from now on the worker hears every change
             endpoint[0].publish()
             plane = planes[0]
-            await _until(lambda: plane.state.serving, 10)  # StateChanged crossed
+            await _until(lambda: plane.mirror.state.serving, 10)  # StateChanged crossed
 
             # the multi-model API: load, describe, list (the owner decides, the plane learns the model)
             await plane.load(json.dumps({"model_name": "m", "url": str(root / "m" / "model")}).encode(), None)
-            assert "m" in plane.models  # ModelAdded crossed before the load was answered
+            assert "m" in plane.mirror.models  # ModelAdded crossed before the load was answered
             assert await plane.describe("m") == {"modelName": "m", "modelUrl": str(root / "m")}
             assert [m["modelName"] for m in (await plane.list_models(None, None))["models"]] == ["m"]
             with pytest.raises(ServeError) as missing:
@@ -94,33 +102,33 @@ def test_a_worker_plane_and_the_owner_speak_every_message_over_a_real_channel(tm
             assert missing.value.status == ModelNotFound("absent").status
 
             # an invoke goes to Triton from the plane; a failure's verdict is the owner's
-            invoke = plane.begin_invoke("m", None)
-            answer = await plane.infer("m", ADDSUB, "application/json")
-            plane.end_invoke(invoke)
+            answer = await plane.invoke(_request("m", ADDSUB))
             assert answer.status == 200
-            assert await plane.invoke_out_of_memory(invoke, "CUDA out of memory. Tried to allocate 2 GiB", 500)
-            assert not await plane.invoke_out_of_memory(invoke, "unexpected shape for input 'INPUT0'", 400)
+            assert plane.mirror.models["m"].inflight == 0
+            assert await plane.owner.out_of_memory("CUDA out of memory. Tried to allocate 2 GiB", 500, None)
+            assert not await plane.owner.out_of_memory("unexpected shape for input 'INPUT0'", 400, None)
 
             # a stateful session: opened, used (no longer starting once answered), closed
             await plane.load(json.dumps({"model_name": "seq", "url": str(root / "seq" / "model")}).encode(), None)
             value = b'{"inputs":[{"name":"VALUE","shape":[1,1],"datatype":"FP32","data":[2.0]}]}'
-            opened = await plane.session_step("seq", "NEW_SESSION", value, "application/json", False)
+            steps = plane.sessions
+            opened = await steps.step("seq", "NEW_SESSION", json.loads(value), True, False)
             assert opened.parameters is not None
             assert opened.parameters["sequence_start"] is True
-            await plane.session_done(opened, True)  # SessionAnswered, as a call
-            used = await plane.session_step("seq", opened.session, value, "application/json", False)
+            await steps.done(opened, True)  # SessionAnswered, as a call
+            used = await steps.step("seq", opened.session, json.loads(value), True, False)
             assert used.parameters == {"sequence_id": opened.parameters["sequence_id"]}  # same sequence, started
-            closing = await plane.session_step("seq", opened.session, b'{"requestType": "CLOSE"}', None, False)
+            closing = await steps.step("seq", opened.session, {"requestType": "CLOSE"}, True, False)
             assert closing.parameters is None
             assert json.loads(closing.body) == {"closed_session_id": opened.session}
             with pytest.raises(ServeError, match="is not open here"):
-                await plane.session_step("seq", opened.session, value, "application/json", False)
+                await steps.step("seq", opened.session, json.loads(value), True, False)
 
             # an unload: the model drains on the worker before Triton unloads it
             await plane.unload("m", None)
-            assert "m" not in plane.models
+            assert "m" not in plane.mirror.models
             with pytest.raises(ModelNotFound):
-                plane.begin_invoke("m", None)
+                plane.mirror.begin_invoke("m", None)
 
             assert await owner.call(Heartbeat(), 5) is None  # the worker's loop answers its heartbeat
 

@@ -11,8 +11,10 @@ from typing import Any, Literal
 import orjson
 import pytest
 
-from smtriton.serve.dataplane.plane import DataPlane, SessionStep
-from smtriton.serve.errors import BadRequest, ModelNotFound, NotReady, UnsupportedMediaType
+from smtriton.serve.dataplane.plane import DataPlane
+from smtriton.serve.dataplane.request import Reply, Request
+from smtriton.serve.dataplane.sessions import SessionStep
+from smtriton.serve.errors import BadRequest, ModelNotFound, NotReady
 from smtriton.serve.ipc.messages import STARTING, EndpointState, ModelAdded, ModelDraining, ModelRemoved
 from smtriton.serve.metrics import Metrics
 from smtriton.serve.records import ModelRecord
@@ -35,14 +37,33 @@ def run(scenario, default_model: str | None = "m", settings: Settings | None = N
     asyncio.run(main())
 
 
+def request(body: bytes, content_type: str | None = None, model: str | None = None, **fields: Any) -> Request:
+    """A request as the HTTP side hands it to the data plane."""
+
+    async def read_body() -> bytes:
+        return body
+
+    return Request(model, read_body, content_type, **fields)
+
+
+async def invoke(plane: DataPlane, body: bytes, content_type: str | None = None, **fields: Any) -> Reply:
+    return await plane.invoke(request(body, content_type, **fields))
+
+
+def error_of(reply: Reply) -> str:
+    return str(orjson.loads(reply.body)["error"])
+
+
 def test_before_the_owner_says_anything_it_is_not_healthy_and_refuses_with_the_reason():
     plane = DataPlane(Settings(), Metrics(enabled=False), "m")
-    assert plane.state == STARTING
+    assert plane.mirror.state == STARTING
     assert not plane.healthy
 
     async def scenario() -> None:
         with pytest.raises(NotReady, match="Triton is starting"):
-            await plane.infer("m", b"{}", None)
+            plane.upstream.ready()
+        reply = await invoke(plane, b"{}")
+        assert (reply.status, error_of(reply)) == (503, "Triton is starting")
 
     asyncio.run(scenario())
 
@@ -50,27 +71,29 @@ def test_before_the_owner_says_anything_it_is_not_healthy_and_refuses_with_the_r
 def test_the_owners_state_decides_ping_and_a_drain_fails_it_at_once():
     async def scenario(triton: TritonStandIn, plane: DataPlane) -> None:
         assert plane.healthy
+        assert plane.ping_status() == 200
         plane.begin_drain()  # this worker's SIGTERM, before the owner says so
         assert not plane.healthy
-        assert (await plane.infer("m", b"{}", None)).status == 200  # accepted requests are still served
+        assert plane.ping_status() == 503
+        assert (await invoke(plane, b"{}")).status == 200  # accepted requests are still served
 
     run(scenario)
 
 
 def test_new_ports_after_a_restart_mean_a_new_client_and_the_old_one_closed():
     async def scenario(triton: TritonStandIn, plane: DataPlane) -> None:
-        first = plane.client
+        first = plane.upstream.client
         assert first is not None
         restarting = plane.apply(EndpointState(False, False, "Triton is restarting", None, None))
         assert restarting is not None
         await restarting
-        assert plane.client is None
-        with pytest.raises(NotReady, match="Triton is restarting"):
-            await plane.infer("m", b"{}", None)
+        assert plane.upstream.client is None
+        reply = await invoke(plane, b"{}")
+        assert (reply.status, error_of(reply)) == (503, "Triton is restarting")
         assert plane.apply(EndpointState(True, True, "", triton.port, 9)) is None  # nothing left to close
-        assert plane.client is not None
-        assert plane.client is not first
-        assert (await plane.infer("m", b"{}", None)).status == 200
+        assert plane.upstream.client is not None
+        assert plane.upstream.client is not first
+        assert (await invoke(plane, b"{}")).status == 200
 
     run(scenario)
 
@@ -79,7 +102,7 @@ def test_large_json_goes_to_triton_binary_and_custom_attributes_as_a_parameter()
     async def scenario(triton: TritonStandIn, plane: DataPlane) -> None:
         data = list(range(20_000))
         body = orjson.dumps({"inputs": [{"name": "X", "shape": [len(data)], "datatype": "INT64", "data": data}]})
-        await plane.infer("m", body, "application/json", custom_attributes="trace=7")
+        await invoke(plane, body, "application/json", custom_attributes="trace=7")
         _, sent, headers = triton.requests[-1]
         size = int(headers[HEADER_LENGTH])
         header = orjson.loads(sent[:size])
@@ -90,9 +113,20 @@ def test_large_json_goes_to_triton_binary_and_custom_attributes_as_a_parameter()
     run(scenario)
 
 
-def test_instance_count_comes_from_the_models_config():
+def test_custom_attributes_longer_than_invoke_endpoint_takes_are_refused():
     async def scenario(triton: TritonStandIn, plane: DataPlane) -> None:
-        assert await plane.instance_count() == 2
+        reply = await invoke(plane, b"{}", custom_attributes="a" * 1025)
+        assert reply.status == 400
+        assert "at most 1024" in error_of(reply)
+        assert (await invoke(plane, b"{}", custom_attributes="a" * 1024)).status == 200
+        assert len(triton.requests) == 1
+
+    run(scenario)
+
+
+def test_execution_parameters_take_the_instance_count_from_the_models_config():
+    async def scenario(triton: TritonStandIn, plane: DataPlane) -> None:
+        assert (await plane.execution_parameters())["MaxConcurrentTransforms"] == 2
 
     run(scenario)
 
@@ -112,21 +146,38 @@ class WatchedEvent(asyncio.Event):
 def test_mme_invokes_resolve_through_the_owners_records_and_an_unload_waits_for_them():
     async def scenario(triton: TritonStandIn, plane: DataPlane) -> None:
         assert plane.handle(ModelAdded(RECORD)) is None
-        invoke = plane.begin_invoke("shown", "a.tar.gz")
+        mirror = plane.mirror
+        invoke = mirror.begin_invoke("shown", "a.tar.gz")
         model = invoke.model
         with pytest.raises(BadRequest, match="does not match"):
-            plane.begin_invoke("shown", "other.tar.gz")
+            mirror.begin_invoke("shown", "other.tar.gz")
         model.idle = idle = WatchedEvent()  # unset, as the running invoke left it
         drained = plane.handle(ModelDraining("shown", 30))
         assert drained is not None
         waiting = asyncio.ensure_future(drained)
         with pytest.raises(ModelNotFound):  # new invokes are refused from the start of the drain
-            plane.begin_invoke("shown", None)
+            mirror.begin_invoke("shown", None)
         await asyncio.wait_for(idle.awaited.wait(), 1)  # the unload now waits for the invoke to end
         assert not waiting.done()  # the running invoke holds the unload
-        plane.end_invoke(invoke)
+        invoke.end()
+        invoke.end()  # only the first end counts
         await asyncio.wait_for(waiting, 1)
+        assert model.inflight == 0
         assert plane.handle(ModelRemoved("shown")) is None
+
+    run(scenario, default_model=None)
+
+
+def test_an_mme_invoke_runs_through_the_record_and_is_no_longer_in_flight_after_its_answer():
+    async def scenario(triton: TritonStandIn, plane: DataPlane) -> None:
+        triton.models["a.tar.gz"] = "READY"
+        plane.handle(ModelAdded(RECORD))
+        reply = await plane.invoke(request(b"{}", model="shown", target_model="a.tar.gz"))
+        assert reply.status == 200
+        assert triton.requests[-1][0] == "/v2/models/a.tar.gz/infer"
+        assert plane.mirror.models["shown"].inflight == 0
+        missing = await plane.invoke(request(b"{}", model="nothing"))
+        assert (missing.status, error_of(missing)) == (404, "model 'nothing' is not loaded")
 
     run(scenario, default_model=None)
 
@@ -134,7 +185,7 @@ def test_mme_invokes_resolve_through_the_owners_records_and_an_unload_waits_for_
 def test_a_drain_that_outlasts_its_bound_gives_up_waiting():
     async def scenario(triton: TritonStandIn, plane: DataPlane) -> None:
         plane.handle(ModelAdded(RECORD))
-        plane.begin_invoke("shown", None)  # never ends
+        plane.mirror.begin_invoke("shown", None)  # never ends
         drained = plane.handle(ModelDraining("shown", 0.1))
         assert drained is not None
         await asyncio.wait_for(drained, 2)
@@ -163,7 +214,7 @@ def test_an_image_body_becomes_the_one_element_of_a_bytes_input_and_is_asked_for
         triton.inputs["m"] = [{"name": "IMAGE", "datatype": "BYTES", "shape": [-1, 1]}]
         jpeg = b"\xff\xd8\xff\xe0 not really a JPEG"
         for _ in range(2):
-            assert (await plane.infer("m", jpeg, "image/jpeg", custom_attributes="a=1")).status == 200
+            assert (await invoke(plane, jpeg, "image/jpeg", custom_attributes="a=1")).status == 200
         _, sent, headers = triton.requests[-1]
         size = int(headers[HEADER_LENGTH])
         header = orjson.loads(sent[:size])
@@ -189,10 +240,9 @@ def test_an_image_body_becomes_the_one_element_of_a_bytes_input_and_is_asked_for
 def test_an_image_body_to_a_model_that_cannot_take_it_is_415_saying_what_it_takes(inputs):
     async def scenario(triton: TritonStandIn, plane: DataPlane) -> None:
         triton.inputs["m"] = inputs
-        with pytest.raises(UnsupportedMediaType) as refused:
-            await plane.infer("m", b"\x89PNG...", "image/png")
-        assert refused.value.status == 415
-        assert f"({inputs[0]['datatype']} {inputs[0]['shape']})" in refused.value.message
+        reply = await invoke(plane, b"\x89PNG...", "image/png")
+        assert reply.status == 415
+        assert f"({inputs[0]['datatype']} {inputs[0]['shape']})" in error_of(reply)
         assert not [path for path, _, _ in triton.requests if path.endswith("/infer")]
 
     run(scenario)
@@ -218,8 +268,8 @@ END: dict[str, str | int | bool] = {"sequence_id": 7, "sequence_end": True}
 def test_the_owner_hears_how_a_sessions_inference_went(step, answered, said):
     async def scenario(triton: TritonStandIn, plane: DataPlane) -> None:
         owner = RecordingOwner()
-        plane.owner = owner  # type: ignore[assignment]
-        await plane.session_done(step, answered)
+        plane.owner.channel = owner  # type: ignore[assignment]
+        await plane.sessions.done(step, answered)
         assert owner.said == said
 
     run(scenario)
@@ -251,7 +301,7 @@ def in_session(scenario: Callable[[DataPlane, RecordingOwner], Awaitable[None]])
     async def main() -> None:
         plane = DataPlane(Settings(), Metrics(enabled=False), "m")
         owner = RecordingOwner()
-        plane.owner = owner  # type: ignore[assignment]
+        plane.owner.channel = owner  # type: ignore[assignment]
         await scenario(plane, owner)
 
     asyncio.run(main())
@@ -265,7 +315,7 @@ def test_a_session_stream_nobody_iterated_closes_triton_and_a_closing_session_on
 
     async def scenario(plane: DataPlane, owner: RecordingOwner) -> None:
         triton = TritonStream([OUT, OUT])
-        stream = plane.stream_in_session(step, triton.generator)
+        stream = plane.sessions.stream(step, triton.generator)
         await stream.close()
         await stream.close()  # a second close does nothing
         assert triton.closed
@@ -280,7 +330,7 @@ def test_a_session_stream_nobody_iterated_closes_triton_and_a_closing_session_on
 def test_a_session_stream_read_to_the_end_passes_every_response_and_tells_the_owner_once(step):
     async def scenario(plane: DataPlane, owner: RecordingOwner) -> None:
         triton = TritonStream([OUT, OUT, OUT])
-        stream = plane.stream_in_session(step, triton.generator)
+        stream = plane.sessions.stream(step, triton.generator)
         assert await anext(stream.responses) == OUT
         # Triton's first response: the owner has heard the sequence was answered before the caller sees it.
         assert owner.said == ([] if step.closes else heard(step))
@@ -303,7 +353,7 @@ def test_a_client_that_leaves_mid_stream_closes_triton_and_the_owner_hears_once(
 
     async def scenario(plane: DataPlane, owner: RecordingOwner) -> None:
         triton = TritonStream([OUT, OUT], hold=True)
-        stream = plane.stream_in_session(step, triton.generator)
+        stream = plane.sessions.stream(step, triton.generator)
         if where == "between-responses":
             assert await anext(stream.responses) == OUT
             assert not triton.ended  # left at its yield: only closing it ends it
@@ -346,7 +396,7 @@ def test_a_triton_error_mid_stream_is_the_answers_last_response_and_the_owner_he
 
     async def scenario(plane: DataPlane, owner: RecordingOwner) -> None:
         triton = TritonStream(items)
-        stream = plane.stream_in_session(step, triton.generator)
+        stream = plane.sessions.stream(step, triton.generator)
         assert [response async for response in stream.responses] == items
         await stream.close()
         assert triton.closed
@@ -359,7 +409,7 @@ def test_a_triton_error_mid_stream_is_the_answers_last_response_and_the_owner_he
 def test_a_triton_stream_that_breaks_mid_stream_is_closed_and_the_owner_hears_once(step):
     async def scenario(plane: DataPlane, owner: RecordingOwner) -> None:
         triton = TritonStream([OUT], then=ConnectionResetError("Triton went away"))
-        stream = plane.stream_in_session(step, triton.generator)
+        stream = plane.sessions.stream(step, triton.generator)
         assert await anext(stream.responses) == OUT
         with pytest.raises(ConnectionResetError, match="Triton went away"):
             await anext(stream.responses)

@@ -12,17 +12,18 @@ from typing import Any
 import pytest
 
 from smtriton.serve.dataplane.plane import DataPlane
+from smtriton.serve.dataplane.upstream import Upstream
 from smtriton.serve.errors import INTERNAL_ERROR
-from smtriton.serve.http import protocol
+from smtriton.serve.http import fastpath
 from smtriton.serve.http.app import create_app
-from smtriton.serve.http.routes import DataRoutes
 from tests.unit.test_protocol import Server, get, post
 from tests.unit.triton_stand_in import TritonStandIn, asgi_call, serving_plane, stand_in_thread
 
 
-def _once(fail: str, monkeypatch) -> None:
-    """Make the data plane's ``fail`` method raise a bug once, then work again."""
-    real = getattr(DataPlane, fail)
+def _once(fail: str, monkeypatch, owner: type = Upstream) -> None:
+    """Make ``owner``'s ``fail`` method (the data plane's way to Triton by default) raise a bug once,
+    then work again."""
+    real = getattr(owner, fail)
     calls = []
 
     async def buggy(self, *args, **kwargs):
@@ -31,7 +32,7 @@ def _once(fail: str, monkeypatch) -> None:
             raise RuntimeError("a bug")
         return await real(self, *args, **kwargs)
 
-    monkeypatch.setattr(DataPlane, fail, buggy)
+    monkeypatch.setattr(owner, fail, buggy)
 
 
 def _twice(method: str, path: str, body: bytes = b"") -> list[tuple[int, dict[bytes, bytes], bytes]]:
@@ -96,15 +97,15 @@ def server() -> Iterator[Server]:
 @pytest.mark.parametrize(
     ("request_bytes", "owner", "name"),
     [
-        (post("/invocations", b"{}"), protocol, "Invocation"),  # the fast cycle reads the request's headers
-        (get("/ping"), DataRoutes, "ping_status"),
+        (post("/invocations", b"{}"), fastpath, "request_of"),  # the fast cycle reads the request's headers
+        (get("/ping"), DataPlane, "ping_status"),
     ],
     ids=["invocations", "ping"],
 )
 def test_the_fast_path_answers_a_bug_in_its_cycle_with_json_500_and_goes_on(
     server, caplog, monkeypatch, request_bytes, owner, name
 ):
-    """The fault is outside :meth:`DataRoutes.reply`'s own catch: the fast cycle's last resort answers."""
+    """The fault is outside :meth:`DataPlane.invoke`'s own catch: the fast cycle's last resort answers."""
     _fails_once(owner, name, monkeypatch)
     client = server.connect()
     client.send(request_bytes)

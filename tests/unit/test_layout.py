@@ -122,3 +122,16 @@ def test_the_checks_see_a_circle_when_there_is_one():
     source = "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import x\ndef f():\n    import y\n"
     names = {n.names[0].name for n in _runtime_nodes(ast.parse(source)) if isinstance(n, ast.Import)}
     assert names == {"y"}  # a deferred import counts, a type-checking one does not
+
+
+def test_the_http_side_takes_only_the_data_planes_one_call_and_its_types():
+    """Each route makes one call into the data plane (docs/design.md §4): http/ imports the plane and
+    the request and reply it takes and gives, nothing else of the data plane's parts."""
+    reached = {
+        target
+        for module, targets in GRAPH.items()
+        if module.startswith("smtriton.serve.http.")
+        for target in targets
+        if target.startswith("smtriton.serve.dataplane")
+    }
+    assert reached == {"smtriton.serve.dataplane.plane", "smtriton.serve.dataplane.request"}

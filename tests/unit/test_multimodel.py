@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from smtriton.serve.dataplane import answers as edge
 from smtriton.serve.errors import BadRequest, InsufficientStorage
 from smtriton.serve.host import cgroups
-from smtriton.serve.http import edge
 from smtriton.serve.multimodel import registry as multimodel
 from smtriton.serve.records import ModelRecord
 from smtriton.serve.settings import Settings

@@ -1,4 +1,4 @@
-"""The HTTP edge at the protocol (smtriton/serve/http/protocol.py), over real sockets.
+"""The HTTP protocol and its fast path (smtriton/serve/http/protocol.py, fastpath.py), over real sockets.
 
 uvicorn runs with `serve`'s protocol, the real ASGI app and the real data plane on an ephemeral
 loopback port in a thread, in front of a stand-in speaking Triton's HTTP API (another thread). The
@@ -27,7 +27,7 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from smtriton.serve.dataplane.plane import DataPlane
 from smtriton.serve.http import protocol
 from smtriton.serve.http.app import create_app
-from smtriton.serve.http.protocol import TESTED_UVICORN, UVICORN_INTERNALS, data_protocol
+from smtriton.serve.http.fastpath import TESTED_UVICORN, UVICORN_INTERNALS, DataProtocol, data_protocol
 from smtriton.serve.http.server import http_server
 from smtriton.serve.ipc.messages import EndpointState
 from smtriton.serve.metrics import Metrics
@@ -47,7 +47,7 @@ class Server:
         self.plane = DataPlane(settings, Metrics(enabled=False), "m")
         app = create_app(self.plane)
         self.asgi_paths: list[str] = []  # what reached the ASGI app rather than the fast path
-        self.protocol = data_protocol(app)
+        self.protocol = data_protocol(self.plane)
 
         async def asgi(scope: Any, receive: Any, send: Any) -> None:
             if scope["type"] == "lifespan":  # the plane's clients belong to this server's loop
@@ -500,7 +500,7 @@ def _probe(cls: type) -> object:
 
 def test_every_uvicorn_internal_the_fast_path_reads_is_there():
     """Fails loudly when a uvicorn release moves what the fast path relies on: pyproject.toml pins the
-    release; update TESTED_UVICORN and UVICORN_INTERNALS (smtriton/serve/http/protocol.py) only after the
+    release; update TESTED_UVICORN and UVICORN_INTERNALS (smtriton/serve/http/fastpath.py) only after the
     fast path works on another."""
     missing = [
         f"{cls.__name__}.{name}"
@@ -511,9 +511,9 @@ def test_every_uvicorn_internal_the_fast_path_reads_is_there():
     assert missing == []
     assert ".".join(uvicorn.__version__.split(".")[:2]) in TESTED_UVICORN
     plane = DataPlane(SETTINGS, Metrics(False), "m")
-    assert issubclass(data_protocol(create_app(plane)), protocol.DataProtocol)
+    assert issubclass(data_protocol(plane), DataProtocol)
     config = http_server(plane).config
-    assert issubclass(config.http, protocol.DataProtocol)  # header sizes are the protocol's to check
+    assert issubclass(config.http, DataProtocol)  # header sizes are the protocol's to check
 
 
 def test_a_client_that_leaves_while_triton_works_cancels_the_request_upstream(triton, caplog):

@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from smtriton.serve.dataplane import sessions
-from smtriton.serve.dataplane.sessions import SESSION_SEQUENCES, SessionRequest, read_request
+from smtriton.serve.dataplane import reading, sessions
+from smtriton.serve.dataplane.sessions import SESSION_SEQUENCES, SessionRequest
 from smtriton.serve.errors import BadRequest
 from smtriton.serve.owner import sessions as owner_sessions
 from smtriton.serve.owner.sessions import SessionTable
@@ -19,6 +19,11 @@ ID = "0123456789abcdef0123456789abcdef"
 
 def infer_with(**parameters: object) -> bytes:
     return json.dumps({**json.loads(INFER), "parameters": parameters}).encode()
+
+
+def read_request(header: str, body: bytes, header_length: int | None) -> SessionRequest:
+    """What the request asks of its session, from its JSON part as the request's one reading read it."""
+    return sessions.read_request(header, reading.read(body, header_length).header)
 
 
 @pytest.mark.parametrize(
@@ -36,8 +41,6 @@ def infer_with(**parameters: object) -> bytes:
         (ID, infer_with(other=1), SessionRequest(ID)),
         # A body that is an inference request is one, whatever else it holds.
         (ID, json.dumps({**json.loads(INFER), "requestType": "CLOSE"}).encode(), SessionRequest(ID)),
-        (ID, b"not json", SessionRequest(ID)),  # Triton reports the body, as for any request
-        (ID, b"\x89PNG...", SessionRequest(ID)),
     ],
 )
 def test_what_a_request_asks_of_its_session(header, body, expected):
@@ -89,7 +92,13 @@ def test_binary_json_requests_are_read_from_their_json_part():
     ],
 )
 def test_only_the_sessions_range_of_sequence_ids_is_theirs(body, names):
-    assert sessions.names_a_session_sequence(body, None) is names
+    assert sessions.names_a_session_sequence(reading.read(body, None).parameters) is names
+
+
+def test_an_escaped_key_names_the_same_sequence():
+    """The reading decodes keys as Triton does: an escape cannot hide a session's sequence id."""
+    body = INFER[:-1] + b', "parameters": {"sequence_\\u0069d": %d}}' % SESSION_SEQUENCES
+    assert sessions.names_a_session_sequence(reading.read(body, None).parameters)
 
 
 def test_expiry_is_written_as_sagemaker_does():

@@ -11,6 +11,7 @@ import orjson
 import pytest
 
 from smtriton.serve.dataplane.plane import DataPlane
+from smtriton.serve.dataplane.reading import Inference
 from smtriton.serve.dataplane.sessions import CLOSE_PARAMETER, SESSION_HEADER
 from smtriton.serve.http.app import create_app
 from smtriton.serve.ipc.messages import EndpointState, ModelAdded, ModelDraining
@@ -136,7 +137,7 @@ def test_a_decoupled_invoke_always_gives_back_its_in_flight_count(leave_at_once)
             plane.handle(ModelAdded(record))
             body = orjson.dumps({"inputs": [{"name": "N", "shape": [1], "datatype": "INT32", "data": [3]}]})
             status, _ = await asyncio.wait_for(_call(plane, "/models/dec/invoke", body, leave_at_once), 30)
-            model = plane.models["dec"]
+            model = plane.mirror.models["dec"]
             assert model.inflight == 0
             assert model.idle.is_set()
             if not leave_at_once:  # read: the stream reports that Triton cannot be reached
@@ -161,25 +162,26 @@ def test_a_streamed_answer_in_a_session_closes_triton_and_the_owner_hears_once(c
             plane = await _plane(triton, Settings())
             assert plane.apply(EndpointState(True, True, "", triton.port, 9, decoupled=True)) is None
             owner = RecordingOwner({"session_use": {"sequence_id": 7, "start": False}})
-            plane.owner = owner  # type: ignore[assignment]
+            plane.owner.channel = owner  # type: ignore[assignment]
             read = how == "read-to-the-end"
             # A client that left sees no answer: Triton's never comes (no "answered" notice, read or not).
             upstream = TritonStream([OUT, OUT]) if read else TritonStream([], hold=True)
             asked: list[object] = []
 
-            def stream(triton_name: str, body: bytes, *args: object) -> object:
-                asked.append(args[-1])  # the parameters: the session's sequence
+            def stream(triton_name: str, inference: Inference) -> object:
+                asked.append(dict(inference.parameters))  # the session's sequence (and the request's own)
                 return upstream.generator
 
-            plane.stream = stream  # type: ignore[method-assign]
+            plane.upstream.stream = stream  # type: ignore[method-assign]
             request: dict[str, object] = {"inputs": [{"name": "N", "shape": [1], "datatype": "INT32", "data": [3]}]}
             if closes:
                 request["parameters"] = {CLOSE_PARAMETER: True}
+            own = {CLOSE_PARAMETER: True} if closes else {}
             headers = [(SESSION_HEADER.lower().encode(), b"s1")]
             left_early = how == "left-before-it-started"
             call = _call(plane, "/invocations", orjson.dumps(request), not read, headers, head_stalls=left_early)
             status, payload = await asyncio.wait_for(call, 5)
-            assert asked == [{"sequence_id": 7, "sequence_end": True} if closes else {"sequence_id": 7}]
+            assert asked == [{**own, "sequence_id": 7, "sequence_end": True} if closes else {"sequence_id": 7}]
             assert upstream.closed
             if left_early:
                 assert not upstream.started  # nothing ever iterated the stream

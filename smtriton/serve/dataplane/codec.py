@@ -25,6 +25,8 @@ ACCEPTED_BODIES = (
 )
 
 RequestBody = client.RequestBody
+# Parameters that say an input's data is not in the JSON part: Triton sizes it against the shape itself.
+DATA_ELSEWHERE = ("binary_data_size", "shared_memory_region", "shared_memory_byte_size", "shared_memory_offset")
 
 
 def request_header_length(content_type: str | None, body_length: int) -> int | None:

@@ -16,8 +16,9 @@ from typing import Any
 
 import orjson
 
-from smtriton.serve.dataplane.codec import RequestBody
+from smtriton.serve.dataplane.reading import Inference
 from smtriton.serve.errors import BadRequest, UnsupportedMediaType
+from smtriton.serve.triton.client import RequestBody
 
 IMAGE_TYPES = frozenset({"image/jpeg", "image/png", "application/x-image"})
 
@@ -49,21 +50,20 @@ def image_input(model: str, metadata: dict[str, Any]) -> ImageInput:
     )
 
 
-def request(image: RequestBody, to: ImageInput) -> tuple[bytes, int]:
-    """The binary+json request carrying ``image`` as the input's one element, and its JSON part's length."""
+def request(image: RequestBody, to: ImageInput) -> Inference:
+    """The binary+json request carrying ``image`` as the input's one element."""
     if not image:
         raise BadRequest("the image body is empty")
     element = struct.pack("<I", len(image)) + image
-    header = orjson.dumps(
-        {
-            "inputs": [
-                {
-                    "name": to.name,
-                    "shape": list(to.shape),
-                    "datatype": "BYTES",
-                    "parameters": {"binary_data_size": len(element)},
-                }
-            ]
-        }
-    )
-    return header + element, len(header)
+    header: dict[str, Any] = {
+        "inputs": [
+            {
+                "name": to.name,
+                "shape": list(to.shape),
+                "datatype": "BYTES",
+                "parameters": {"binary_data_size": len(element)},
+            }
+        ]
+    }
+    head = orjson.dumps(header)
+    return Inference(head + element, len(head), header)

@@ -1,131 +1,84 @@
-"""The data plane of one front worker: what the routes ask of Triton and of the endpoint, no HTTP in it.
+"""The data plane of one front worker: it owns an inference request from its head to its answer.
 
-Infer, generate and stream for the single model an SME serves; invoke for the models of an MME, through
-this worker's copy of the load records, counting the invokes it runs so an unload can wait for them.
-Requests go to Triton as SageMaker sent them: the body untouched, except that a large JSON request is
-re-encoded binary (:mod:`smtriton.serve.dataplane.transcode`) and custom attributes are added to its parameters.
-Answers come back as Triton gave them; mapping them to SageMaker's responses is the HTTP edge's job.
+:meth:`DataPlane.invoke` is the one call the HTTP side makes for an inference request
+(:mod:`smtriton.serve.dataplane.request` says what goes in and comes out, nothing of HTTP): it resolves
+the model (the single model of an SME, or an MME model through this worker's copy of the load records,
+counting the invoke in flight so that an unload can wait for it), reads the body, takes the request's
+steps in its session, sends it to Triton, maps Triton's answer to SageMaker's
+(:mod:`smtriton.serve.dataplane.answers`), asks the owner whether a failed MME invoke ran out of memory,
+and counts and logs the request. The control routes make one call each too: load, unload, list and
+describe (the owner's to decide), and batch transform's execution parameters.
 
-What every worker must agree on is decided by the endpoint's owner in the main process
-(:mod:`smtriton.serve.owner.endpoint`): it sends this plane the state (Triton's ports, whether requests may
-go to Triton, what `/ping` answers) and each change of the model table, and answers the multi-model
-API (load, unload, list, describe) for it.
+The parts, each a job of its own: what the owner told this worker (:mod:`~smtriton.serve.dataplane.mirror`),
+the way to Triton (:mod:`~smtriton.serve.dataplane.upstream`), the questions to the owner
+(:mod:`~smtriton.serve.dataplane.owner_link`), the session steps (:mod:`~smtriton.serve.dataplane.sessions`).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable
-from typing import TYPE_CHECKING, Any, TypeVar
+import time
+from collections.abc import AsyncGenerator, Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
 
-import orjson
-
-from smtriton.serve.dataplane import codec, guard, images, sessions, transcode
-from smtriton.serve.dataplane.sessions import SessionStep, SessionStream
-from smtriton.serve.errors import BadRequest, ModelNotFound, NotReady, ServeError, UnsupportedMediaType
-from smtriton.serve.host import cgroups
-from smtriton.serve.ipc.channel import Channel, ChannelClosed
+from smtriton.serve import headers
+from smtriton.serve.dataplane import answers, codec, images, sessions
+from smtriton.serve.dataplane.mirror import EndpointMirror, Invoke
+from smtriton.serve.dataplane.owner_link import OwnerLink
+from smtriton.serve.dataplane.reading import Inference
+from smtriton.serve.dataplane.request import Headers, Reply, Request, Streamed
+from smtriton.serve.dataplane.sessions import SessionStep, SessionSteps
+from smtriton.serve.dataplane.upstream import Upstream
+from smtriton.serve.errors import (
+    INTERNAL_ERROR,
+    BadRequest,
+    ModelNotFound,
+    ServeError,
+    UnsupportedMediaType,
+    error_body,
+)
+from smtriton.serve.ipc.channel import Channel
 from smtriton.serve.ipc.messages import (
-    STARTING,
-    Call,
-    CloseSession,
-    DescribeModel,
     EndpointState,
     Heartbeat,
-    InvokeFailed,
-    ListModels,
-    LoadModel,
     Message,
     ModelAdded,
     ModelDraining,
     ModelRemoved,
-    OpenSession,
-    SessionAnswered,
     StateChanged,
-    UnloadModel,
-    UseSession,
 )
+from smtriton.serve.logs import log_failure
 from smtriton.serve.metrics import Metrics
-from smtriton.serve.records import ModelRecord
 from smtriton.serve.settings import Settings
-from smtriton.serve.triton.client import TritonClient, UpstreamResponse
-
-if TYPE_CHECKING:
-    from smtriton.serve.dataplane.streaming import StreamClient
+from smtriton.serve.triton.client import RequestBody, UpstreamResponse
 
 log = logging.getLogger("serve")
 
-# docs/contract.md §7: the custom attributes header travels to the model as this request parameter,
-# and a response parameter of the same name set by the model comes back as the header.
-CUSTOM_ATTRIBUTES = "sagemaker_custom_attributes"
+EMPTY_BODY = "the request body is empty: send the model's inputs as an inference request (JSON, or binary+json)"
+CLIENT_CLOSED = 499  # the status counted for a request whose client left before its answer (nginx's)
+DEFAULT_BATCH_PAYLOAD_MB = 6  # SageMaker's own default MaxPayloadInMB
+_ATTRIBUTES = headers.wire(headers.CUSTOM_ATTRIBUTES)
 
 
-_SESSION = sessions.SESSION_HEADER.lower().encode()
-_NEW_SESSION = sessions.NEW_SESSION_HEADER.lower().encode()
-_CLOSED_SESSION = sessions.CLOSED_SESSION_HEADER.lower().encode()
+def error_reply(status: int, message: str) -> Reply:
+    return Reply(status, codec.JSON, error_body(message))
 
 
-def _request_parameters(
-    body: codec.RequestBody,
-    header_length: int | None,
-    custom_attributes: str | None,
-    session: dict[str, str | int | bool] | None,
-) -> dict[str, str | int | bool]:
-    """The parameters the front sets in an inference request: the custom attributes, a session's
-    sequence. A request outside a session may set its own sequence, but not one of the sessions'."""
-    extra = dict(session or {})
-    if custom_attributes is not None:
-        extra[CUSTOM_ATTRIBUTES] = custom_attributes
-    if session is None and sessions.names_a_session_sequence(body, header_length):
-        raise BadRequest(
-            f"sequence ids from {sessions.SESSION_SEQUENCES} on belong to stateful sessions: "
-            f"send {sessions.SESSION_HEADER} instead"
-        )
-    return extra
+@dataclass(slots=True)
+class _Target:
+    """The Triton model a request goes to; ``invoke``: an MME invoke in flight (None on an SME)."""
 
-
-R = TypeVar("R")
-
-
-class Invocable:
-    """A loaded model as this worker invokes it: its record and the invokes running now."""
-
-    def __init__(self, record: ModelRecord) -> None:
-        self.record = record
-        self.inflight = 0
-        self.idle = asyncio.Event()
-        self.idle.set()
-
-
-class Invoke:
-    """One MME invoke in flight: the model, and the OOM killer's count when it began (so a failure can
-    be judged by what happened during this request only)."""
-
-    __slots__ = ("model", "oom_kills")
-
-    def __init__(self, model: Invocable, oom_kills: int | None) -> None:
-        self.model = model
-        self.oom_kills = oom_kills
-
-
-async def _close_all(clients: list[TritonClient | StreamClient]) -> None:
-    for client in clients:
-        await client.close()
-
-
-async def _wait_idle(name: str, model: Invocable, timeout: float) -> None:
-    try:
-        await asyncio.wait_for(model.idle.wait(), timeout)
-    except asyncio.TimeoutError:
-        log.warning("unloading %s with %d requests still in flight", name, model.inflight)
+    triton_name: str
+    decoupled: bool
+    invoke: Invoke | None = None
 
 
 class DataPlane:
     """One worker's view of the endpoint: the SME ``default_model``, or the MME models, on the one Triton.
 
-    ``owner`` is the channel to the main process (None: a plane used alone, in tests of the routes)."""
+    ``owner`` is the channel to the main process (None: a plane used alone, in tests)."""
 
     def __init__(
         self,
@@ -139,16 +92,10 @@ class DataPlane:
         self.metrics = metrics
         self.default_model = default_model
         self.multi_model = default_model is None
-        self.owner = owner
-        self.state = STARTING
-        self.draining = False
-        self.client: TritonClient | None = None
-        self._stream_client: StreamClient | None = None
-        self._pool_size = pool_size
-        self.models: dict[str, Invocable] = {}
-        self._image_inputs: dict[str, images.ImageInput | ServeError] = {}  # Triton name -> where an image goes
-        # The OOM killer's count in this cgroup, read as each MME invoke begins (None: not counted here).
-        self._oom = cgroups.oom_counter(cgroups.memory_group()) if self.multi_model else None
+        self.mirror = EndpointMirror(self.multi_model)
+        self.upstream = Upstream(settings, metrics, self.mirror, pool_size)
+        self.owner = OwnerLink(owner, self.multi_model)
+        self.sessions = SessionSteps(self.owner)
 
     # ----- what the owner tells -------------------------------------------------------------------
     def handle(self, message: Message) -> Awaitable[None] | None:
@@ -158,73 +105,73 @@ class DataPlane:
             case StateChanged(state=state):
                 return self.apply(state)
             case ModelAdded(record=record):
-                self.models[record.model_name] = Invocable(record)
-                self._image_inputs.pop(record.triton_name, None)
+                self.mirror.add(record)
+                self.upstream.model_changed(record.triton_name)
             case ModelDraining(name=name, seconds=seconds):
-                return self._drain_model(name, seconds)
+                self._model_gone(name)
+                return self.mirror.drain(name, seconds)
             case ModelRemoved(name=name):
-                self._forget_model(name)
+                self._model_gone(name)
+                self.mirror.forget(name)
             case Heartbeat():
                 pass
             case _:
                 raise BadRequest(f"unknown operation {message.op!r}")
         return None
 
-    def _forget_model(self, name: str) -> Invocable | None:
-        model = self.models.pop(name, None)
+    def _model_gone(self, name: str) -> None:
+        model = self.mirror.models.get(name)
         if model is not None:
-            self._image_inputs.pop(model.record.triton_name, None)
-        return model
+            self.upstream.model_changed(model.record.triton_name)
 
     def apply(self, state: EndpointState) -> Awaitable[None] | None:
         """Take the owner's state; new loopback ports (Triton restarted) mean new clients, and the old
         ones are closed in what is returned."""
-        old = self.state
-        self.state = state
-        closing: list[TritonClient | StreamClient] = []
-        if state.http_port != old.http_port:
-            self._image_inputs.clear()  # Triton restarted: models may have been loaded anew
-            if self.client is not None:
-                closing.append(self.client)
-            self.client = None
-            if state.http_port is not None:
-                url = f"http://127.0.0.1:{state.http_port}"
-                self.client = TritonClient(url, self.settings.request_timeout_s, self._pool_size)
-        if state.grpc_port != old.grpc_port and self._stream_client is not None:
-            closing.append(self._stream_client)
-            self._stream_client = None
-        return _close_all(closing) if closing else None
-
-    def _drain_model(self, name: str, timeout: float) -> Awaitable[None] | None:
-        """An unload: new invokes of ``name`` get 404 from now on; the invokes running finish in what is
-        returned (up to ``timeout`` seconds)."""
-        model = self._forget_model(name)
-        return _wait_idle(name, model, timeout) if model is not None else None
-
-    async def close(self) -> None:
-        if self._oom is not None:
-            self._oom.close()
-        if self.client is not None:
-            await self.client.close()
-        if self._stream_client is not None:
-            await self._stream_client.close()
+        return self.upstream.follow(self.mirror.apply(state), state)
 
     def begin_drain(self) -> None:
         """SIGTERM arrived: /ping fails from now on so no new traffic is routed here; requests
         already accepted still run to completion."""
-        self.draining = True
+        self.mirror.draining = True
 
     @property
     def healthy(self) -> bool:
-        """What /ping answers, as the owner decided it (false at once on this worker's SIGTERM)."""
-        return self.state.healthy and not self.draining
+        return self.mirror.healthy
 
-    @property
-    def decoupled(self) -> bool:
-        """The SME model streams its responses."""
-        return self.state.decoupled
+    def ping_status(self) -> int:
+        """What ``GET /ping`` answers: the owner's verdict, and 503 once this worker drains."""
+        return 200 if self.mirror.healthy else 503
 
-    # ----- single-model endpoint ----------------------------------------------------------------
+    async def close(self) -> None:
+        self.mirror.close()
+        await self.upstream.close()
+
+    # ----- an inference request: the one call --------------------------------------------------------
+    async def invoke(self, request: Request) -> Reply:
+        """Answer one inference request: SME ``/invocations`` when ``request.model`` is None, else an MME
+        invoke. Errors become their JSON answers here; failures are logged and counted."""
+        route = "invocations" if request.model is None else "invoke"
+        started = self.metrics.begin(route)
+        model = request.model or self.default_model or ""
+        status = 500
+        try:
+            reply = await self._invoke(request)
+            status = reply.status
+        except ServeError as exc:
+            status = exc.status
+            reply = error_reply(status, exc.message)
+        except asyncio.CancelledError:  # the client went away: its request upstream was cancelled
+            status = CLIENT_CLOSED
+            raise
+        except Exception:  # a bug, not the client's fault: logged with its traceback, answered in JSON
+            log.exception("POST %s failed inside serve", _path(request))
+            reply = error_reply(500, INTERNAL_ERROR)
+        finally:
+            self.metrics.end(route, model, status, started)
+        if status != 200:
+            log_failure("POST", _path(request), status, request.inference_id)
+        return reply
+
     def sme_model(self) -> str:
         """The model /invocations serves."""
         if self.default_model is None:
@@ -234,208 +181,210 @@ class DataPlane:
             )
         return self.default_model
 
-    def _ready_client(self) -> TritonClient:
-        """The client, if requests may go to Triton now (else 503)."""
-        client = self.client
-        if not self.state.serving or client is None:
-            raise NotReady(self.state.reason or "Triton is not ready")
-        return client
+    async def _invoke(self, request: Request) -> Reply:
+        attributes = request.custom_attributes
+        if attributes is not None and len(attributes) > headers.CUSTOM_ATTRIBUTES_MAX:
+            raise BadRequest(
+                f"{headers.CUSTOM_ATTRIBUTES} is {len(attributes)} characters long; "
+                f"InvokeEndpoint takes at most {headers.CUSTOM_ATTRIBUTES_MAX}"
+            )
+        if request.model is None:
+            model = self.sme_model()
+            body = await self._body(request)
+            if self.settings.inference_type != "infer":
+                return await self._generate(model, body, request)
+            return await self._infer_or_explain(request, body, _Target(model, self.mirror.state.decoupled))
+        if not self.multi_model:
+            raise ModelNotFound(request.model)
+        body = await self._body(request)
+        invoke = self.mirror.begin_invoke(request.model, request.target_model)
+        record = invoke.record
+        try:
+            reply = await self._infer_or_explain(request, body, _Target(record.triton_name, record.decoupled, invoke))
+        except BaseException:
+            invoke.end()
+            raise
+        if reply.stream is None:
+            invoke.end()
+        return reply
 
-    async def infer(
-        self,
-        triton_name: str,
-        body: codec.RequestBody,
-        content_type: str | None,
-        custom_attributes: str | None = None,
-        parameters: dict[str, str | int | bool] | None = None,
-    ) -> UpstreamResponse:
-        """One SageMaker-encoded inference request to a Triton model (an encoded image too, for a model
-        that takes one: :mod:`smtriton.serve.dataplane.images`); ``parameters`` are set in the request (a session's
-        sequence)."""
-        client = self._ready_client()
-        header_length: int | None
-        if images.is_image(content_type):
-            body, header_length = images.request(body, await self._image_input(client, triton_name))
-        else:
-            header_length = codec.request_header_length(content_type, len(body))
-        if header_length is None and 0 < self.settings.transcode_json_min_bytes <= len(body):
-            binary = transcode.to_binary(body)  # also refuses a body nested too deep, or lying about its size
-            if binary is not None:
-                body, header_length = binary
-                self.metrics.transcoded.inc()
-        elif header_length != 0:
-            guard.check_request(body, header_length)
-        extra = _request_parameters(body, header_length, custom_attributes, parameters)
-        if extra:
-            body, header_length = codec.add_request_parameters(body, header_length, extra)
-        return await client.infer(triton_name, body, header_length)
+    async def _body(self, request: Request) -> RequestBody:
+        body = await request.read_body()
+        if request.encoding is not None:
+            body = codec.decompress(body, request.encoding, self.settings.max_payload_bytes)
+        return body
 
-    async def _image_input(self, client: TritonClient, triton_name: str) -> images.ImageInput:
-        """Where an image goes in ``triton_name`` (asked of Triton once, until the model changes)."""
-        known = self._image_inputs.get(triton_name)
-        if known is None:
-            try:
-                known = images.image_input(triton_name, await client.model_metadata(triton_name))
-            except UnsupportedMediaType as exc:
-                known = exc
-            self._image_inputs[triton_name] = known
-        if isinstance(known, ServeError):
-            raise known
-        return known
+    async def _infer_or_explain(self, request: Request, body: RequestBody, target: _Target) -> Reply:
+        """:meth:`_infer`, with an empty body's 400 said in words (Triton says nothing of it)."""
+        try:
+            reply = await self._infer(request, body, target)
+        except ServeError as exc:
+            if exc.status == 400 and (not body or body.isspace()):
+                raise BadRequest(EMPTY_BODY) from None
+            raise
+        if reply.status == 400 and (not body or body.isspace()):
+            return error_reply(400, EMPTY_BODY)
+        return reply
 
-    async def generate(self, model: str, body: codec.RequestBody) -> UpstreamResponse:
-        client = self._ready_client()
-        guard.check_json_depth(body)
-        return await client.generate(model, body)
-
-    @contextlib.asynccontextmanager
-    async def generate_stream(
-        self, model: str, body: codec.RequestBody
-    ) -> AsyncIterator[tuple[UpstreamResponse | None, AsyncIterator[bytes] | None]]:
-        """Triton's generate stream: ``(failure, None)`` with Triton's error answer, or ``(None, events)``
-        with the server-sent events as they arrive; leaving the context early drops the upstream request."""
-        client = self._ready_client()
-        guard.check_json_depth(body)
-        async with client.generate_stream(model, body) as upstream:
-            if upstream.status != 200:
-                payload = await upstream.read()
-                yield UpstreamResponse(upstream.status, upstream.headers.get("Content-Type", ""), None, payload), None
-                return
-            yield None, upstream.content.iter_any()
-
-    def stream(
-        self,
-        triton_name: str,
-        body: codec.RequestBody,
-        content_type: str | None,
-        custom_attributes: str | None = None,
-        parameters: dict[str, str | int | bool] | None = None,
-    ) -> AsyncGenerator[dict[str, Any], None]:
-        """A decoupled model's responses, one KServe JSON response each, as Triton streams them."""
-        from smtriton.serve.dataplane import streaming  # gRPC and numpy only for endpoints that stream
-
-        if images.is_image(content_type):
+    async def _infer(self, request: Request, body: RequestBody, target: _Target) -> Reply:
+        """An inference (streamed for a decoupled model), in its session if the request names one."""
+        if target.decoupled and images.is_image(request.content_type):
             raise UnsupportedMediaType("a model that streams its answer takes JSON or binary+json, not an image body")
-        header_length = codec.request_header_length(content_type, len(body))
-        if header_length != 0:
-            guard.check_request(body, header_length)
-        extra = _request_parameters(body, header_length, custom_attributes, parameters)
-        request = streaming.build_request(triton_name, body, header_length, extra)
-        self._ready_client()
-        if self._stream_client is None:  # made on first use: most endpoints never stream
-            assert self.state.grpc_port is not None
-            self._stream_client = streaming.StreamClient(f"127.0.0.1:{self.state.grpc_port}")
-        return self._stream_client.stream(request)
-
-    async def instance_count(self) -> int:
-        """Model instances Triton runs for the SME model (1 for an MME or when unknown)."""
-        if self.default_model is None or not self.state.serving or self.client is None:
-            return 1
+        inference = await self.upstream.read(target.triton_name, body, request.content_type)
+        step = None
+        if request.session is not None:
+            step = await self.sessions.step(
+                target.triton_name, request.session, inference.header, inference.header is not None, target.decoupled
+            )
+            if step.parameters is None:  # opened or closed the session: nothing to infer
+                return Reply(200, codec.JSON, step.body, step.headers)
+        inference = _with_front_parameters(inference, request.custom_attributes, step)
+        if target.decoupled:
+            return self._streamed(target, inference, request.accept, step)
         try:
-            config = await self.client.model_config(self.default_model)
-        except ServeError:
-            return 1
-        groups = config.get("instance_group")
-        total = 0
-        for group in groups if isinstance(groups, list) else []:
-            if isinstance(group, dict):
-                total += int(group.get("count", 1))
-        return max(1, total)
+            upstream = await self.upstream.infer(target.triton_name, inference)
+        except BaseException:
+            if step is not None:
+                await self.sessions.done(step, False)
+            raise
+        status, content_type, payload = await self._answer(target, upstream)
+        answer_headers = _attributes(upstream)
+        if step is not None:
+            await self.sessions.done(step, status == 200)
+            if status == 200:
+                answer_headers += step.headers
+        return Reply(status, content_type, payload, answer_headers)
 
-    # ----- multi-model endpoint: invoke here, the rest asked of the owner -------------------------
-    def begin_invoke(self, name: str, target_model: str | None) -> Invoke:
-        """Resolve an MME model for one invocation; pair with :meth:`end_invoke` (unloads wait for it)."""
-        model = self.models.get(name)
-        if model is None:
-            raise ModelNotFound(name)
-        model.record.check_target(target_model)
-        model.inflight += 1
-        model.idle.clear()
-        return Invoke(model, self._oom.read() if self._oom is not None else None)
+    async def _answer(self, target: _Target, upstream: UpstreamResponse) -> answers.Answer:
+        """Triton's answer as SageMaker's: on an MME, with the caller's model name, and a failure judged
+        out of memory or not by the owner (the invoke is no longer in flight by then)."""
+        invoke = target.invoke
+        if invoke is None:
+            return answers.to_sagemaker(upstream)
+        invoke.end()
+        oom = answers.may_be_out_of_memory(upstream) and await self.owner.out_of_memory(
+            answers.failure_message(upstream), upstream.status, invoke.oom_kills
+        )
+        return answers.to_mme_response(invoke.record, upstream, oom)
 
-    @staticmethod
-    def end_invoke(invoke: Invoke) -> None:
-        model = invoke.model
-        model.inflight -= 1
-        if model.inflight == 0:
-            model.idle.set()
+    def _streamed(self, target: _Target, inference: Inference, accept: str | None, step: SessionStep | None) -> Reply:
+        responses = self.upstream.stream(target.triton_name, inference)
+        media_type = answers.stream_media_type(accept)
+        on_done = target.invoke.end if target.invoke is not None else None
+        if step is None:
+            return Reply(200, media_type, b"", [], _streamed(responses, media_type, on_done))
+        session = self.sessions.stream(step, responses)
+        stream = _streamed(session.responses, media_type, on_done, step.headers, session.close)
+        return Reply(200, media_type, b"", [], stream)
 
-    async def _ask(self, message: Call[R], *, mme: bool = True) -> R:
-        """The owner's answer to ``message``; 503 when the main process cannot be reached."""
-        if mme and not self.multi_model:
-            raise BadRequest("the multi-model API needs SAGEMAKER_MULTI_MODEL=true")
-        if self.owner is None:
-            raise NotReady("the endpoint's owner is not reachable")
-        try:
-            return await self.owner.call(message)
-        except ChannelClosed:
-            raise NotReady("the server's main process is not reachable (it is stopping or restarting)") from None
+    async def _generate(self, model: str, body: RequestBody, request: Request) -> Reply:
+        """Triton's generate API (SAGEMAKER_TRITON_INFERENCE_TYPE generate or generate_stream)."""
+        if request.session is not None:
+            raise BadRequest("stateful sessions need SAGEMAKER_TRITON_INFERENCE_TYPE=infer")
+        if self.settings.inference_type == "generate":
+            return Reply(*answers.to_sagemaker(await self.upstream.generate(model, body)))
+        # Triton's server-sent events, passed on as they arrive; a client that goes away closes the
+        # upstream request too.
+        context = self.upstream.generate_stream(model, body)
+        failure, events = await context.__aenter__()
 
-    # ----- stateful sessions: the owner keeps them, this plane asks and sets the sequence ----------
-    async def session_step(
-        self, triton_name: str, header: str, body: codec.RequestBody, content_type: str | None, streamed: bool
-    ) -> SessionStep:
-        """What a request in a session (``header``: X-Amzn-SageMaker-Session-Id) asks: open or close
-        the session (no inference), or an inference in its sequence (the parameters to set)."""
-        header_length = None if images.is_image(content_type) else codec.request_header_length(content_type, len(body))
-        request = sessions.read_request(header, body, header_length)
-        if request.control is None and header_length == 0:
-            raise BadRequest("a request in a session is JSON or binary+json: its sequence goes in the parameters")
-        if request.session is None:
-            if request.control is None and streamed:
-                raise BadRequest("a streamed answer cannot open a session: open it first (NEW_SESSION, or "
-                                 '{"requestType": "NEW_SESSION"}), then stream in it')  # fmt: skip
-            opened = await self._ask(OpenSession(triton_name), mme=False)
-            value = f"{opened['id']}; Expires={opened['expires']}".encode()
-            headers = [(_SESSION, value), (_NEW_SESSION, value)]
-            if request.control == "open":
-                answer = orjson.dumps({"session_id": opened["id"], "expires": opened["expires"]})
-                return SessionStep(opened["id"], None, headers, answer)
-            start: dict[str, str | int | bool] = {"sequence_id": opened["sequence_id"], "sequence_start": True}
-            return SessionStep(opened["id"], start, headers, opened=True)
-        session = request.session
-        closed = [(_CLOSED_SESSION, session.encode())]
-        if request.control == "close":
-            await self._ask(CloseSession(session, triton_name), mme=False)
-            return SessionStep(session, None, closed, orjson.dumps({"closed_session_id": session}))
-        used = await self._ask(UseSession(session, triton_name), mme=False)
-        parameters: dict[str, str | int | bool] = {"sequence_id": used["sequence_id"]}
-        if used["start"]:
-            parameters["sequence_start"] = True
-        if request.close:
-            parameters["sequence_end"] = True
-        return SessionStep(session, parameters, closed if request.close else [], closes=request.close)
+        async def close_upstream() -> None:
+            await context.__aexit__(None, None, None)
 
-    async def session_done(self, step: SessionStep, answered: bool) -> None:
-        """After the session's inference, tell the owner how it went: a session whose first inference
-        failed never began, one whose closing inference was answered is closed, and otherwise the
-        sequence has started (when answered) and was used now."""
-        if (step.opened and not answered) or (step.closes and answered):
-            await self._ask(CloseSession(step.session, "", any_model=True), mme=False)
-        elif answered and step.parameters is not None and step.parameters.get("sequence_start"):
-            # The sequence started: the owner must know before the caller can send the next request,
-            # which another worker may take, or that one would start the sequence again.
-            await self._ask(SessionAnswered(step.session), mme=False)
-        elif answered and self.owner is not None:
-            self.owner.notify(SessionAnswered(step.session))
+        if events is None:
+            await close_upstream()
+            assert failure is not None
+            return Reply(*answers.to_sagemaker(failure))
+        return Reply(200, answers.SSE, b"", [], Streamed(events, answers.SSE, close_upstream))
 
-    def stream_in_session(self, step: SessionStep, responses: AsyncGenerator[dict[str, Any], None]) -> SessionStream:
-        """A streamed answer in a session: its responses to iterate, and the clean-up to run once it
-        ends (:meth:`SessionStream.close`), also when nothing ever iterated it."""
-        return SessionStream(self, step, responses)
-
-    async def invoke_out_of_memory(self, invoke: Invoke, message: str, status: int) -> bool:
-        """Whether a failed invoke was out of memory (the owner decides, once for all workers)."""
-        return await self._ask(InvokeFailed(message, status, invoke.oom_kills))
+    # ----- the control routes: one call each --------------------------------------------------------------
+    async def execution_parameters(self) -> dict[str, Any]:
+        """Batch transform asks before sending work (docs/contract.md §7): job settings first, then ours."""
+        settings = self.settings
+        concurrency = settings.max_concurrent_transforms
+        if concurrency is None:
+            concurrency = await self.upstream.instance_count(self.default_model) if self.default_model else 1
+        return {
+            "MaxConcurrentTransforms": concurrency,
+            "BatchStrategy": settings.batch_strategy or "MULTI_RECORD",
+            # 0 is passed on as set: SageMaker's "any size, chunked" (serve still refuses a body past
+            # SMTRITON_MAX_PAYLOAD_BYTES: it never holds an unbounded one).
+            "MaxPayloadInMB": (
+                settings.max_payload_in_mb if settings.max_payload_in_mb is not None else DEFAULT_BATCH_PAYLOAD_MB
+            ),
+        }
 
     async def load(self, body: bytes, target_model: str | None) -> None:
-        await self._ask(LoadModel(body.decode("latin-1"), target_model))
+        """A multi-model load (the owner's to decide), counted in the metrics."""
+        started = time.perf_counter()
+        try:
+            await self.owner.load(body, target_model)
+        except ServeError:
+            self.metrics.model_load(False, time.perf_counter() - started)
+            raise
+        self.metrics.model_load(True, time.perf_counter() - started)
 
     async def unload(self, name: str, target_model: str | None) -> None:
-        await self._ask(UnloadModel(name, target_model))
+        """A multi-model unload (the owner's to decide), counted in the metrics."""
+        try:
+            await self.owner.unload(name, target_model)
+        except ServeError as exc:
+            self.metrics.model_unload(exc.status == 404)
+            raise
+        self.metrics.model_unload(True)
 
     async def list_models(self, token: str | None, limit: str | None) -> dict[str, Any]:
-        return await self._ask(ListModels(token, limit))
+        return await self.owner.list_models(token, limit)
 
     async def describe(self, name: str) -> dict[str, str]:
-        return await self._ask(DescribeModel(name))
+        return await self.owner.describe(name)
+
+
+def _path(request: Request) -> str:
+    return "/invocations" if request.model is None else f"/models/{request.model}/invoke"
+
+
+def _with_front_parameters(inference: Inference, custom_attributes: str | None, step: SessionStep | None) -> Inference:
+    """The request with the parameters the front sets: the custom attributes, a session's sequence. A
+    request outside a session may set its own sequence, but not one of the sessions'."""
+    extra: dict[str, Any] = dict(step.parameters) if step is not None and step.parameters is not None else {}
+    if step is None and sessions.names_a_session_sequence(inference.parameters):
+        raise BadRequest(
+            f"sequence ids from {sessions.SESSION_SEQUENCES} on belong to stateful sessions: "
+            f"send {headers.SESSION} instead"
+        )
+    if custom_attributes is not None:
+        extra[answers.CUSTOM_ATTRIBUTES] = custom_attributes
+    return inference.with_parameters(extra)
+
+
+def _attributes(upstream: UpstreamResponse) -> Headers:
+    """The custom attributes header of an answer, when the model set them."""
+    value = answers.custom_attributes(upstream)
+    return [] if value is None else [(_ATTRIBUTES, value.encode("latin-1", errors="replace"))]
+
+
+def _streamed(
+    responses: AsyncGenerator[dict[str, Any], None],
+    media_type: str,
+    on_done: Callable[[], None] | None = None,
+    answer_headers: Headers | None = None,
+    close_responses: Callable[[], Awaitable[None]] | None = None,
+) -> Streamed:
+    """A decoupled model's answer, streamed; when it ends, however it ends, the Triton stream is
+    closed (cancelled, if it still runs) and ``on_done`` runs. ``close_responses`` closes ``responses``
+    (by default their ``aclose``; a session's stream also tells the owner how it ended)."""
+    chunks = answers.framed(responses, media_type)
+    end = responses.aclose if close_responses is None else close_responses
+
+    async def close() -> None:
+        try:
+            try:
+                await chunks.aclose()
+            finally:
+                await end()
+        finally:
+            if on_done is not None:
+                on_done()
+
+    return Streamed(chunks, media_type, close, answer_headers)

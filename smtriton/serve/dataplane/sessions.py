@@ -9,8 +9,9 @@ another caller's sequence: session ids are 128 random bits, and the sequence ids
 range plain requests may not name.
 
 The table of sessions is decided once, by the endpoint's owner in the main process (whichever front
-worker a request reaches: :mod:`smtriton.serve.owner.sessions`); this module holds what a worker reads
-from a request, and what a session step of its data plane is.
+worker a request reaches: :mod:`smtriton.serve.owner.sessions`); this module is the request's side, in
+a front worker: what it reads from a request, and the steps its data plane takes in the session (ask
+the owner to open, use or close it; tell it how the inference went).
 """
 
 from __future__ import annotations
@@ -19,16 +20,18 @@ import re
 import time
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol
+from typing import Any, Literal
 
 import orjson
 
-from smtriton.serve.dataplane.codec import RequestBody, json_part
+from smtriton.serve import headers
+from smtriton.serve.dataplane.owner_link import OwnerLink
 from smtriton.serve.errors import BadRequest
 
-SESSION_HEADER = "X-Amzn-SageMaker-Session-Id"  # the request's session, or NEW_SESSION
-NEW_SESSION_HEADER = "X-Amzn-SageMaker-New-Session-Id"  # a session opened: "<id>; Expires=<time>"
-CLOSED_SESSION_HEADER = "X-Amzn-SageMaker-Closed-Session-Id"
+SESSION_HEADER = headers.SESSION
+_SESSION = headers.wire(headers.SESSION)
+_NEW_SESSION = headers.wire(headers.NEW_SESSION)
+_CLOSED_SESSION = headers.wire(headers.CLOSED_SESSION)
 NEW_SESSION = "NEW_SESSION"
 # An inference request that closes its session says so in its parameters (JSON and binary+json alike).
 CLOSE_PARAMETER = "sagemaker_session_close"
@@ -58,8 +61,9 @@ class SessionRequest:
     close: bool = False
 
 
-def read_request(header: str, body: RequestBody, header_length: int | None) -> SessionRequest:
-    """The session request in a request's session header and body (400 for a malformed one)."""
+def read_request(header: str, request: dict[str, Any] | None) -> SessionRequest:
+    """The session request in a request's session ``header`` and its JSON part as the request's one
+    reading read it (None: no JSON part); 400 for a malformed one."""
     value = header.split(";", 1)[0].strip()  # the whole New-Session-Id value, sent back, names its session
     if value == NEW_SESSION:
         session = None
@@ -67,9 +71,8 @@ def read_request(header: str, body: RequestBody, header_length: int | None) -> S
         session = value
     else:
         raise BadRequest(f"invalid {SESSION_HEADER}: {NEW_SESSION}, or a session id this endpoint gave")
-    request = _json(body, header_length)
     control = _control(request)
-    parameters = request.get("parameters") if isinstance(request, dict) else None
+    parameters = request.get("parameters") if request is not None else None
     parameters = parameters if isinstance(parameters, dict) else {}
     if any(name in parameters for name in SEQUENCE_PARAMETERS):
         raise BadRequest(f"a request in a session may not set {', '.join(SEQUENCE_PARAMETERS)}: the session does")
@@ -81,18 +84,9 @@ def read_request(header: str, body: RequestBody, header_length: int | None) -> S
     return SessionRequest(session, control, close)
 
 
-def _json(body: RequestBody, header_length: int | None) -> Any:
-    if header_length == 0 or not body.lstrip().startswith(b"{"):
-        return None
-    try:
-        return orjson.loads(json_part(body, header_length))
-    except orjson.JSONDecodeError:
-        return None  # Triton reports it, as for any request
-
-
-def _control(request: Any) -> Literal["open", "close"] | None:
+def _control(request: dict[str, Any] | None) -> Literal["open", "close"] | None:
     """AWS's LMI containers open and close a session with a body of its own, ``{"requestType": ...}``."""
-    if not isinstance(request, dict) or "inputs" in request:
+    if request is None or "inputs" in request:
         return None
     kind = request.get("requestType")
     if kind == "NEW_SESSION":
@@ -102,24 +96,13 @@ def _control(request: Any) -> Literal["open", "close"] | None:
     return None
 
 
-def names_a_session_sequence(body: RequestBody, header_length: int | None) -> bool:
-    """Whether a request without a session names a sequence id of the range sessions use."""
-    part = json_part(body, header_length)
-    if b'"sequence_id"' not in part:
-        return False
-    request = _json(body, header_length)
-    parameters = request.get("parameters") if isinstance(request, dict) else None
-    value = parameters.get("sequence_id") if isinstance(parameters, dict) else None
-    return isinstance(value, int) and value >= SESSION_SEQUENCES
+def names_a_session_sequence(parameters: dict[str, Any]) -> bool:
+    """Whether a request's parameters, outside a session, name a sequence id of the range sessions use."""
+    value = parameters.get("sequence_id")
+    return type(value) is int and value >= SESSION_SEQUENCES
 
 
 # ----- a request's part in its session, as the data plane runs it --------------------------------------
-class SessionsOf(Protocol):
-    """Whom a streamed answer in a session reports to: the data plane that asked the owner for it."""
-
-    async def session_done(self, step: SessionStep, answered: bool) -> None: ...
-
-
 @dataclass(frozen=True)
 class SessionStep:
     """A request's part in its session. ``parameters``: the sequence to set in its inference (None: it
@@ -143,9 +126,9 @@ class SessionStream:
     came; a closing step closes the session however the stream ends (its answer's headers already said
     so), once: when Triton's stream ended, before the answer's last chunk goes out, else on :meth:`close`."""
 
-    def __init__(self, plane: SessionsOf, step: SessionStep, upstream: AsyncGenerator[dict[str, Any], None]) -> None:
+    def __init__(self, steps: SessionSteps, step: SessionStep, upstream: AsyncGenerator[dict[str, Any], None]) -> None:
         self.step = step
-        self._plane = plane
+        self._steps = steps
         self._upstream = upstream
         self._closed = False
         self._reported = False
@@ -157,14 +140,14 @@ class SessionStream:
             if not answered and "error" not in response:
                 answered = True
                 if not self.step.closes:
-                    await self._plane.session_done(self.step, True)
+                    await self._steps.done(self.step, True)
             yield response
         await self._report_closed()
 
     async def _report_closed(self) -> None:
         if self.step.closes and not self._reported:
             self._reported = True
-            await self._plane.session_done(self.step, True)
+            await self._steps.done(self.step, True)
 
     async def close(self) -> None:
         """End the stream: Triton's is closed (cancelled, if it still runs), and a closing step's
@@ -179,3 +162,62 @@ class SessionStream:
                 await self._upstream.aclose()
         finally:
             await self._report_closed()
+
+
+class SessionSteps:
+    """The steps a request takes in its session, asked of the owner through ``owner``."""
+
+    def __init__(self, owner: OwnerLink) -> None:
+        self.owner = owner
+
+    async def step(
+        self, triton_name: str, header: str, request: dict[str, Any] | None, json_body: bool, streamed: bool
+    ) -> SessionStep:
+        """What a request in a session (``header``: X-Amzn-SageMaker-Session-Id) asks: open or close the
+        session (no inference), or an inference in its sequence (the parameters to set). ``request`` is
+        its JSON part as read (None: none), ``json_body`` whether it is JSON or binary+json at all."""
+        wanted = read_request(header, request)
+        if wanted.control is None and not json_body:
+            raise BadRequest("a request in a session is JSON or binary+json: its sequence goes in the parameters")
+        if wanted.session is None:
+            if wanted.control is None and streamed:
+                raise BadRequest("a streamed answer cannot open a session: open it first (NEW_SESSION, or "
+                                 '{"requestType": "NEW_SESSION"}), then stream in it')  # fmt: skip
+            opened = await self.owner.open_session(triton_name)
+            value = f"{opened['id']}; Expires={opened['expires']}".encode()
+            answer_headers = [(_SESSION, value), (_NEW_SESSION, value)]
+            if wanted.control == "open":
+                answer = orjson.dumps({"session_id": opened["id"], "expires": opened["expires"]})
+                return SessionStep(opened["id"], None, answer_headers, answer)
+            start: dict[str, str | int | bool] = {"sequence_id": opened["sequence_id"], "sequence_start": True}
+            return SessionStep(opened["id"], start, answer_headers, opened=True)
+        session = wanted.session
+        closed = [(_CLOSED_SESSION, session.encode())]
+        if wanted.control == "close":
+            await self.owner.close_session(session, triton_name)
+            return SessionStep(session, None, closed, orjson.dumps({"closed_session_id": session}))
+        used = await self.owner.use_session(session, triton_name)
+        parameters: dict[str, str | int | bool] = {"sequence_id": used["sequence_id"]}
+        if used["start"]:
+            parameters["sequence_start"] = True
+        if wanted.close:
+            parameters["sequence_end"] = True
+        return SessionStep(session, parameters, closed if wanted.close else [], closes=wanted.close)
+
+    async def done(self, step: SessionStep, answered: bool) -> None:
+        """After the session's inference, tell the owner how it went: a session whose first inference
+        failed never began, one whose closing inference was answered is closed, and otherwise the
+        sequence has started (when answered) and was used now."""
+        if (step.opened and not answered) or (step.closes and answered):
+            await self.owner.close_session(step.session, any_model=True)
+        elif answered and step.parameters is not None and step.parameters.get("sequence_start"):
+            # The sequence started: the owner must know before the caller can send the next request,
+            # which another worker may take, or that one would start the sequence again.
+            await self.owner.session_answered(step.session, wait=True)
+        elif answered:
+            await self.owner.session_answered(step.session, wait=False)
+
+    def stream(self, step: SessionStep, responses: AsyncGenerator[dict[str, Any], None]) -> SessionStream:
+        """A streamed answer in a session: its responses to iterate, and the clean-up to run once it
+        ends (:meth:`SessionStream.close`), also when nothing ever iterated it."""
+        return SessionStream(self, step, responses)

@@ -6,8 +6,10 @@ in ~5 ms, so the front re-encodes the request and Triton skips its parse: the on
 front can beat the C++ one. Nothing else changes: outputs are still asked for the way the request
 asked (JSON unless it said binary), so the answer is the one Triton gives to the JSON request. Any
 request this module is not certain about (BOOL, BYTES or FP16 data, strings or booleans among numbers,
-numbers out of the type's range, element count not matching the shape, shared memory, duplicate keys,
-invalid JSON) goes to Triton as it came, and Triton answers it with its own words.
+numbers out of the type's range, element count not matching the shape, shared memory) goes to Triton
+as it came, and Triton answers it with its own words. What is re-encoded is what the request's one
+reading (:mod:`smtriton.serve.dataplane.reading`) read and checked; keys Triton does not read are not
+carried over.
 """
 
 from __future__ import annotations
@@ -20,9 +22,7 @@ import orjson
 import simdjson
 
 from smtriton import dtypes
-from smtriton.serve.dataplane import guard
-from smtriton.serve.dataplane.codec import RequestBody
-from smtriton.serve.errors import BadRequest
+from smtriton.serve.dataplane.codec import DATA_ELSEWHERE
 
 # numpy kind -> simdjson buffer kind: "d" doubles, "i" int64, "u" uint64.
 _BUFFER_KIND: dict[str, Literal["d", "i", "u"]] = {"f": "d", "i": "i", "u": "u"}
@@ -49,70 +49,42 @@ class _Unsure(Exception):
     """The request is sent as it came."""
 
 
-def to_binary(body: RequestBody) -> tuple[bytes, int] | None:
-    """``(binary body, JSON header length)`` for a plain JSON inference request, else None.
-
-    Raises for a body that could crash Triton (:mod:`smtriton.serve.dataplane.guard`): the parse here is the
-    depth and declared-size check of the large bodies that come this way, whether or not they are
-    re-encoded.
-    """
+def to_binary(document: Any, header: dict[str, Any]) -> tuple[bytes, int, dict[str, Any]] | None:
+    """``(binary body, JSON header length, JSON header)`` for a JSON inference request that the reading
+    (:mod:`smtriton.serve.dataplane.reading`) parsed into ``document`` (simdjson's) and ``header`` (its
+    values but the inputs' data, already checked); None when it is sent as it came."""
     try:
-        document = simdjson.Parser().parse(body)
-    except (RuntimeError, ValueError) as exc:  # simdjson could not parse it
-        guard.refuse_unparsed(body, exc)
-        return None
-    try:
-        guard.check_declared_elements(document, len(body))  # a lying shape is refused, never forwarded
-        return _encode(document)
-    except BadRequest:
-        raise
+        return _encode(document, header)
     except Exception:  # _Unsure, wrong types, 64-bit overflow...: an optimisation only, so
         return None  # whatever it cannot do, Triton does with its own error message
-    finally:
-        del document
 
 
-def _encode(document: Any) -> tuple[bytes, int]:
-    if not isinstance(document, simdjson.Object):
+def _encode(document: Any, header: dict[str, Any]) -> tuple[bytes, int, dict[str, Any]]:
+    specs = header.get("inputs")
+    if not isinstance(specs, list) or not specs:
         raise _Unsure
-    request = _plain_object(document, skip="inputs")
-    inputs = document["inputs"]
-    if not isinstance(inputs, simdjson.Array) or len(inputs) == 0:
-        raise _Unsure
-    headers: list[dict[str, Any]] = []
+    inputs: list[dict[str, Any]] = []
     parts: list[bytes] = []
-    for spec in inputs:
-        if not isinstance(spec, simdjson.Object):
+    for spec, read in zip(specs, document["inputs"], strict=True):
+        if not isinstance(spec, dict) or "data" not in spec:
             raise _Unsure
-        header = _plain_object(spec, skip="data")
-        data = spec["data"]
-        raw = _tensor_bytes(header, data)
-        parameters = header.setdefault("parameters", {})
-        if not isinstance(parameters, dict) or any(key in parameters for key in guard.DATA_ELSEWHERE):
+        encoded = _known(spec, skip="data")
+        raw = _tensor_bytes(encoded, read["data"])
+        parameters = encoded.setdefault("parameters", {})
+        if not isinstance(parameters, dict) or any(key in parameters for key in DATA_ELSEWHERE):
             raise _Unsure
-        parameters["binary_data_size"] = len(raw)
-        headers.append(header)
+        encoded["parameters"] = {**parameters, "binary_data_size": len(raw)}
+        inputs.append(encoded)
         parts.append(raw)
-    request["inputs"] = headers
+    request = _known(header, skip="inputs")
+    request["inputs"] = inputs
     head = orjson.dumps(request)
-    return b"".join([head, *parts]), len(head)
+    return b"".join([head, *parts]), len(head), request
 
 
-def _plain_object(obj: Any, skip: str) -> dict[str, Any]:
-    """Every member but ``skip`` as plain Python values; ``skip`` must be present, keys unique."""
-    keys = list(obj.keys())
-    if len(set(keys)) != len(keys) or skip not in keys:
-        raise _Unsure
-    plain: dict[str, Any] = {}
-    for key in keys:
-        if key != skip:
-            value = obj[key]
-            if isinstance(value, simdjson.Object):
-                value = value.as_dict()
-            elif isinstance(value, simdjson.Array):
-                value = value.as_list()
-            plain[key] = value
-    return plain
+def _known(obj: dict[str, Any], skip: str) -> dict[str, Any]:
+    """The members the reading read, but ``skip``: what Triton reads of them (the rest it ignores)."""
+    return {key: value for key, value in obj.items() if key != skip and value is not ...}
 
 
 def _tensor_bytes(header: dict[str, Any], data: Any) -> bytes:

@@ -8,7 +8,6 @@ owner in the main process decides (the data plane asks it).
 from __future__ import annotations
 
 import gc
-import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -16,35 +15,37 @@ import orjson
 from fastapi import FastAPI, Request, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from smtriton.serve.dataplane.codec import JSON
+from smtriton.serve import headers
 from smtriton.serve.dataplane.plane import DataPlane
 from smtriton.serve.errors import INTERNAL_ERROR, ModelNotFound, ServeError, error_body
-from smtriton.serve.http import edge
-from smtriton.serve.http.routes import DataRoutes, log_failure, read_limited
+from smtriton.serve.http.body import BodyReader
+from smtriton.serve.http.routes import DataRoutes
+from smtriton.serve.logs import log_failure
 
 _PLAIN = {"content-type": "text/plain"}
+_JSON = "application/json"
 LOAD_BODY_LIMIT = 64 * 1024  # a load request is a small JSON object
-DEFAULT_BATCH_PAYLOAD_MB = 6  # SageMaker's own default MaxPayloadInMB
-_TARGET = edge.TARGET_MODEL_HEADER.lower()
+_TARGET = headers.TARGET_MODEL.lower()
 
 
 def _log_failure(request: Request, status: int) -> None:
-    log_failure(request.method, request.url.path, status, request.headers.get(edge.INFERENCE_ID_HEADER))
+    log_failure(request.method, request.url.path, status, request.headers.get(headers.INFERENCE_ID))
 
 
 def _error(status: int, message: str) -> Response:
-    return Response(error_body(message), status_code=status, media_type=JSON)
+    return Response(error_body(message), status_code=status, media_type=_JSON)
 
 
 def _json(value: object, status: int = 200) -> Response:
-    return Response(orjson.dumps(value), status_code=status, media_type=JSON)
+    return Response(orjson.dumps(value), status_code=status, media_type=_JSON)
 
 
 async def read_body(request: Request, limit: int) -> bytes:
     """The request body, refused with 413 as soon as it is known to pass ``limit`` (before reading it all)."""
+    reader = BodyReader(limit, pull=request.receive)
     declared = request.headers.get("content-length")
-    body = await read_limited(request.receive, declared.encode("latin-1") if declared is not None else None, limit)
-    return bytes(body)  # a control request's small body (a load's JSON)
+    reader.declared = declared.encode("latin-1") if declared is not None else None
+    return bytes(await reader.read())  # a control request's small body (a load's JSON)
 
 
 def create_control_app(plane: DataPlane) -> FastAPI:
@@ -68,7 +69,6 @@ def create_control_app(plane: DataPlane) -> FastAPI:
         redoc_url=None,
         openapi_url=None,
     )
-    metrics = plane.metrics
     multi_model = plane.multi_model
 
     @app.exception_handler(ServeError)
@@ -92,22 +92,8 @@ def create_control_app(plane: DataPlane) -> FastAPI:
 
     @app.get("/execution-parameters")
     async def execution_parameters() -> Response:
-        """Batch transform asks before sending work (docs/contract.md §7): job settings first, then ours."""
-        settings = plane.settings
-        concurrency = settings.max_concurrent_transforms
-        if concurrency is None:
-            concurrency = await plane.instance_count()
-        return _json(
-            {
-                "MaxConcurrentTransforms": concurrency,
-                "BatchStrategy": settings.batch_strategy or "MULTI_RECORD",
-                # 0 is passed on as set: SageMaker's "any size, chunked" (serve still refuses a body
-                # past SMTRITON_MAX_PAYLOAD_BYTES: it never holds an unbounded one).
-                "MaxPayloadInMB": (
-                    settings.max_payload_in_mb if settings.max_payload_in_mb is not None else DEFAULT_BATCH_PAYLOAD_MB
-                ),
-            }
-        )
+        """Batch transform asks before sending work (docs/contract.md §7)."""
+        return _json(await plane.execution_parameters())
 
     @app.get("/models")
     @app.get("/models/")
@@ -130,26 +116,14 @@ def create_control_app(plane: DataPlane) -> FastAPI:
     @app.post("/models/{ignored}")
     async def load_model(request: Request) -> Response:
         # Native: POST /models/<anything> is a load too; the body names the model.
-        body = await read_body(request, LOAD_BODY_LIMIT)
-        started = time.perf_counter()
-        try:
-            await plane.load(body, request.headers.get(_TARGET))
-        except ServeError:
-            metrics.model_load(False, time.perf_counter() - started)
-            raise
-        metrics.model_load(True, time.perf_counter() - started)
+        await plane.load(await read_body(request, LOAD_BODY_LIMIT), request.headers.get(_TARGET))
         return Response(b"", status_code=200, headers=_PLAIN)
 
     @app.delete("/models/{name}")
     async def unload_model(request: Request, name: str) -> Response:
         if not multi_model:
             raise ModelNotFound(name)
-        try:
-            await plane.unload(name, request.headers.get(_TARGET))
-        except ServeError as exc:
-            metrics.model_unload(exc.status == 404)
-            raise
-        metrics.model_unload(True)
+        await plane.unload(name, request.headers.get(_TARGET))
         return Response(b"", status_code=200, headers=_PLAIN)
 
     @app.delete("/models")

@@ -25,7 +25,8 @@ import uvicorn
 
 from smtriton.serve.dataplane.plane import DataPlane
 from smtriton.serve.http.app import create_app
-from smtriton.serve.http.protocol import EdgeProtocol, data_protocol
+from smtriton.serve.http.fastpath import data_protocol
+from smtriton.serve.http.protocol import EdgeProtocol
 
 log = logging.getLogger("serve")
 
@@ -129,7 +130,7 @@ def http_server(plane: DataPlane) -> DrainingServer:
     routes = create_app(plane)
     config = uvicorn.Config(
         routes,
-        http=data_protocol(routes),
+        http=data_protocol(plane),
         host=settings.host,
         port=settings.port,
         log_config=None,

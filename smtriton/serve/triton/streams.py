@@ -3,8 +3,8 @@
 Triton's HTTP ``/infer`` refuses decoupled models, and its generate API takes another request format,
 so a KServe request (JSON or binary+json) for a decoupled model is re-encoded once into a gRPC
 ``ModelInferRequest`` — binary tensors are passed as raw bytes, JSON data goes through numpy — and each
-response Triton streams back becomes one KServe JSON response (the HTTP edge frames it as a JSON line
-or a server-sent event). Only this path decodes tensors.
+response Triton streams back becomes one KServe JSON response (the data plane frames it as a JSON
+line or a server-sent event). Only this path decodes tensors.
 """
 
 from __future__ import annotations
@@ -14,12 +14,11 @@ from typing import Any
 
 import grpc
 import numpy as np
-import orjson
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 from tritonclient.utils import deserialize_bytes_tensor, serialize_byte_tensor, triton_to_np_dtype
 
-from smtriton.serve.dataplane.codec import RequestBody
 from smtriton.serve.errors import BadRequest
+from smtriton.serve.triton.client import RequestBody
 
 FINAL = "triton_final_response"
 
@@ -51,17 +50,14 @@ def _json_tensor(tensor: dict[str, Any], datatype: str, shape: list[int]) -> byt
 
 
 def build_request(
-    model: str, body: RequestBody, header_length: int | None, parameters: dict[str, str | int | bool] | None = None
+    model: str, request: dict[str, Any], body: RequestBody, header_length: int | None
 ) -> service_pb2.ModelInferRequest:
-    """The gRPC request for a KServe JSON or binary+json body."""
+    """The gRPC request for a KServe request: ``request`` its JSON part as read (every input's data in
+    it), ``body`` and ``header_length`` where binary inputs' bytes are (None: a JSON body)."""
     if header_length == 0:
         raise BadRequest("raw binary requests cannot be streamed; send JSON or binary+json")
     end = len(body) if header_length is None else header_length
-    try:
-        request = orjson.loads(body[:end])
-    except orjson.JSONDecodeError as exc:
-        raise BadRequest(f"failed to parse the request JSON buffer: {exc}") from None
-    if not isinstance(request, dict) or not isinstance(request.get("inputs"), list):
+    if not isinstance(request.get("inputs"), list):
         raise BadRequest("Unable to parse 'inputs': the request needs an 'inputs' array")
     out = service_pb2.ModelInferRequest(model_name=model, id=str(request.get("id", "")))
     offset = end
@@ -83,7 +79,7 @@ def build_request(
     for output in request.get("outputs") or []:
         if isinstance(output, dict) and isinstance(output.get("name"), str):
             out.outputs.add(name=output["name"])
-    for key, value in {**(request.get("parameters") or {}), **(parameters or {})}.items():
+    for key, value in (request.get("parameters") or {}).items():
         if isinstance(value, bool):
             out.parameters[key].bool_param = value
         elif isinstance(value, int):

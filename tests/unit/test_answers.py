@@ -8,8 +8,8 @@ from typing import Any
 
 import orjson
 
+from smtriton.serve.dataplane import answers as edge
 from smtriton.serve.dataplane import codec
-from smtriton.serve.http import edge
 from smtriton.serve.records import ModelRecord
 from smtriton.serve.triton.client import UpstreamResponse
 

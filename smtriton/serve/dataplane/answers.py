@@ -1,8 +1,8 @@
-"""The HTTP edge: Triton's answers mapped onto SageMaker's responses, in one place.
+"""Triton's answers mapped onto SageMaker's, in one place.
 
-Status codes (docs/contract.md §2.6), content types (§3.3), the custom attributes header (§7), the
+Status codes (docs/contract.md §2.6), content types (§3.3), the custom attributes a model sets (§7), the
 multi-model endpoint's renaming of ``model_name`` (§4.1), and the framing of streamed responses
-(JSON lines or server-sent events). Nothing here talks to Triton.
+(JSON lines or server-sent events). Nothing here talks to Triton or knows HTTP's wire.
 """
 
 from __future__ import annotations
@@ -15,14 +15,13 @@ import orjson
 
 from smtriton.serve.dataplane import codec
 from smtriton.serve.dataplane.codec import JSON
-from smtriton.serve.dataplane.plane import CUSTOM_ATTRIBUTES
 from smtriton.serve.errors import error_body
 from smtriton.serve.records import ModelRecord
 from smtriton.serve.triton.client import UpstreamResponse, error_text
 
-CUSTOM_ATTRIBUTES_HEADER = "X-Amzn-SageMaker-Custom-Attributes"
-TARGET_MODEL_HEADER = "X-Amzn-SageMaker-Target-Model"
-INFERENCE_ID_HEADER = "X-Amzn-SageMaker-Inference-Id"
+# docs/contract.md §7: the custom attributes header travels to the model as this request parameter,
+# and a response parameter of the same name set by the model comes back as the header.
+CUSTOM_ATTRIBUTES = "sagemaker_custom_attributes"
 SSE = "text/event-stream"
 JSON_LINES = "application/jsonlines"
 
@@ -35,7 +34,7 @@ _NOT_IN_A_HEADER = re.compile("[\x00-\x08\x0a-\x1f\x7f]")
 # ONNX Runtime refusing the request's data: its INVALID_ARGUMENT status (a token id out of an
 # embedding's range, a wrong rank), and its FAIL status for shapes that cannot broadcast. The
 # onnxruntime backend (NVIDIA's native one and ours alike) reports both as a 500 "onnx runtime error
-# <code>: ..."; they are the client's mistakes, so the edge answers 400, in both images.
+# <code>: ..."; they are the client's mistakes, so they are answered 400, in both images.
 _ORT_INVALID_ARGUMENT = b'{"error":"onnx runtime error 2: '
 _ORT_FAIL = b'{"error":"onnx runtime error 1: '
 

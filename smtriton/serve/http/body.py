@@ -1,0 +1,119 @@
+"""The one reader of request bodies: held once as they arrive, refused (413) once they pass the limit.
+
+The protocol's fast path feeds a reader from the HTTP parser's callbacks (:meth:`BodyReader.feed`,
+:meth:`~BodyReader.finish`, :meth:`~BodyReader.lost`); the ASGI side lets it pull the body from
+``receive``. Either way the route reads it with one call, :meth:`BodyReader.read`, refused at once when
+the Content-Length already passes the limit, and as soon as the body does while it streams.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+from starlette.types import Receive
+
+from smtriton.serve.errors import BadRequest, ClientGone, PayloadTooLarge
+from smtriton.serve.triton.client import RequestBody
+
+
+def check_declared_length(content_length: bytes | None, limit: int) -> None:
+    """Refuse a body whose Content-Length already says it passes ``limit`` (413), before reading it."""
+    if content_length is not None:
+        if not content_length.isdigit():
+            raise BadRequest("invalid Content-Length")
+        if int(content_length) > limit:
+            raise PayloadTooLarge(limit)
+
+
+class BodyReader:
+    """A request body as it arrives, held once. Most bodies arrive in one piece, kept as it came; a body
+    in several pieces goes into one buffer that grows in place (the allocator moves a large buffer's
+    pages rather than copying them), never into a list of pieces joined at the end, which would hold a
+    1 GiB body twice. What :meth:`read` returns is ``bytes`` or that ``bytearray``: both are what the
+    rest of the path reads (slices, parsers, the upstream client).
+
+    ``pull``: the ASGI ``receive`` to read the body from (None: it is fed); ``before_wait``: called
+    before waiting for a fed body (the fast path answers ``Expect: 100-continue`` and resumes reading)."""
+
+    __slots__ = (
+        "_arrived", "_before_wait", "_first", "_grown", "_pull", "complete", "declared", "gone", "limit", "size",
+        "too_large",
+    )  # fmt: skip
+
+    def __init__(self, limit: int, pull: Receive | None = None, before_wait: Callable[[], None] | None = None) -> None:
+        self.limit = limit
+        self.declared: bytes | None = None  # the request's Content-Length, as sent
+        self.size = 0
+        self.too_large = False
+        self.complete = False
+        self.gone = False
+        self._first = b""
+        self._grown: bytearray | None = None
+        self._pull = pull
+        self._before_wait = before_wait
+        self._arrived: asyncio.Event | None = None
+
+    # ----- fed by the protocol ---------------------------------------------------------------------
+    def feed(self, piece: bytes) -> None:
+        """A piece of the body; past the limit the rest is dropped and the reader woken (413 now, not
+        after the whole body)."""
+        if self.too_large:
+            return
+        self.size += len(piece)
+        if self.size > self.limit:
+            self.too_large = True
+            self._first, self._grown = b"", None
+            self._wake()
+        elif self._grown is not None:
+            self._grown += piece
+        elif not self._first:
+            self._first = piece
+        elif piece:
+            self._grown = bytearray(self._first)
+            self._grown += piece
+            self._first = b""
+
+    def finish(self) -> None:
+        self.complete = True
+        self._wake()
+
+    def lost(self) -> None:
+        """The connection went away before the body was whole."""
+        self.gone = True
+        self._wake()
+
+    def _wake(self) -> None:
+        if self._arrived is not None:
+            self._arrived.set()
+
+    # ----- read by the route ---------------------------------------------------------------------------
+    async def read(self) -> RequestBody:
+        """The whole body (and the reader emptied); 413 past the limit, 400 for an invalid Content-Length."""
+        check_declared_length(self.declared, self.limit)
+        if self._pull is not None:
+            await self._pull_all(self._pull)
+        elif not (self.complete or self.too_large or self.gone):
+            if self._before_wait is not None:
+                self._before_wait()
+            self._arrived = asyncio.Event()
+            await self._arrived.wait()
+        if self.too_large:
+            raise PayloadTooLarge(self.limit)
+        if self.gone:
+            raise ClientGone()
+        body: RequestBody = self._grown if self._grown is not None else self._first
+        self._first, self._grown, self.size = b"", None, 0
+        return body
+
+    async def _pull_all(self, receive: Receive) -> None:
+        while not self.complete:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                self.lost()
+                return
+            self.feed(message.get("body", b""))
+            if self.too_large:
+                return
+            if not message.get("more_body"):
+                self.finish()
