@@ -108,7 +108,18 @@ class NotReady(ServeError):
 
 
 class TritonUnavailable(NotReady):
-    """Triton did not answer: it is restarting or has died."""
+    """Triton did not answer: it is restarting or has died. ``sent``: the request may have reached it
+    (False: no connection was made, so nothing was sent)."""
+
+    def __init__(self, message: str, sent: bool = True) -> None:
+        super().__init__(message)
+        self.sent = sent
+
+
+class KilledTriton(ServeError):
+    """A request that was in flight at two Triton deaths in a row: it is not sent a third time."""
+
+    status = 500
 
 
 class UpstreamTimeout(ServeError):

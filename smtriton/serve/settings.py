@@ -470,6 +470,18 @@ class Settings(BaseSettings):
         3600.0,
         gt=0,
     )
+    wait_for_triton: Boolean = _setting(
+        "SMTRITON_WAIT_FOR_TRITON",
+        "an inference that meets Triton down or restarting waits for it (within its own timeout) and one in "
+        "flight when Triton died is sent again once, instead of a 503; `false`: 503 at once",
+        True,
+    )
+    triton_wait_queue: Integer = _setting(
+        "SMTRITON_TRITON_WAIT_QUEUE",
+        "inferences one front worker holds while Triton restarts; past it, 503 at once",
+        1024,
+        ge=1,
+    )
     shutdown_timeout_s: Number = _setting(
         "SMTRITON_SHUTDOWN_TIMEOUT_S",
         "seconds the whole stop may take after SIGTERM, inside SageMaker's 30: the workers drain, then "

@@ -13,6 +13,7 @@ import re
 import resource
 import shutil
 import signal
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -312,5 +313,108 @@ def test_a_failed_respawn_is_retried_and_shutdown_still_stops_triton(tmp_path, t
         server.send_signal(signal.SIGTERM)
         assert server.wait(30) == 0
         assert triton_pids(server.marker) == []
+    finally:
+        server.stop()
+
+
+# ----- a Triton crash costs latency, not answers ------------------------------------------------------------
+POISON_MODELS = Path(__file__).parent / "models_poison"
+
+
+def _client_loop(url: str, body: bytes, check, stop, outcomes: list[tuple[float, float, int, bool]]) -> None:
+    """Requests on fresh connections until ``stop``: (sent, answered, status, answer correct) each."""
+    while not stop.is_set():
+        sent = time.monotonic()
+        try:
+            r = requests.post(url, data=body, headers={"Content-Type": "application/json"}, timeout=60)
+            outcomes.append((sent, time.monotonic(), r.status_code, r.status_code == 200 and check(r)))
+        except requests.RequestException:
+            outcomes.append((sent, time.monotonic(), -1, False))
+
+
+def _addsub_correct(r: requests.Response) -> bool:
+    out = {o["name"]: o["data"] for o in r.json()["outputs"]}
+    return out["OUTPUT0"] == (A + B).ravel().tolist() and out["OUTPUT1"] == (A - B).ravel().tolist()
+
+
+def _kill_triton(server: ServeProcess) -> float:
+    (pid,) = triton_pids(server.marker)
+    os.kill(pid, signal.SIGKILL)
+    return time.monotonic()
+
+
+def test_a_triton_crash_under_load_costs_latency_not_answers(tmp_path, test_repository):
+    """8 clients in a loop, Triton killed twice 6 s apart: every answer 200 and right, the slowest within
+    the restart's time and a few seconds (the requests met Triton down waited, those in flight were
+    sent again once)."""
+    repo = tmp_path / "models"  # a path of its own: the Triton to kill is the one serving it
+    shutil.copytree(test_repository, repo)
+    server = start_serve(tmp_path, repo, "addsub", env=WORKERS)
+    outcomes: list[tuple[float, float, int, bool]] = []
+    stop = threading.Event()
+    url = f"{server.url}/invocations"
+    with ThreadPoolExecutor(8) as pool:
+        try:
+            for _ in range(8):
+                pool.submit(_client_loop, url, ADDSUB, _addsub_correct, stop, outcomes)
+            time.sleep(2)
+            restarts = []
+            for _ in range(2):
+                killed = _kill_triton(server)
+                assert wait_for(lambda: requests.get(f"{server.url}/ping", timeout=2).status_code == 503, 5)
+                server.wait_healthy(120)
+                restarts.append(time.monotonic() - killed)
+                time.sleep(max(0.0, killed + 6 - time.monotonic()))
+            time.sleep(2)
+        finally:
+            stop.set()
+    server.stop()
+    statuses = [status for _, _, status, _ in outcomes]
+    assert len(outcomes) > 100
+    assert set(statuses) == {200}, {code: statuses.count(code) for code in set(statuses)}
+    assert all(correct for *_, correct in outcomes)
+    slowest = max(answered - sent for sent, answered, _, _ in outcomes)
+    assert slowest < max(restarts) + 5, (slowest, restarts)
+    assert server.log_text().count("tritonserver exited unexpectedly") >= 2
+
+
+def test_a_request_that_kills_triton_is_answered_500_after_two_deaths_and_others_are_served(tmp_path):
+    repo = tmp_path / "models"
+    shutil.copytree(POISON_MODELS, repo)
+    server = start_serve(tmp_path, repo, "poison", env=WORKERS)
+
+    def body(value: int) -> bytes:
+        return json.dumps({"inputs": [{"name": "INPUT0", "shape": [1], "datatype": "INT32", "data": [value]}]}).encode()
+
+    outcomes: list[tuple[float, float, int, bool]] = []
+    stop = threading.Event()
+    url = f"{server.url}/invocations"
+    honest = body(7)
+
+    def echoed(r: requests.Response) -> bool:
+        return r.json()["outputs"][0]["data"] == [7]
+
+    with ThreadPoolExecutor(4) as pool:
+        try:
+            for _ in range(4):
+                pool.submit(_client_loop, url, honest, echoed, stop, outcomes)
+            time.sleep(1)
+            poisoned = requests.post(url, data=body(666), timeout=120)
+            server.wait_healthy(120)
+            time.sleep(2)
+        finally:
+            stop.set()
+    try:
+        assert poisoned.status_code == 500, poisoned.text
+        assert "Triton died twice in a row while running this request" in poisoned.json()["error"]
+        log = server.log_text()
+        assert log.count("tritonserver exited unexpectedly") == 2  # sent twice, never a third time
+        assert "in flight at two Triton deaths in a row" in log
+        assert '"data": [666]' not in log  # its size and model are logged, never its body
+        assert "666" not in log.split("in flight at two Triton deaths")[1][:300]
+        statuses = [status for _, _, status, _ in outcomes]
+        assert set(statuses) == {200}, {code: statuses.count(code) for code in set(statuses)}
+        assert all(correct for *_, correct in outcomes)
+        assert requests.post(url, data=honest, timeout=30).status_code == 200
     finally:
         server.stop()

@@ -135,10 +135,12 @@ def test_server_is_healthy_after_the_fuzzing(addsub_server):
     assert requests.get(f"{addsub_server.url}/ping", timeout=5).status_code == 200
 
 
-def test_triton_killed_under_load_fails_fast_restarts_and_serves_again(tmp_path, test_repository):
+def test_triton_killed_under_load_fails_fast_restarts_and_serves_again_when_waiting_is_off(tmp_path, test_repository):
+    """With SMTRITON_WAIT_FOR_TRITON=false a Triton death is 503s while it restarts (by default requests
+    wait instead: tests/integration/test_faults.py)."""
     repo = tmp_path / "models"  # a path of its own: the Triton to kill is the one serving it
     shutil.copytree(test_repository, repo)
-    server = start_serve(tmp_path, repo, "slow")
+    server = start_serve(tmp_path, repo, "slow", env={"SMTRITON_WAIT_FOR_TRITON": "false"})
     outcomes: list[tuple[float, int]] = []
     stop = threading.Event()
     body = json.dumps({"inputs": [{"name": "INPUT0", "shape": [1], "datatype": "FP32", "data": [1.0]}]})

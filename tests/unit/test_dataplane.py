@@ -54,8 +54,11 @@ def error_of(reply: Reply) -> str:
     return str(orjson.loads(reply.body)["error"])
 
 
+NO_WAIT = Settings.from_env({"SMTRITON_WAIT_FOR_TRITON": "false"})
+
+
 def test_before_the_owner_says_anything_it_is_not_healthy_and_refuses_with_the_reason():
-    plane = DataPlane(Settings(), Metrics(enabled=False), "m")
+    plane = DataPlane(NO_WAIT, Metrics(enabled=False), "m")
     assert plane.mirror.state == STARTING
     assert not plane.healthy
 
@@ -89,11 +92,125 @@ def test_new_ports_after_a_restart_mean_a_new_client_and_the_old_one_closed():
         await restarting
         assert plane.upstream.client is None
         reply = await invoke(plane, b"{}")
-        assert (reply.status, error_of(reply)) == (503, "Triton is restarting")
+        assert (reply.status, error_of(reply)) == (503, "Triton is restarting")  # waiting is off here
         assert plane.apply(EndpointState(True, True, "", triton.port, 9)) is None  # nothing left to close
         assert plane.upstream.client is not None
         assert plane.upstream.client is not first
         assert (await invoke(plane, b"{}")).status == 200
+
+    run(scenario, settings=NO_WAIT)
+
+
+# ----- a Triton crash costs latency, not answers ---------------------------------------------------------
+_CLOSING: set[asyncio.Future[None]] = set()
+
+
+def _tell(plane: DataPlane, state: EndpointState) -> None:
+    """The owner's new state, as a worker takes it (the old clients close in the background)."""
+    closing = plane.apply(state)
+    if closing is not None:
+        task = asyncio.ensure_future(closing)
+        _CLOSING.add(task)
+        task.add_done_callback(_CLOSING.discard)
+
+
+def _down(generation: int) -> EndpointState:
+    return EndpointState(False, False, "Triton is restarting", None, None, generation=generation)
+
+
+def _up(triton: TritonStandIn, generation: int) -> EndpointState:
+    return EndpointState(True, True, "", triton.port, 9, generation=generation)
+
+
+def test_a_request_that_meets_triton_restarting_waits_and_is_answered_once_it_serves():
+    async def scenario(triton: TritonStandIn, plane: DataPlane) -> None:
+        _tell(plane, _down(1))
+        answer = asyncio.ensure_future(invoke(plane, b"{}"))
+        await asyncio.sleep(0.2)
+        assert not answer.done()
+        assert plane.waiting.waiting == 1
+        assert triton.requests == []  # nothing reaches a Triton that is down
+        _tell(plane, _up(triton, 2))
+        assert (await asyncio.wait_for(answer, 5)).status == 200
+        assert plane.waiting.waiting == 0
+
+    run(scenario)
+
+
+def test_the_waiting_queue_is_bounded_and_a_full_one_answers_503_at_once():
+    settings = Settings.from_env({"SMTRITON_TRITON_WAIT_QUEUE": "2"})
+
+    async def scenario(triton: TritonStandIn, plane: DataPlane) -> None:
+        _tell(plane, _down(1))
+        held = [asyncio.ensure_future(invoke(plane, b"{}")) for _ in range(2)]
+        await asyncio.sleep(0.1)
+        full = await asyncio.wait_for(invoke(plane, b"{}"), 1)
+        assert full.status == 503
+        assert "2 requests already wait for Triton" in error_of(full)
+        _tell(plane, _up(triton, 2))
+        assert [reply.status for reply in await asyncio.gather(*held)] == [200, 200]
+
+    run(scenario, settings=settings)
+
+
+def test_a_request_waits_no_longer_than_its_own_timeout():
+    settings = Settings.from_env({"SMTRITON_REQUEST_TIMEOUT_S": "0.3"})
+
+    async def scenario(triton: TritonStandIn, plane: DataPlane) -> None:
+        _tell(plane, _down(1))
+        reply = await asyncio.wait_for(invoke(plane, b"{}"), 5)
+        assert reply.status == 503
+        assert "Triton was not back in time" in error_of(reply)
+
+    run(scenario, settings=settings)
+
+
+def test_a_request_in_flight_when_triton_died_is_sent_again_once_the_next_one_serves():
+    async def scenario(triton: TritonStandIn, plane: DataPlane) -> None:
+        triton.die_on_infer = 1
+        triton.on_death = lambda: _tell(plane, _down(1))
+
+        async def restart() -> None:
+            await asyncio.sleep(0.3)
+            _tell(plane, _up(triton, 2))
+
+        restarting = asyncio.ensure_future(restart())
+        reply = await asyncio.wait_for(invoke(plane, b'{"inputs":[]}'), 5)
+        await restarting
+        assert reply.status == 200
+        assert [path for path, _, _ in triton.requests] == ["/v2/models/m/infer"] * 2  # sent again, once
+
+    run(scenario)
+
+
+def test_a_request_in_flight_at_two_deaths_in_a_row_is_answered_500_and_not_sent_again(caplog):
+    async def scenario(triton: TritonStandIn, plane: DataPlane) -> None:
+        triton.die_on_infer = 2
+        generation = iter(range(1, 10))
+
+        def death() -> None:
+            _tell(plane, _down(next(generation)))
+            asyncio.get_running_loop().call_later(0.2, lambda: _tell(plane, _up(triton, next(generation))))
+
+        triton.on_death = death
+        reply = await asyncio.wait_for(invoke(plane, b'{"inputs":[]}'), 5)
+        assert reply.status == 500
+        assert "Triton died twice in a row while running this request" in error_of(reply)
+        assert len(triton.requests) == 2  # never a third time
+        assert (await invoke(plane, b'{"inputs":[]}')).status == 200  # the next request is served
+
+    caplog.set_level("ERROR")
+    run(scenario)
+    assert "in flight at two Triton deaths in a row" in caplog.text
+    assert "inputs" not in caplog.text  # its size and model are logged, never its body
+
+
+def test_a_connection_that_fails_while_triton_lives_is_503_as_before():
+    async def scenario(triton: TritonStandIn, plane: DataPlane) -> None:
+        triton.die_on_infer = 1  # the connection dies, but the owner says nothing of a death
+        reply = await asyncio.wait_for(invoke(plane, b"{}"), 10)
+        assert reply.status == 503
+        assert len(triton.requests) == 1
 
     run(scenario)
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from typing import Any, NamedTuple
 
 import orjson
@@ -36,6 +36,8 @@ class TritonStandIn:
         self.answer: tuple[int, bytes] | None = None  # infer: this answer (status, JSON body) instead of the echo
         self.infer_delay_s = 0.0  # infer: how long Triton takes to answer
         self.infers_abandoned = 0  # infer: requests whose client had gone when the answer was ready
+        self.die_on_infer = 0  # infer: this many requests find the connection closed under them, as when Triton dies
+        self.on_death: Callable[[], None] | None = None  # called each time, as the owner would hear of the death
         self.load_error: str | None = None  # load: refused with this message
         # metadata: each model's inputs as Triton describes them (name, datatype, shape)
         self.inputs: dict[str, list[dict[str, object]]] = {
@@ -82,6 +84,13 @@ class TritonStandIn:
 
     async def _infer(self, request: web.Request) -> web.Response:
         body = await self._record(request)
+        if self.die_on_infer:
+            self.die_on_infer -= 1
+            if self.on_death is not None:
+                self.on_death()
+            assert request.transport is not None
+            request.transport.abort()  # the connection dies with the request in flight
+            raise web.HTTPServiceUnavailable()
         if self.infer_delay_s:
             await asyncio.sleep(self.infer_delay_s)
             if request.transport is None or request.transport.is_closing():

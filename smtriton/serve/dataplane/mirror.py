@@ -71,6 +71,7 @@ class EndpointMirror:
     def __init__(self, multi_model: bool) -> None:
         self.state = STARTING
         self.draining = False
+        self.changed = asyncio.Event()  # set (and replaced) each time the state changes: what waiters wait on
         self.models: dict[str, Invocable] = {}
         # The OOM killer's count in this cgroup, read as each MME invoke begins (None: not counted here).
         self._oom = cgroups.oom_counter(cgroups.memory_group()) if multi_model else None
@@ -107,6 +108,9 @@ class EndpointMirror:
         return Invoke(model, self._oom.read() if self._oom is not None else None)
 
     def apply(self, state: EndpointState) -> EndpointState:
-        """Take the owner's new state; the one it replaces is returned."""
+        """Take the owner's new state (those waiting for a change are woken); the one it replaces is
+        returned."""
         old, self.state = self.state, state
+        changed, self.changed = self.changed, asyncio.Event()
+        changed.set()
         return old

@@ -20,6 +20,8 @@ from smtriton.serve.ipc.messages import (
     LoadModel,
     OpenedSession,
     OpenSession,
+    Probation,
+    ProbationOver,
     SessionAnswered,
     UnloadModel,
     UsedSession,
@@ -82,3 +84,15 @@ class OwnerLink:
             await self.ask(SessionAnswered(session), mme=False)
         elif self.channel is not None:
             self.channel.notify(SessionAnswered(session))
+
+    # ----- a request sent again after a Triton death ---------------------------------------------------
+    async def probation(self) -> int | None:
+        """Wait for this worker's turn to send a request that was in flight when Triton died (one at a
+        time on the endpoint: :mod:`smtriton.serve.owner.probation`); None for a worker alone."""
+        if self.channel is None:
+            return None
+        return await self.ask(Probation(), mme=False)
+
+    def probation_over(self, token: int | None) -> None:
+        if token is not None and self.channel is not None:
+            self.channel.notify(ProbationOver(token))

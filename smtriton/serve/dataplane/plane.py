@@ -31,11 +31,14 @@ from smtriton.serve.dataplane.reading import Inference
 from smtriton.serve.dataplane.request import Headers, Reply, Request, Streamed
 from smtriton.serve.dataplane.sessions import SessionStep, SessionSteps
 from smtriton.serve.dataplane.upstream import Upstream
+from smtriton.serve.dataplane.waiting import Waiting
 from smtriton.serve.errors import (
     INTERNAL_ERROR,
     BadRequest,
+    KilledTriton,
     ModelNotFound,
     ServeError,
+    TritonUnavailable,
     UnsupportedMediaType,
     error_body,
 )
@@ -96,6 +99,7 @@ class DataPlane:
         self.upstream = Upstream(settings, metrics, self.mirror, pool_size)
         self.owner = OwnerLink(owner, self.multi_model)
         self.sessions = SessionSteps(self.owner)
+        self.waiting = Waiting(settings, self.mirror)
 
     # ----- what the owner tells -------------------------------------------------------------------
     def handle(self, message: Message) -> Awaitable[None] | None:
@@ -228,6 +232,7 @@ class DataPlane:
 
     async def _infer(self, request: Request, body: RequestBody, target: _Target) -> Reply:
         """An inference (streamed for a decoupled model), in its session if the request names one."""
+        deadline = asyncio.get_running_loop().time() + self.settings.request_timeout_s
         if target.decoupled and images.is_image(request.content_type):
             raise UnsupportedMediaType("a model that streams its answer takes JSON or binary+json, not an image body")
         inference = await self.upstream.read(target.triton_name, body, request.content_type)
@@ -241,12 +246,19 @@ class DataPlane:
         inference = _with_front_parameters(inference, request.custom_attributes, step)
         if target.decoupled:
             return self._streamed(target, inference, request.accept, step)
-        try:
-            upstream = await self.upstream.infer(target.triton_name, inference)
-        except BaseException:
-            if step is not None:
+        if step is None:
+            upstream = await self._send(target, inference, deadline)
+        else:
+            try:
+                upstream = await self.upstream.infer(target.triton_name, inference)
+            except TritonUnavailable as exc:
                 await self.sessions.done(step, False)
-            raise
+                raise TritonUnavailable(
+                    f"{exc.message}: a session's sequence does not outlive its Triton; open a new session"
+                ) from None
+            except BaseException:
+                await self.sessions.done(step, False)
+                raise
         status, content_type, payload = await self._answer(target, upstream)
         answer_headers = _attributes(upstream)
         if step is not None:
@@ -254,6 +266,41 @@ class DataPlane:
             if status == 200:
                 answer_headers += step.headers
         return Reply(status, content_type, payload, answer_headers)
+
+    async def _send(self, target: _Target, inference: Inference, deadline: float) -> UpstreamResponse:
+        """A stateless inference to Triton, which a Triton death costs time, not its answer
+        (:mod:`smtriton.serve.dataplane.waiting`): it waits for a Triton that serves, and is sent again
+        once if its Triton died under it, on probation (alone among the requests sent again, on the
+        whole endpoint); one in flight at two deaths in a row is answered 500, never sent a third time."""
+        waiting = self.waiting
+        newer_than: int | None = None
+        while True:
+            token = await self.owner.probation() if newer_than is not None else None
+            try:
+                await waiting.until_serving(deadline, newer_than)
+                generation = self.mirror.state.generation
+                try:
+                    return await self.upstream.infer(target.triton_name, inference)
+                except TritonUnavailable as exc:
+                    if not waiting.enabled or not await waiting.died(generation):
+                        raise
+                    if not exc.sent:  # it never reached Triton: nothing to suspect it of
+                        continue
+                    if newer_than is not None:
+                        log.error(
+                            "a request to model %s (%d bytes) was in flight at two Triton deaths in a row: "
+                            "answered 500, not sent again",
+                            target.triton_name,
+                            len(inference.body),
+                        )
+                        raise KilledTriton(
+                            "Triton died twice in a row while running this request, the second time with no "
+                            "other request under suspicion: it is not sent again (it may be what crashes the "
+                            "model)"
+                        ) from None
+                    newer_than = generation
+            finally:
+                self.owner.probation_over(token)
 
     async def _answer(self, target: _Target, upstream: UpstreamResponse) -> answers.Answer:
         """Triton's answer as SageMaker's: on an MME, with the caller's model name, and a failure judged

@@ -97,6 +97,7 @@ class EndpointState:
     http_port: int | None  # Triton's loopback ports, new after each restart
     grpc_port: int | None
     decoupled: bool = False  # the SME model streams its responses
+    generation: int = 0  # which Triton: the count of tritonserver processes started (a new one after each death)
 
 
 STARTING = EndpointState(False, False, "Triton is starting", None, None)
@@ -222,3 +223,17 @@ class SessionAnswered(Call[None], op="session_answered"):
     """The model answered a request of the session: its sequence has started."""
 
     session: str
+
+
+@dataclass(frozen=True)
+class Probation(Call[int], op="probation"):
+    """A worker would send again a request that was in flight when Triton died: answered (a token)
+    when no other such request is in flight anywhere on the endpoint, so that a request whose Triton
+    dies again while it runs alone on probation is the one that killed it."""
+
+
+@dataclass(frozen=True)
+class ProbationOver(Call[None], op="probation_over"):
+    """The request on probation was answered, or failed (sent as a notice)."""
+
+    token: int

@@ -29,6 +29,8 @@ from smtriton.serve.ipc.messages import (
     ModelDraining,
     ModelRemoved,
     OpenSession,
+    Probation,
+    ProbationOver,
     SessionAnswered,
     StateChanged,
     UnloadModel,
@@ -37,6 +39,7 @@ from smtriton.serve.ipc.messages import (
 from smtriton.serve.metrics import Metrics
 from smtriton.serve.multimodel.registry import ModelRegistry, load_failure
 from smtriton.serve.owner.pool import WorkerPool
+from smtriton.serve.owner.probation import ProbationDesk
 from smtriton.serve.owner.sessions import SessionKeeper
 from smtriton.serve.records import ModelRecord
 from smtriton.serve.settings import Settings
@@ -93,6 +96,7 @@ class Health:
             http_port=ports.http if ports is not None else None,
             grpc_port=ports.grpc if ports is not None else None,
             decoupled=self.decoupled,
+            generation=supervisor.spawns,
         )
 
     def _not_ready_message(self) -> str:
@@ -225,6 +229,7 @@ class Endpoint:
         self.registry = registry
         self.health = Health(settings, supervisor, workers, default_model, on_fatal, loads)
         self.sessions = SessionKeeper(settings.session_ttl_s, supervisor.running_client)
+        self.probation = ProbationDesk()  # requests sent again after a Triton death, one at a time
         self.announcer = Announcer(workers, self.sessions.forget_model)
         if registry is not None:
             registry.listener = self.announcer
@@ -275,6 +280,10 @@ class Endpoint:
                 return sessions.close(session, model, any_model)
             case SessionAnswered(session=session):
                 return sessions.answered(session)
+            case Probation():
+                return await self.probation.grant()
+            case ProbationOver(token=granted):
+                return self.probation.release(granted)
         registry = self.registry
         if registry is None:
             if isinstance(message, DescribeModel | UnloadModel):

@@ -40,6 +40,8 @@ def _calling(out_of_time: ServeError) -> Iterator[None]:
         yield
     except asyncio.TimeoutError:
         raise out_of_time from None
+    except aiohttp.ClientConnectorError as exc:  # no connection made: nothing reached Triton
+        raise TritonUnavailable(f"Triton is not reachable: {exc.__class__.__name__}", sent=False) from None
     except aiohttp.ClientError as exc:
         raise TritonUnavailable(f"Triton is not reachable: {exc.__class__.__name__}") from None
 

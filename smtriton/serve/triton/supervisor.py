@@ -89,6 +89,7 @@ class TritonSupervisor:
         self._state = TritonState.STARTING
         self._client: TritonClient | None = None
         self.ports: Ports | None = None  # those of the Triton running now (new ones after a restart)
+        self.spawns = 0  # tritonserver processes started so far: which Triton is the one running now
         self.process: TritonProcess | None = None
         self._backend_dir: Path | None = None
         self._task: asyncio.Task[None] | None = None
@@ -206,6 +207,7 @@ class TritonSupervisor:
             await self._remove_shared_memory()  # what a Triton killed before left behind
             process = TritonProcess(command, self.installation.env)
             await process.spawn()
+            self.spawns += 1
             self._spawned.set()
             await self._replace_client(ports)
             if await self._wait_live(process):

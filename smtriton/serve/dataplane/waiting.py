@@ -1,0 +1,75 @@
+"""Waiting for Triton: a Triton crash costs latency, not answers.
+
+When Triton dies the endpoint's owner restarts it (and loads the multi-model endpoint's models again)
+and tells every worker each change of state. A stateless inference (no session, not streamed) that
+meets Triton down or restarting waits here until a Triton serves again — within the request's own
+timeout, and at most :attr:`Waiting.limit` of them a worker (past it, 503 at once) — instead of failing.
+One that was in flight when its Triton died is sent again once the next Triton serves; a request in
+flight at two deaths in a row is not sent a third time (it may be what kills Triton: the data plane
+answers it 500). ``SMTRITON_WAIT_FOR_TRITON=false`` answers 503 at once, as before.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+from smtriton.serve.dataplane.mirror import EndpointMirror
+from smtriton.serve.errors import NotReady
+from smtriton.serve.settings import Settings
+
+# How long a worker may take to hear of a Triton death after a request to it failed unreachable: the
+# owner notices the process's exit at once and tells every worker within milliseconds.
+DEATH_GRACE_S = 2.0
+
+
+class Waiting:
+    """The requests of one worker that wait for Triton to serve again."""
+
+    def __init__(self, settings: Settings, mirror: EndpointMirror) -> None:
+        self.enabled = settings.wait_for_triton
+        self.limit = settings.triton_wait_queue
+        self.mirror = mirror
+        self.waiting = 0
+
+    def _serving(self, newer_than: int | None) -> bool:
+        state = self.mirror.state
+        return state.serving and (newer_than is None or state.generation > newer_than)
+
+    async def until_serving(self, deadline: float, newer_than: int | None = None) -> None:
+        """Return once requests may go to Triton (to a Triton started after the one of generation
+        ``newer_than``, when given). 503 when waiting is off, the worker drains, its queue is full, or
+        ``deadline`` (the event loop's clock) passes first."""
+        if self._serving(newer_than):
+            return
+        reason = self.mirror.state.reason or "Triton is not ready"
+        if not self.enabled or self.mirror.draining:
+            raise NotReady(reason)
+        if self.waiting >= self.limit:
+            raise NotReady(f"{reason} ({self.limit} requests already wait for Triton on this front worker)")
+        loop = asyncio.get_running_loop()
+        self.waiting += 1
+        try:
+            while not self._serving(newer_than):
+                remaining = deadline - loop.time()
+                if remaining <= 0 or self.mirror.draining:
+                    raise NotReady(f"{self.mirror.state.reason or reason}: Triton was not back in time")
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(self.mirror.changed.wait(), remaining)
+        finally:
+            self.waiting -= 1
+
+    async def died(self, generation: int) -> bool:
+        """After a request to the Triton of ``generation`` found it unreachable: whether that Triton died
+        (the owner says so within :data:`DEATH_GRACE_S`), rather than only the connection."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + DEATH_GRACE_S
+        while self.mirror.state.generation == generation and self.mirror.state.serving:
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return False
+            try:
+                await asyncio.wait_for(self.mirror.changed.wait(), remaining)
+            except asyncio.TimeoutError:
+                return False
+        return True
