@@ -4,7 +4,7 @@ Each job has one owner here (docs/design.md §3a): :class:`Health` decides what 
 whether requests may go to Triton (the SME model's readiness, Triton's life, the drain) and sends it to
 every worker; :class:`Announcer` tells every worker each change of the multi-model table before the
 registry answers anyone; the registry (:mod:`smtriton.serve.multimodel.registry`) keeps the table; the session
-keeper (:mod:`smtriton.serve.dataplane.sessions`) the stateful sessions. :class:`Endpoint` assembles them, runs
+keeper (:mod:`smtriton.serve.owner.sessions`) the stateful sessions. :class:`Endpoint` assembles them, runs
 the supervisor's hooks, and answers what a worker asks through the part that owns it.
 """
 
