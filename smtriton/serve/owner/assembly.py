@@ -10,6 +10,7 @@ this class's methods, which pass each event on once the endpoint exists.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import signal
 import time
@@ -20,6 +21,7 @@ from smtriton.serve import eventloop
 from smtriton.serve.errors import StartupError
 from smtriton.serve.host import cgroups
 from smtriton.serve.http.sockets import reserve_port
+from smtriton.serve.owner.reaper import become_subreaper, reap_forever, reap_orphans
 from smtriton.serve.settings import Settings
 from smtriton.serve.triton.installation import TritonInstallation
 
@@ -74,6 +76,7 @@ class MainProcess:
     async def serve(self) -> None:
         """Start everything, serve until SIGTERM or SIGINT, then drain and stop."""
         settings, work = self.settings, self.work
+        become_subreaper()  # before any child: whatever its descendants orphan comes here
         if settings.metrics_port is not None:
             from smtriton.serve.metrics import share_between_processes
 
@@ -108,6 +111,7 @@ class MainProcess:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self._stop.set)
+        reaper = asyncio.create_task(reap_forever(), name="reaper")
         try:
             supervisor.start()
             await supervisor.wait_spawned()
@@ -118,6 +122,10 @@ class MainProcess:
             endpoint.begin_drain()
         finally:
             await _stop(settings, workers, supervisor)  # also when start-up failed half-way
+            reaper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await reaper
+            reap_orphans()  # what Triton's stop left
         if self._fatal:
             raise StartupError(self._fatal[0])
 
