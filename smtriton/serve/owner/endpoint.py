@@ -199,6 +199,8 @@ class Announcer:
         await self.workers.call_all(ModelDraining(record.model_name, timeout), timeout + ANNOUNCE_TIMEOUT_S)
 
     async def removed(self, record: ModelRecord) -> None:
+        """The model left the table: dropped by a restore, or its load failed while being announced
+        (taken back from the workers that had recorded it, and from the hellos)."""
         self._gone(record.triton_name)
         self.models.pop(record.model_name, None)
         await self.workers.call_all(ModelRemoved(record.model_name), ANNOUNCE_TIMEOUT_S)
