@@ -337,7 +337,8 @@ def test_a_workers_stop_adds_up_to_the_drain_before_the_pool_kills_it(seconds):
     assert all(part >= 0 for part in parts)
     assert sum(parts) == pytest.approx(budget.drain_s)
     assert budget.drain_s + budget.triton_s == float(seconds)
-    assert budget.close_s > 0 and budget.accept_grace_s > 0
+    assert budget.close_s > 0
+    assert budget.accept_grace_s > 0
     if budget.drain_s >= 1:  # below, uvicorn's own pauses take much of it
         assert budget.graceful_s >= budget.drain_s / 2  # the requests under way get the most of it
 

@@ -21,7 +21,7 @@ from smtriton.serve import eventloop
 from smtriton.serve.errors import StartupError
 from smtriton.serve.host import cgroups
 from smtriton.serve.http.sockets import reserve_port
-from smtriton.serve.owner.reaper import become_subreaper, reap_forever, reap_orphans
+from smtriton.serve.owner.reaper import become_subreaper, reap_forever, reap_the_last
 from smtriton.serve.settings import Settings
 from smtriton.serve.triton.installation import TritonInstallation
 
@@ -125,7 +125,7 @@ class MainProcess:
             reaper.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await reaper
-            reap_orphans()  # what Triton's stop left
+            await reap_the_last()  # what Triton's stop left
         if self._fatal:
             raise StartupError(self._fatal[0])
 

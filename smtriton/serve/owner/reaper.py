@@ -21,12 +21,14 @@ import contextlib
 import ctypes
 import logging
 import os
+import time
 from pathlib import Path
 
 log = logging.getLogger("serve")
 
 PR_SET_CHILD_SUBREAPER = 36
 REAP_INTERVAL_S = 1.0
+LAST_ORPHANS_S = 1.0  # the longest serve's exit waits for orphans still dying
 
 
 def become_subreaper() -> bool:
@@ -47,10 +49,11 @@ def _a_child_is_a_zombie() -> bool:
         return False
 
 
-def _orphaned_zombies(proc: Path = Path("/proc")) -> list[int]:
-    """This process's zombie children that belong to a session neither its own nor led by themselves."""
+def _adopted(proc: Path = Path("/proc")) -> dict[int, str]:
+    """This process's children in a session neither its own nor led by themselves, with their state
+    (``Z``: a zombie)."""
     me, session = os.getpid(), os.getsid(0)
-    found = []
+    found = {}
     for entry in proc.iterdir():
         if not entry.name.isdigit():
             continue
@@ -61,8 +64,8 @@ def _orphaned_zombies(proc: Path = Path("/proc")) -> list[int]:
         # after the command's closing parenthesis: state, parent, process group, session, ...
         state, parent, _, their_session = stat[stat.rindex(")") + 2 :].split()[:4]
         pid = int(entry.name)
-        if state == "Z" and int(parent) == me and int(their_session) not in (session, pid):
-            found.append(pid)
+        if int(parent) == me and int(their_session) not in (session, pid):
+            found[pid] = state
     return found
 
 
@@ -71,10 +74,11 @@ def reap_orphans() -> list[int]:
     if not _a_child_is_a_zombie():
         return []
     reaped = []
-    for pid in _orphaned_zombies():
-        with contextlib.suppress(ChildProcessError):
-            if os.waitpid(pid, os.WNOHANG)[0] == pid:
-                reaped.append(pid)
+    for pid, state in _adopted().items():
+        if state == "Z":
+            with contextlib.suppress(ChildProcessError):
+                if os.waitpid(pid, os.WNOHANG)[0] == pid:
+                    reaped.append(pid)
     if reaped:
         log.info("reaped %d orphaned process(es) left by a dead parent: %s", len(reaped), ", ".join(map(str, reaped)))
     return reaped
@@ -86,3 +90,15 @@ async def reap_forever(interval: float = REAP_INTERVAL_S) -> None:
     while True:
         await asyncio.sleep(interval)
         reap_orphans()
+
+
+async def reap_the_last(timeout: float = LAST_ORPHANS_S) -> None:
+    """On the way out, once Triton's process group was killed: wait up to ``timeout`` seconds for the
+    orphans still dying (stubs that outlived a stopping Triton) and reap them, so that none outlives
+    `serve` for another process to reap."""
+    deadline = time.monotonic() + timeout
+    while True:
+        reap_orphans()
+        if not _adopted() or time.monotonic() >= deadline:
+            return
+        await asyncio.sleep(0.01)
