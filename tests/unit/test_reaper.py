@@ -51,3 +51,35 @@ def test_an_adopted_orphan_is_reaped_and_every_child_started_keeps_its_exit_stat
     assert result["reaped"] == [result["orphan"]]
     assert result["owners"] == {"own": 7, "leader": 9}  # zombies meanwhile, and never reaped by it
     assert result["left"] == []
+
+
+# A subreaper whose orphan is still alive, and dies a moment later, when the subreaper's exit begins.
+LAST = """
+import asyncio, json, os, time
+from smtriton.serve.owner import reaper
+
+assert reaper.become_subreaper()
+read, write = os.pipe()
+parent = os.fork()
+if parent == 0:
+    os.setsid()
+    orphan = os.fork()
+    if orphan == 0:
+        time.sleep(0.3)
+        os._exit(0)
+    os.write(write, str(orphan).encode())
+    os._exit(0)
+os.waitpid(parent, 0)
+orphan = int(os.read(read, 32))
+started = time.monotonic()
+asyncio.run(reaper.reap_the_last(5))
+print(json.dumps({"gone": not os.path.exists(f"/proc/{orphan}"), "waited": time.monotonic() - started}))
+"""
+
+
+def test_on_the_way_out_the_orphans_still_dying_are_waited_for_and_reaped():
+    done = subprocess.run([sys.executable, "-c", LAST], capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert result["gone"]  # reaped here, not left a zombie for another init
+    assert result["waited"] < 5  # as long as the orphan took, not the whole timeout
