@@ -23,6 +23,7 @@ import numpy as np
 
 from smtriton.perf.stats import StepResult, schedule, summarize
 from smtriton.perf.targets import Channel, Target
+from smtriton.serve import eventloop
 
 DRAIN_TIMEOUT_S = 30.0
 FIRST_ANSWER_LIMIT_S = 120.0
@@ -222,8 +223,4 @@ async def run_steps(target: Target, plans: list[StepPlan], progress: Progress | 
 
 def run(target: Target, plans: list[StepPlan], progress: Progress | None = None) -> list[StepResult]:
     """Run the steps on uvloop where it is installed (it halves the client's cost per request)."""
-    try:
-        import uvloop
-    except ImportError:
-        return asyncio.run(run_steps(target, plans, progress))
-    return uvloop.run(run_steps(target, plans, progress))
+    return eventloop.run(run_steps(target, plans, progress))

@@ -280,19 +280,38 @@ class TritonOptions(BaseModel):
     )
 
 
+# A front worker's stop after its SIGTERM, part by part (StopBudget shares its drain between them):
+UVICORN_PAUSES_S = 0.2  # uvicorn's own: a tick of its main loop before its shutdown, a pause after it
+ACCEPT_GRACE_S = 2.0  # at most: queued connections accepted and requests on their way arrived
+APP_CLOSE_S = 1.0  # at most: the app's shutdown (its upstream pool closed) and the process's exit
+
+
 @dataclass(frozen=True)
 class StopBudget:
-    """One budget for the stop (``SMTRITON_SHUTDOWN_TIMEOUT_S``): the workers drain for ``drain_s``
-    (uvicorn closes what is left a second before, then the pool kills a worker still there), and Triton
-    exits in what remains, at least ``triton_s``."""
+    """One budget for the stop (``SMTRITON_SHUTDOWN_TIMEOUT_S``): the workers drain for ``drain_s``, then
+    the pool kills one still there, and Triton exits in what remains, at least ``triton_s``.
+
+    A worker's drain is shared so that its parts add up to ``drain_s`` (for a drain of 0.25 s or more):
+    uvicorn's pauses, the accept grace, uvicorn's graceful wait for the requests under way (then it
+    cancels them), and the app's shutdown, which closes the upstream pool before the pool's kill."""
 
     drain_s: float
     triton_s: float
 
     @property
-    def graceful_s(self) -> int:
-        """uvicorn's own graceful timeout: below the pool's, so a worker ends its connections itself."""
-        return max(1, int(self.drain_s) - 1)
+    def accept_grace_s(self) -> float:
+        """How long a draining worker accepts what the kernel queued and lets requests on their way arrive."""
+        return min(ACCEPT_GRACE_S, self.drain_s / 10)
+
+    @property
+    def close_s(self) -> float:
+        """Kept for the app's shutdown and the worker's exit, after the graceful wait."""
+        return min(APP_CLOSE_S, self.drain_s / 10)
+
+    @property
+    def graceful_s(self) -> float:
+        """uvicorn's graceful timeout: the rest of the drain, for the requests under way."""
+        return max(0.0, self.drain_s - UVICORN_PAUSES_S - self.accept_grace_s - self.close_s)
 
 
 class Settings(BaseSettings):

@@ -13,6 +13,7 @@ import re
 import resource
 import shutil
 import signal
+import subprocess
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -28,6 +29,7 @@ from tests.integration.contract_client import BJ, json_request, parse
 from tests.integration.harness import (
     ServeProcess,
     connection_accepted_by,
+    descendants,
     post_on,
     triton_has,
     triton_pids,
@@ -416,5 +418,57 @@ def test_a_request_that_kills_triton_is_answered_500_after_two_deaths_and_others
         assert set(statuses) == {200}, {code: statuses.count(code) for code in set(statuses)}
         assert all(correct for *_, correct in outcomes)
         assert requests.post(url, data=honest, timeout=30).status_code == 200
+
+
+def _pid_namespace() -> list[str]:
+    """A launcher that starts serve as PID 1 of a pid namespace of its own (with its own /proc), as a
+    container runs it: every orphan below it is handed to it."""
+    launcher = ["unshare", "--pid", "--fork", "--mount-proc", "--kill-child"]
+    probe = subprocess.run([*launcher, "true"], capture_output=True, text=True, timeout=30, check=False)
+    if probe.returncode != 0:
+        pytest.skip(f"cannot start a process in a pid namespace of its own here: {probe.stderr.strip()}")
+    return launcher
+
+
+def _stat(pid: int) -> list[str] | None:
+    """A process's state, parent, ... (/proc/<pid>/stat after its command); None once it is gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat[stat.rindex(")") + 2 :].split()
+
+
+def _zombie_children(pid: int) -> list[int]:
+    children = (int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit())
+    return [c for c in children if (stat := _stat(c)) is not None and stat[0] == "Z" and int(stat[1]) == pid]
+
+
+@pytest.mark.parametrize("as_pid_1", [True, False], ids=["as PID 1 of its pid namespace", "as a plain process"])
+def test_three_triton_kills_leave_no_zombie_under_serve(tmp_path, test_repository, as_pid_1):
+    """Each Triton killed orphans its Python stubs (killed with its process group): they come to serve,
+    as PID 1 in the container or as a subreaper elsewhere, and serve reaps them."""
+    launcher = _pid_namespace() if as_pid_1 else None
+    server = start_serve(tmp_path, test_repository, "addsub", env=WORKERS, launcher=launcher)
+    try:
+        serve = server.pid
+        if as_pid_1:  # the launcher's one child is serve
+            (serve,) = [p for p in descendants(server.pid) if (stat := _stat(p)) and int(stat[1]) == server.pid]
+        orphans = 0
+        for _ in range(3):
+            (triton,) = triton_pids(server.marker)
+            stubs = descendants(triton)
+            assert stubs  # the Python model runs in a stub of Triton's
+            orphans += len(stubs)
+            os.kill(triton, signal.SIGKILL)
+            assert wait_for(lambda triton=triton: triton_pids(server.marker) not in ([], [triton]), 30)
+            server.wait_healthy(120)
+            assert wait_for(lambda stubs=stubs: all(_stat(s) is None for s in stubs), 10), [_stat(s) for s in stubs]
+            assert _zombie_children(serve) == []
+        reaped = re.findall(r"reaped (\d+) orphaned process", server.log_text())
+        assert sum(int(n) for n in reaped) == orphans  # serve reaped them, not an init above it
+        assert requests.post(f"{server.url}/invocations", data=ADDSUB, timeout=10).status_code == 200
+        os.kill(serve, signal.SIGTERM)  # the namespace's launcher passes no signal on
+        assert server.wait(60) == 0
     finally:
         server.stop()

@@ -9,9 +9,13 @@ owner's end of the channel), the worker's plane as a worker builds it from its h
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import os
 import shutil
+import signal
 import socket
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import numpy as np
@@ -19,10 +23,10 @@ import pytest
 
 from smtriton.serve.dataplane.plane import DataPlane
 from smtriton.serve.dataplane.request import Request
-from smtriton.serve.errors import ModelNotFound, NotReady, ServeError
+from smtriton.serve.errors import ModelLoadFailed, ModelNotFound, NotReady, ServeError
 from smtriton.serve.http.worker import _plane
 from smtriton.serve.ipc.channel import Channel
-from smtriton.serve.ipc.messages import Heartbeat, Message
+from smtriton.serve.ipc.messages import Heartbeat, Message, ModelAdded
 from smtriton.serve.metrics import Metrics
 from smtriton.serve.multimodel.registry import ModelRegistry
 from smtriton.serve.owner.endpoint import Endpoint
@@ -32,6 +36,7 @@ from smtriton.serve.triton.installation import find_triton
 from smtriton.serve.triton.supervisor import TritonSupervisor
 from tests.integration.conftest import TEST_MODELS
 from tests.integration.contract_client import json_request
+from tests.integration.harness import triton_pids
 
 pytestmark = pytest.mark.integration
 
@@ -142,5 +147,139 @@ def test_a_worker_plane_and_the_owner_speak_every_message_over_a_real_channel(tm
             await owner.close()
             for reader in readers:
                 reader.cancel()
+
+    asyncio.run(scenario())
+
+
+class _Owner:
+    """The endpoint's owner as `serve` assembles it (MME), with ``count`` worker planes, each on a real
+    channel of its own, started and stopped by :meth:`running`. ``hooks[i]``, where set, sees worker
+    i's messages before its plane does (a worker that fails, or is slow, to record a model)."""
+
+    def __init__(self, tmp_path: Path, count: int) -> None:
+        self.root = tmp_path / "models"
+        shutil.copytree(TEST_MODELS / "addsub", self.root / "m" / "model")
+        self.managed, self.work = tmp_path / "managed", tmp_path / "work"
+        self.managed.mkdir()
+        self.work.mkdir()
+        settings = Settings(multi_model=True, model_root=self.root, memory_reserve_bytes=0, workers=count)
+        self.supervisor = TritonSupervisor(settings, find_triton(), self.managed, self.work, on_live=self._on_live)
+        self.pool = WorkerPool(count)  # never started: its slots hold the owner's ends of the test's channels
+        self.registry = ModelRegistry(settings, self.managed, self.supervisor.running_client)
+        self.endpoint = Endpoint(settings, self.supervisor, Metrics(False), self.pool, None, self.registry)
+        self.planes: list[DataPlane] = []
+        self.hooks: dict[int, Callable[[Message], object]] = {}
+        self._channels: list[Channel] = []
+        self._readers: list[asyncio.Task[None]] = []
+
+    async def _on_live(self) -> None:
+        await self.endpoint.on_triton_live()
+
+    def _worker_handler(self, index: int) -> Callable[[Message], object]:
+        def handle(message: Message) -> object:
+            hook = self.hooks.get(index)
+            return hook(message) if hook is not None else self.planes[index].handle(message)
+
+        return handle
+
+    @contextlib.asynccontextmanager
+    async def running(self) -> AsyncIterator[_Owner]:
+        self.supervisor.start()
+        try:
+            await _until(lambda: self.supervisor.live and self.endpoint.health.model_ready)
+            for index, slot in enumerate(self.pool.slots):
+                owner_end, worker_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+                owner = await Channel.open(owner_end, self.endpoint.handle)
+                worker = await Channel.open(worker_end, self._worker_handler(index))
+                self._channels += [owner, worker]
+                self._readers += [asyncio.create_task(owner.run()), asyncio.create_task(worker.run())]
+                self.planes.append(_plane(self.endpoint.hello(index + 1), worker))
+                slot.channel = owner  # from now on the worker hears every change
+            self.endpoint.publish()
+            await _until(lambda: all(plane.mirror.state.serving for plane in self.planes), 10)
+            yield self
+        finally:
+            for plane in self.planes:
+                await plane.close()
+            await self.supervisor.stop(10)
+            for channel in self._channels:
+                await channel.close()
+            for reader in self._readers:
+                reader.cancel()
+
+    async def load(self, worker: int) -> None:
+        body = json.dumps({"model_name": "m", "url": str(self.root / "m" / "model")}).encode()
+        await self.planes[worker].load(body, None)
+
+    def nobody_has_the_model(self) -> None:
+        """Neither a worker, nor the announcer's table (what a new worker's hello carries), nor the registry."""
+        assert ["m" in plane.mirror.models for plane in self.planes] == [False] * len(self.planes)
+        assert self.endpoint.announcer.models == {}
+        assert self.endpoint.hello(len(self.planes) + 1).models == ()
+        assert self.registry.records == {}
+
+
+def test_a_load_whose_announcement_fails_is_taken_back_from_the_workers_told_of_it(tmp_path):
+    """Two workers: one answers the announcement with an error, the other records the model. The load
+    fails, and the worker that recorded the model forgets it again."""
+
+    async def scenario() -> None:
+        owner = _Owner(tmp_path, 2)
+
+        def cannot_record(message: Message) -> object:
+            if isinstance(message, ModelAdded):
+                raise RuntimeError("this worker cannot record the model")
+            return owner.planes[1].handle(message)
+
+        owner.hooks[1] = cannot_record
+        async with owner.running():
+            with pytest.raises(ServeError) as failed:
+                await owner.load(0)
+            assert failed.value.status == 500
+            owner.nobody_has_the_model()
+            with pytest.raises(ModelNotFound):
+                owner.planes[0].begin_invoke("m", None)
+            del owner.hooks[1]
+            await owner.load(0)  # the name stays loadable
+            assert ["m" in plane.mirror.models for plane in owner.planes] == [True, True]
+
+    asyncio.run(scenario())
+
+
+def test_a_load_that_a_triton_restore_drops_while_it_is_announced_is_taken_back_from_the_workers(tmp_path):
+    """Two workers: the second is slow to record the model, so the announcement waits for it; meanwhile
+    Triton dies and the restore cannot load the model again (its staged copy broke). The load fails, and
+    the first worker, told of it already, forgets it."""
+
+    async def scenario() -> None:
+        owner = _Owner(tmp_path, 2)
+        release = asyncio.Event()
+        held: list[ModelAdded] = []
+
+        def slow_to_record(message: Message) -> object:
+            if not isinstance(message, ModelAdded):
+                return owner.planes[1].handle(message)
+            held.append(message)
+
+            async def later() -> None:
+                await release.wait()
+                owner.planes[1].handle(message)
+
+            return later()
+
+        owner.hooks[1] = slow_to_record
+        async with owner.running():
+            load = asyncio.create_task(owner.load(0))
+            await _until(lambda: bool(held), 60)  # loaded in Triton, being announced
+            assert "m" in owner.planes[0].models
+            (owner.managed / "m" / "config.pbtxt").write_text("not a model configuration {")
+            (pid,) = triton_pids(str(owner.work))
+            os.kill(pid, signal.SIGKILL)
+            await _until(lambda: "m" not in owner.registry._announcing, 60)  # the restore dropped it
+            release.set()
+            with pytest.raises(ServeError, match="failed to load again when Triton restarted") as failed:
+                await load
+            assert failed.value.status == ModelLoadFailed("").status
+            owner.nobody_has_the_model()
 
     asyncio.run(scenario())

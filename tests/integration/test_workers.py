@@ -6,6 +6,7 @@ either worker; the access log, one JSON line per request naming its worker, show
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -295,6 +296,46 @@ def test_sigterm_under_load_loses_no_request_and_leaves_no_process(tmp_path, tes
         assert alive(processes) == []
     finally:
         clients.stop()
+        server.stop()
+
+
+def test_a_worker_draining_a_long_request_under_arrivals_closes_its_upstream_pool_within_the_budget(
+    tmp_path, test_repository
+):
+    """At the edge of the stop budget: a request under way that outlasts the whole drain, and a client
+    connected whose request has not arrived (the accept grace waits for it to the end). The worker's
+    parts (uvicorn's pauses, the grace, the graceful wait, the app's shutdown) fit in its share: it
+    cancels the request, closes its upstream pool and exits on its own, before the pool would kill it."""
+    # one worker, whose drain is 5 s of the 10
+    env = {**WORKERS, "SAGEMAKER_MODEL_SERVER_WORKERS": "1", "SMTRITON_SHUTDOWN_TIMEOUT_S": "10"}
+    server = start_serve(tmp_path, test_repository, "tokens", env={**env, "SMTRITON_TRITON_EXIT_TIMEOUT_S": "5"})
+    request = {"inputs": [{"name": "N", "shape": [1], "datatype": "INT32", "data": [1500]}]}  # 30 s of tokens
+    silent = None
+    try:
+        (worker,) = worker_pids(server)
+        with requests.post(f"{server.url}/invocations", json=request, stream=True, timeout=60) as stream:
+            lines = stream.iter_lines()
+            assert next(lines)  # under way
+
+            def read_on() -> None:  # until the worker cancels the stream, cut short
+                with contextlib.suppress(requests.RequestException):
+                    for _ in lines:
+                        pass
+
+            threading.Thread(target=read_on, daemon=True).start()
+            silent = connection_accepted_by(server, worker)  # arriving: its request never comes
+            mark = len(server.log_text())
+            started = time.monotonic()
+            server.send_signal(signal.SIGTERM)
+            assert server.wait(30) == 0
+            elapsed = time.monotonic() - started
+        log = server.log_text()[mark:]
+        assert "did not drain within" not in log, log[-3000:]
+        assert "Application shutdown complete" in log  # the app's shutdown ran: the upstream pool closed
+        assert elapsed < 10 + 2  # the budget, and Python's own exit
+    finally:
+        if silent is not None:
+            silent.close()
         server.stop()
 
 

@@ -318,11 +318,29 @@ def test_the_default_worker_count_is_one_per_two_cpus_and_at_most_eight(monkeypa
 
 def test_the_stop_budget_is_shared_between_the_drain_and_triton():
     budget = Settings.from_env({}).stop_budget()
-    assert (budget.drain_s, budget.triton_s, budget.graceful_s) == (20.0, 5.0, 19)  # 25 s in all
+    assert (budget.drain_s, budget.triton_s) == (20.0, 5.0)  # 25 s in all
+    assert (budget.accept_grace_s, budget.graceful_s, budget.close_s) == (2.0, pytest.approx(16.8), 1.0)
     short = Settings.from_env({"SMTRITON_SHUTDOWN_TIMEOUT_S": "6"}).stop_budget()
-    assert (short.drain_s, short.triton_s, short.graceful_s) == (3.0, 3.0, 2)  # Triton keeps at most half
-    tiny = Settings.from_env({"SMTRITON_SHUTDOWN_TIMEOUT_S": "1"}).stop_budget()
-    assert tiny.graceful_s == 1
+    assert (short.drain_s, short.triton_s) == (3.0, 3.0)  # Triton keeps at most half
+    assert (short.accept_grace_s, short.graceful_s, short.close_s) == (0.3, pytest.approx(2.2), 0.3)
+
+
+@pytest.mark.parametrize("seconds", ["0.5", "1", "2.5", "6", "10", "25", "30", "120", "3600"])
+def test_a_workers_stop_adds_up_to_the_drain_before_the_pool_kills_it(seconds):
+    """A worker's stop after SIGTERM, part by part: uvicorn's pauses, the accept grace, uvicorn's
+    graceful wait, then the app's shutdown (the upstream pool closed). All of them fit in the drain, so
+    the pool never kills a worker that is still inside its own parts."""
+    from smtriton.serve.settings import UVICORN_PAUSES_S
+
+    budget = Settings.from_env({"SMTRITON_SHUTDOWN_TIMEOUT_S": seconds}).stop_budget()
+    parts = [UVICORN_PAUSES_S, budget.accept_grace_s, budget.graceful_s, budget.close_s]
+    assert all(part >= 0 for part in parts)
+    assert sum(parts) == pytest.approx(budget.drain_s)
+    assert budget.drain_s + budget.triton_s == float(seconds)
+    assert budget.close_s > 0
+    assert budget.accept_grace_s > 0
+    if budget.drain_s >= 1:  # below, uvicorn's own pauses take much of it
+        assert budget.graceful_s >= budget.drain_s / 2  # the requests under way get the most of it
 
 
 def test_available_cpus_are_the_affinity_bounded_by_the_cgroup_quota(monkeypatch):

@@ -7,7 +7,6 @@ owner in the main process decides (the data plane asks it).
 
 from __future__ import annotations
 
-import gc
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -18,6 +17,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from smtriton.serve import headers
 from smtriton.serve.dataplane.plane import DataPlane
 from smtriton.serve.errors import INTERNAL_ERROR, ModelNotFound, ServeError, error_body
+from smtriton.serve.eventloop import freeze_heap
 from smtriton.serve.http.body import BodyReader
 from smtriton.serve.http.routes import DataRoutes
 from smtriton.serve.logs import log_failure
@@ -53,10 +53,7 @@ def create_control_app(plane: DataPlane) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
-        # Everything alive now lives for the whole process: keep it out of the collector's full
-        # passes, which otherwise made the p99 (bench/NOTES.md: 57 ms pauses → p99 55 → 8 ms).
-        gc.collect()
-        gc.freeze()
+        freeze_heap()  # everything alive now lives for the whole process
         try:
             yield
         finally:

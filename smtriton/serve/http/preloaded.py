@@ -3,7 +3,6 @@ frozen out of the garbage collector's passes, so the workers forked from it keep
 (a full collection writes to each object it visits, which copies the page the object is on: about
 15 MiB more private memory a worker, measured)."""
 
-import gc
+from smtriton.serve.eventloop import freeze_heap
 
-gc.collect()
-gc.freeze()
+freeze_heap()

@@ -30,9 +30,6 @@ from smtriton.serve.http.protocol import EdgeProtocol
 
 log = logging.getLogger("serve")
 
-# How long the drain waits for queued connections to be accepted and their requests to arrive; a
-# client connected this long without sending its request is closed as before.
-ACCEPT_GRACE_S = 2.0
 _SO_ATTACH_FILTER = 26
 _TCP_INFO_UNACKED = 24  # tcp_info.tcpi_unacked: on a listening socket, its queue of accepted connections
 
@@ -100,7 +97,8 @@ class DrainingServer(uvicorn.Server):
         if not listeners or not all([refuse_new_connections(sock) for sock in listeners]):
             return
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + ACCEPT_GRACE_S
+        # a client connected this long without sending its request is closed as before
+        deadline = loop.time() + self._plane.settings.stop_budget().accept_grace_s
         while loop.time() < deadline:
             arriving = any(
                 isinstance(connection, EdgeProtocol) and connection.awaiting_request()
@@ -137,7 +135,7 @@ def http_server(plane: DataPlane) -> DrainingServer:
         log_level=settings.log_level,
         access_log=settings.access_log,
         server_header=False,
-        timeout_graceful_shutdown=settings.stop_budget().graceful_s,
+        timeout_graceful_shutdown=settings.stop_budget().graceful_s,  # type: ignore[arg-type]  # uvicorn hands it to asyncio.wait_for
         lifespan="on",
     )
     return DrainingServer(config, plane)

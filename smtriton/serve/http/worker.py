@@ -16,6 +16,7 @@ import signal
 import socket
 from typing import Any
 
+from smtriton.serve import eventloop
 from smtriton.serve.dataplane.plane import DataPlane
 from smtriton.serve.http.server import http_server
 from smtriton.serve.http.sockets import listen
@@ -44,13 +45,7 @@ def run(index: int, channel: socket.socket) -> None:
     away before it said hello."""
     # Never outlive `serve`: the fork server this runs under ends with the main process.
     ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-    try:
-        import uvloop
-    except ImportError:  # pragma: no cover - uvloop is in the runtime's dependencies
-        code = asyncio.run(_serve(channel))
-    else:
-        code = uvloop.run(_serve(channel))
-    raise SystemExit(code)
+    raise SystemExit(eventloop.run(_serve(channel)))
 
 
 async def _serve(channel_socket: socket.socket) -> int:

@@ -140,7 +140,8 @@ class ModelDraining(Call[None], op="model_draining"):
 
 @dataclass(frozen=True)
 class ModelRemoved(Call[None], op="model_removed"):
-    """A model is gone (it could not be restored after Triton restarted)."""
+    """A model is gone: it could not be restored after Triton restarted, or its load failed while it
+    was being announced (some workers had recorded it)."""
 
     name: str
 

@@ -381,18 +381,29 @@ class ModelRegistry:
     async def _announce(self, record: ModelRecord) -> None:
         """Tell the workers of a model Triton loaded. Meanwhile it counts as loaded for a restore (a
         Triton that restarts now loads it too); if it cannot be told, or the restore could not load it
-        again, the load fails and leaves nothing behind."""
+        again, the load fails and leaves nothing behind, in the workers told of it neither."""
         self._announcing[record.model_name] = record
         try:
             if self.listener is not None:
                 await self.listener.added(record)
         except BaseException:
             self._announcing.pop(record.model_name, None)
-            await self._discard(record.triton_names)
+            await self._withdraw(record)
             raise
         if self._announcing.pop(record.model_name, None) is None:  # dropped by a restore that failed it
-            await self._discard(record.triton_names)
+            await self._withdraw(record)
             raise ModelLoadFailed(f"model '{record.model_name}' failed to load again when Triton restarted")
+
+    async def _withdraw(self, record: ModelRecord) -> None:
+        """A load failed while it was announced: the workers that recorded the model forget it, then
+        what the load staged is removed. A worker that cannot be told is logged, not the load's error."""
+        try:
+            if self.listener is not None:
+                await self.listener.removed(record)
+        except Exception:
+            log.exception("model %s could not be withdrawn from every worker", record.model_name)
+        finally:
+            await self._discard(record.triton_names)
 
     async def _load(self, name: str, url: str, target_model: str | None) -> ModelRecord:
         real = await asyncio.to_thread(confine_url, url, self.model_root)

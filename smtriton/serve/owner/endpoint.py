@@ -4,7 +4,7 @@ Each job has one owner here (docs/design.md §3a): :class:`Health` decides what 
 whether requests may go to Triton (the SME model's readiness, Triton's life, the drain) and sends it to
 every worker; :class:`Announcer` tells every worker each change of the multi-model table before the
 registry answers anyone; the registry (:mod:`smtriton.serve.multimodel.registry`) keeps the table; the session
-keeper (:mod:`smtriton.serve.dataplane.sessions`) the stateful sessions. :class:`Endpoint` assembles them, runs
+keeper (:mod:`smtriton.serve.owner.sessions`) the stateful sessions. :class:`Endpoint` assembles them, runs
 the supervisor's hooks, and answers what a worker asks through the part that owns it.
 """
 
@@ -203,6 +203,8 @@ class Announcer:
         await self.workers.call_all(ModelDraining(record.model_name, timeout), timeout + ANNOUNCE_TIMEOUT_S)
 
     async def removed(self, record: ModelRecord) -> None:
+        """The model left the table: dropped by a restore, or its load failed while being announced
+        (taken back from the workers that had recorded it, and from the hellos)."""
         self._gone(record.triton_name)
         self.models.pop(record.model_name, None)
         await self.workers.call_all(ModelRemoved(record.model_name), ANNOUNCE_TIMEOUT_S)
