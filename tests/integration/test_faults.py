@@ -418,6 +418,8 @@ def test_a_request_that_kills_triton_is_answered_500_after_two_deaths_and_others
         assert set(statuses) == {200}, {code: statuses.count(code) for code in set(statuses)}
         assert all(correct for *_, correct in outcomes)
         assert requests.post(url, data=honest, timeout=30).status_code == 200
+    finally:
+        server.stop()
 
 
 def _pid_namespace() -> list[str]:
