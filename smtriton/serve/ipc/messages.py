@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import types
 import typing
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar, Generic, TypedDict, TypeVar, Union
 
 from smtriton.serve.records import ModelRecord
@@ -97,6 +97,8 @@ class EndpointState:
     http_port: int | None  # Triton's loopback ports, new after each restart
     grpc_port: int | None
     decoupled: bool = False  # the SME model streams its responses
+    # The value Triton's restricted APIs (model config, repository, shared memory) want; never shown.
+    triton_key: str | None = field(default=None, repr=False)
 
 
 STARTING = EndpointState(False, False, "Triton is starting", None, None)

@@ -93,6 +93,7 @@ class Health:
             http_port=ports.http if ports is not None else None,
             grpc_port=ports.grpc if ports is not None else None,
             decoupled=self.decoupled,
+            triton_key=supervisor.access.key,
         )
 
     def _not_ready_message(self) -> str:
