@@ -10,7 +10,7 @@ import orjson
 
 from smtriton.serve.dataplane import codec
 from smtriton.serve.http import edge
-from smtriton.serve.records import ModelRecord
+from smtriton.serve.multimodel.records import ModelRecord
 from smtriton.serve.triton.client import UpstreamResponse
 
 BINARY = "application/vnd.sagemaker-triton.binary+json;json-header-size="

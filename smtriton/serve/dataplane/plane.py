@@ -48,7 +48,7 @@ from smtriton.serve.ipc.messages import (
     UseSession,
 )
 from smtriton.serve.metrics import Metrics
-from smtriton.serve.records import ModelRecord
+from smtriton.serve.multimodel.records import ModelRecord
 from smtriton.serve.settings import Settings
 from smtriton.serve.triton.access import TritonAccess
 from smtriton.serve.triton.client import TritonClient, UpstreamResponse

@@ -17,7 +17,7 @@ from smtriton.serve.dataplane import codec
 from smtriton.serve.dataplane.codec import JSON
 from smtriton.serve.dataplane.plane import CUSTOM_ATTRIBUTES
 from smtriton.serve.errors import error_body
-from smtriton.serve.records import ModelRecord
+from smtriton.serve.multimodel.records import ModelRecord
 from smtriton.serve.triton.client import UpstreamResponse, error_text
 
 CUSTOM_ATTRIBUTES_HEADER = "X-Amzn-SageMaker-Custom-Attributes"
@@ -83,7 +83,7 @@ def to_mme_response(record: ModelRecord, upstream: UpstreamResponse, out_of_memo
         if record.response_name != record.triton_name:
             body, header_length = rename_in_response(body, header_length, record.triton_name, record.response_name)
         return 200, codec.response_content_type(header_length), body
-    message = failure_message(upstream)
+    message = record.in_callers_terms(failure_message(upstream))  # no staging path, the caller's names
     if upstream.body.startswith(_PARSE_ERROR_PREFIXES):
         message = f"{message}; {codec.ACCEPTED_BODIES}"
     if upstream.status == 503:

@@ -16,7 +16,7 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Generic, TypedDict, TypeVar, Union
 
-from smtriton.serve.records import ModelRecord
+from smtriton.serve.multimodel.records import ModelRecord
 
 R = TypeVar("R")
 

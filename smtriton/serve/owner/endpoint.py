@@ -35,10 +35,11 @@ from smtriton.serve.ipc.messages import (
     UseSession,
 )
 from smtriton.serve.metrics import Metrics
-from smtriton.serve.multimodel.registry import ModelRegistry, load_failure
+from smtriton.serve.multimodel.records import ModelRecord
+from smtriton.serve.multimodel.registry import ModelRegistry
+from smtriton.serve.multimodel.staging import load_failure
 from smtriton.serve.owner.pool import WorkerPool
 from smtriton.serve.owner.sessions import SessionKeeper
-from smtriton.serve.records import ModelRecord
 from smtriton.serve.settings import Settings
 from smtriton.serve.triton.supervisor import TritonState, TritonSupervisor
 
@@ -144,7 +145,7 @@ class Health:
                     raise ModelLoadFailed(reason)
             except ServeError as exc:
                 self.model_failed = True
-                why = load_failure(name, exc.message, {})
+                why = load_failure(name, exc.message)
                 log.error("%s; Triton said: %s", why, exc.message)
                 if self._on_fatal is not None:  # as NVIDIA's server does: SageMaker learns at once, not at its timeout
                     self._on_fatal(why)
