@@ -5,8 +5,10 @@ The rules hold for every request, and are applied while it is parsed, before a r
 
 - a URL longer than the header limit is answered 414, headers past it 431, as soon as they pass it
   (nothing unbounded is buffered first);
-- a request's headers must arrive within ``SMTRITON_CLIENT_TIMEOUT_S`` of its first byte, and its
-  body may not pause longer than that: 408; a connection that sends nothing for that long is closed;
+- a request's headers must arrive within ``SMTRITON_CLIENT_TIMEOUT_S`` of its first byte, its body
+  may not pause longer than that, and the whole body must arrive within ``SMTRITON_BODY_TIMEOUT_S`` of
+  the headers, however steadily it trickles: 408; a connection that sends nothing for that long is
+  closed;
 - a request that is not valid HTTP/1.1 is answered 400 only after every complete request before it on
   the connection has its answer (HTTP/1.1 answers in order), then the connection closes.
 
@@ -100,6 +102,8 @@ class EdgeProtocol(HttpToolsProtocol):
         self._refusal: ServeError | None = None  # decided; written once the answers owed are out
         self._head_timer: asyncio.TimerHandle | None = None
         self._body_timer: asyncio.TimerHandle | None = None
+        self._body_deadline_s = settings.body_timeout_s
+        self._whole_body_timer: asyncio.TimerHandle | None = None  # the whole body's deadline
 
     # ----- the connection ----------------------------------------------------------------------
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
@@ -152,6 +156,7 @@ class EdgeProtocol(HttpToolsProtocol):
         self._in_head = False
         self._cancel_timers()
         self._body_timer = self.loop.call_later(self._timeout, self._body_too_slow)
+        self._whole_body_timer = self.loop.call_later(self._body_deadline_s, self._body_too_long)
         before = self.cycle
         self._dispatch()
         if self.cycle is not before:
@@ -171,9 +176,10 @@ class EdgeProtocol(HttpToolsProtocol):
             self._body_timer = self.loop.call_later(self._timeout, self._body_too_slow)
 
     def on_message_complete(self) -> None:
-        if self._body_timer is not None:
-            self._body_timer.cancel()
-            self._body_timer = None
+        for timer in (self._body_timer, self._whole_body_timer):
+            if timer is not None:
+                timer.cancel()
+        self._body_timer = self._whole_body_timer = None
         super().on_message_complete()
 
     def on_response_complete(self) -> None:
@@ -192,10 +198,10 @@ class EdgeProtocol(HttpToolsProtocol):
 
     # ----- refusals ----------------------------------------------------------------------------
     def _cancel_timers(self) -> None:
-        for timer in (self._head_timer, self._body_timer):
+        for timer in (self._head_timer, self._body_timer, self._whole_body_timer):
             if timer is not None:
                 timer.cancel()
-        self._head_timer = self._body_timer = None
+        self._head_timer = self._body_timer = self._whole_body_timer = None
 
     def _silent_too_long(self) -> None:
         if not self._in_head and self.cycle is None and not self.transport.is_closing():
@@ -213,6 +219,16 @@ class EdgeProtocol(HttpToolsProtocol):
             self._body_timer = self.loop.call_later(self._timeout, self._body_too_slow)
             return
         self._refuse(RequestTimeout(f"request body paused for more than {self._timeout:g} s"))
+
+    def _body_too_long(self) -> None:
+        """The whole body's deadline: a body that keeps trickling never trips the pause's timer."""
+        cycle = self.cycle
+        if cycle is None or not cycle.more_body or cycle.response_complete:
+            return
+        if self.flow.read_paused:  # held back by the server, not the client: look again a pause later
+            self._whole_body_timer = self.loop.call_later(self._timeout, self._body_too_long)
+            return
+        self._refuse(RequestTimeout(f"request body not received within {self._body_deadline_s:g} s"))
 
     def _refuse(self, error: ServeError) -> None:
         """Answer ``error`` and close, once every complete request before the refused one has its answer.

@@ -17,6 +17,7 @@ import socket
 from typing import Any
 
 from smtriton.serve.dataplane.plane import DataPlane
+from smtriton.serve.host import descriptors
 from smtriton.serve.http.server import http_server
 from smtriton.serve.http.sockets import listen
 from smtriton.serve.ipc.channel import Channel
@@ -79,9 +80,12 @@ async def _serve(channel_socket: socket.socket) -> int:
             server.should_exit = True
 
     reader.add_done_callback(owner_gone)
+    # Out of descriptors, connections are refused without a word from the event loop: say so.
+    watcher = asyncio.create_task(descriptors.watch(lambda: len(server.server_state.connections)))
     try:
         await server.serve(sockets=[listen(plane.settings.host, plane.settings.port)])
     finally:
+        watcher.cancel()
         reader.remove_done_callback(owner_gone)
         await channel.close()
     return 0
