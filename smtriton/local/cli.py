@@ -138,7 +138,7 @@ def local_endpoint(
     ] = None,
     max_archive_gib: Annotated[
         float,
-        typer.Option(min=0.001, help="Most GiB an archive may hold once extracted (its headers are summed first)"),
+        typer.Option(min=1e-6, help="Most GiB an archive may hold once extracted (its headers are summed first)"),
     ] = DEFAULT_MAX_BYTES / GIB,
     max_archive_entries: Annotated[
         int, typer.Option(min=1, help="Most files, folders and links an archive may hold")

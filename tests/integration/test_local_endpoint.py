@@ -63,7 +63,7 @@ class Emulator:
             try:
                 if requests.get(f"{self.url}/ping", timeout=5).status_code == 200:
                     break
-            except requests.ConnectionError:
+            except (requests.ConnectionError, requests.Timeout):  # listening, not serving yet while serve starts
                 pass
             time.sleep(0.3)
         self.client = boto3.client(

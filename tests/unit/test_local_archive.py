@@ -123,6 +123,24 @@ def test_local_endpoint_with_a_broken_model_data_archive_says_why_in_one_line(tm
     assert list(work.iterdir()) == []
 
 
+def test_local_endpoint_bounds_what_an_archive_may_hold_with_its_options(tmp_path: Path):
+    """--max-archive-gib and --max-archive-entries reach the extraction: one line, exit 2, nothing kept."""
+    archive = tmp_path / "model.tar.gz"
+    _good_archive(archive)  # 300 kB of weights and a config: two entries
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SAGEMAKER_", "SMTRITON_"))}
+    for option, says in (
+        ("--max-archive-gib=0.0001", "(--max-archive-gib)"),
+        ("--max-archive-entries=1", "more than 1 entries"),
+    ):
+        work = tmp_path / option.split("=")[0].strip("-")
+        cmd = [SMTRITON, "local-endpoint", "--model-data", str(archive), "--port", "1", "--work-dir", str(work), option]
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env)
+        assert done.returncode == 2, done.stderr
+        (line,) = done.stderr.strip().splitlines()
+        assert says in line, line
+        assert list(work.iterdir()) == []
+
+
 def test_a_read_only_folder_in_the_archive_still_gets_its_files_and_stays_readable(tmp_path: Path):
     """tarfile's data filter ignores folders' modes (and extractall would set them last anyway)."""
     archive = tmp_path / "model.tar.gz"
