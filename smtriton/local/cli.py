@@ -19,7 +19,8 @@ import uvicorn
 from smtriton.aws.session import s3_client
 from smtriton.cli_options import DefaultModelOpt, ProfileOpt, RegionOpt
 from smtriton.errors import ToolError, ToolUsageError
-from smtriton.local.endpoint import ArchiveSource, create_app, safe_extract
+from smtriton.local.archive import DEFAULT_MAX_BYTES, DEFAULT_MAX_ENTRIES, GIB, ExtractLimits, safe_extract
+from smtriton.local.endpoint import ArchiveSource, create_app
 from smtriton.local.serve_process import Mount, ServeContainer, ServeProcess
 from smtriton.repo.layout import model_names, require_repository
 
@@ -135,6 +136,13 @@ def local_endpoint(
             "where its daemon answers, else podman]"
         ),
     ] = None,
+    max_archive_gib: Annotated[
+        float,
+        typer.Option(min=1e-6, help="Most GiB an archive may hold once extracted (its headers are summed first)"),
+    ] = DEFAULT_MAX_BYTES / GIB,
+    max_archive_entries: Annotated[
+        int, typer.Option(min=1, help="Most files, folders and links an archive may hold")
+    ] = DEFAULT_MAX_ENTRIES,
     region: RegionOpt = None,
     profile: ProfileOpt = None,
 ) -> None:
@@ -152,6 +160,7 @@ def local_endpoint(
         raise typer.BadParameter(f"{model_data} does not exist", param_hint="--model-data")
     if models is not None and not models.startswith("s3://") and not Path(models).is_dir():
         raise typer.BadParameter(f"{models} is not a folder (nor an s3:// prefix)", param_hint="--models")
+    limits = ExtractLimits(int(max_archive_gib * GIB), max_archive_entries)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if work_dir is not None:
         work_dir.mkdir(parents=True, exist_ok=True)
@@ -171,7 +180,7 @@ def local_endpoint(
             repository = model_data
             if model_data.is_file():
                 repository = scratch / "model"
-                safe_extract(model_data, repository)
+                safe_extract(model_data, repository, limits=limits)
             _check_single_model(repository, model_data, default_model)
         child, model_url_root = _launch(image, engine, scratch, repository, default_model)
         try:
@@ -183,7 +192,7 @@ def local_endpoint(
             print(f"serve's whole log: {child.log_path}", file=sys.stderr)
             raise typer.Exit(1) from None
         log.info("endpoint %s ready at /endpoints/%s/invocations (GET /ping: 200)", endpoint_name, endpoint_name)
-        app = create_app(endpoint_name, child, scratch, source, capacity, model_url_root)
+        app = create_app(endpoint_name, child, scratch, source, capacity, model_url_root, limits)
         config = uvicorn.Config(app, host=host, port=port, log_config=None, server_header=False)
         uvicorn.Server(config).run(sockets=[listener])
     except (_Terminated, KeyboardInterrupt):

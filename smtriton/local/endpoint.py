@@ -11,15 +11,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import gzip
 import hashlib
 import logging
 import shutil
-import tarfile
 import tempfile
-import zlib
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -27,7 +24,7 @@ import aiohttp
 import orjson
 from fastapi import FastAPI, Request, Response
 
-from smtriton.errors import ToolUsageError
+from smtriton.local.archive import ArchiveError, ExtractLimits, safe_extract
 from smtriton.local.serve_process import ServeProcess
 from smtriton.serve.headers import CLOSED_SESSION as CLOSED_SESSION_HEADER
 from smtriton.serve.headers import NEW_SESSION as NEW_SESSION_HEADER
@@ -37,108 +34,6 @@ log = logging.getLogger("smtriton.local_endpoint")
 
 TARGET = "X-Amzn-SageMaker-Target-Model"
 PASSED_HEADERS = ("Accept", "X-Amzn-SageMaker-Custom-Attributes", "X-Amzn-SageMaker-Inference-Id", SESSION_HEADER)
-
-
-class ArchiveError(ToolUsageError, ValueError):
-    """An archive that cannot be extracted safely, or that does not exist."""
-
-
-GZIP_MAGIC = b"\x1f\x8b"
-AGAIN = "copy or upload it again"
-
-
-def _check_gzip(archive: Path, label: str) -> None:
-    """Read the whole gzip stream once: a cut or damaged archive is found before anything is written.
-
-    tarfile stops at the tar's end marker and never reads the gzip trailer, so on its own it neither
-    notices a missing end nor checks the CRC: a damaged weights file would be extracted as if whole.
-    """
-    with archive.open("rb") as raw:
-        head = raw.read(2)
-    if not head:
-        raise ArchiveError(f"{label} is empty")
-    if head != GZIP_MAGIC:
-        raise ArchiveError(f"{label} is not gzip-compressed: a model archive is a .tar.gz (as smtriton package writes)")
-    try:
-        with gzip.open(archive, "rb") as stream:
-            while stream.read(1 << 20):
-                pass
-    except EOFError:
-        raise ArchiveError(f"{label} is truncated: its gzip data ends early ({AGAIN})") from None
-    except (gzip.BadGzipFile, zlib.error) as exc:
-        raise ArchiveError(f"{label} is corrupt: {exc} ({AGAIN})") from None
-
-
-def _member_check(root: Path, label: str) -> Callable[[tarfile.TarInfo, str], tarfile.TarInfo]:
-    """An extraction filter: refuses what could land outside ``root`` or is no plain file, folder or
-    symlink, naming the member; then applies tarfile's own ``data`` filter where Python has it."""
-    data_filter = getattr(tarfile, "data_filter", None)
-
-    def check(member: tarfile.TarInfo, path: str) -> tarfile.TarInfo:
-        target = (root / member.name).resolve()
-        if member.name.startswith("/") or (target != root and root not in target.parents):
-            raise ArchiveError(f"{label} has an unsafe member path: '{member.name}' leaves the archive")
-        if not (member.isfile() or member.isdir() or member.issym()):
-            raise ArchiveError(f"{label} has an unsafe member: '{member.name}' is not a file, directory or symlink")
-        if member.issym():
-            link = (target.parent / member.linkname).resolve()
-            if link != root and root not in link.parents:
-                raise ArchiveError(f"{label} has an unsafe member: symlink '{member.name}' points outside the archive")
-        return data_filter(member, path) if data_filter is not None else member
-
-    return check
-
-
-def _extract_into(archive: Path, root: Path, label: str) -> None:
-    """Extract the (already checked) gzip stream's tar into the empty folder ``root``, in one pass.
-
-    Each member is checked as it comes, before it is written (a symlink extracted earlier is followed
-    when a later member's path is resolved), by the filter ``extractall`` applies to every member.
-    """
-    check = _member_check(root, label)
-    count = 0
-
-    def counted(tar: tarfile.TarFile) -> Iterator[tarfile.TarInfo]:
-        nonlocal count
-        for member in tar:
-            count += 1
-            yield member
-
-    try:
-        with tarfile.open(archive, "r|gz") as tar:
-            if hasattr(tarfile, "data_filter"):
-                tar.extractall(root, members=counted(tar), filter=check)
-            else:  # pragma: no cover - Python builds without extraction filters
-                tar.extractall(root, members=(check(m, str(root)) for m in counted(tar)))
-    except tarfile.ReadError as exc:
-        if "unexpected end of data" in str(exc):
-            raise ArchiveError(f"{label} is truncated: its tar data ends inside a file ({AGAIN})") from None
-        raise ArchiveError(f"{label} is not a tar archive: its gzip data holds no tar entries ({exc})") from None
-    except tarfile.TarError as exc:  # a FilterError: tarfile's own data filter refused a member
-        raise ArchiveError(f"{label} has an unsafe member: {exc}") from None
-    if count == 0:
-        raise ArchiveError(f"{label} holds no files")
-
-
-def safe_extract(archive: Path, destination: Path, *, name: str | None = None) -> None:
-    """Extract a model.tar.gz into ``destination`` (which must not exist yet), whole or not at all.
-
-    Refused, as an :class:`ArchiveError` of one line naming the archive (``name``, else its path): an
-    empty, non-gzip, truncated or corrupt file, one that is no tar, and members with absolute paths,
-    '..', links out of it or device files. The archive is extracted into a fresh folder beside
-    ``destination`` and renamed into place only when complete, so a failure leaves nothing behind.
-    """
-    label = name or str(archive)
-    _check_gzip(archive, label)
-    destination.parent.mkdir(parents=True, exist_ok=True)
-    partial = Path(tempfile.mkdtemp(prefix=f".{destination.name}-", dir=destination.parent))
-    try:
-        partial.chmod(0o755)  # mkdtemp's 0700 would hide the model from a container running as another user
-        _extract_into(archive, partial.resolve(), label)
-        partial.rename(destination)
-    except BaseException:
-        shutil.rmtree(partial, ignore_errors=True)
-        raise
 
 
 def model_hash(target_model: str) -> str:
@@ -237,8 +132,10 @@ class _Placement:
         source: ArchiveSource,
         loaded: LoadedModels,
         model_url_root: str | None = None,
+        limits: ExtractLimits | None = None,
     ) -> None:
         self.endpoint_name = endpoint_name
+        self.limits = limits or ExtractLimits()
         self.work_dir = work_dir
         self.model_root = work_dir / "models"
         self.model_url_root = model_url_root or str(self.model_root)
@@ -268,7 +165,7 @@ class _Placement:
                     archive = await asyncio.to_thread(self.source.fetch, target, scratch)
                 except (ArchiveError, OSError) as exc:
                     raise ArchiveError(f"Failed to download model data: {exc}") from None
-                await asyncio.to_thread(safe_extract, archive, model_dir, name=target)
+                await asyncio.to_thread(safe_extract, archive, model_dir, name=target, limits=self.limits)
             finally:
                 await _remove(scratch)
         except (ArchiveError, OSError) as exc:
@@ -327,14 +224,16 @@ def create_app(
     source: ArchiveSource | None,
     capacity: int,
     model_url_root: str | None = None,
+    limits: ExtractLimits | None = None,
 ) -> FastAPI:
     """The emulator app in front of ``child``, a started `serve` (a process or the image) that its caller
     stops; `source` None means a single-model endpoint (no TargetModel accepted). ``model_url_root`` is
-    where serve sees ``work_dir/models`` (the image mounts it elsewhere)."""
+    where serve sees ``work_dir/models`` (the image mounts it elsewhere); ``limits`` bound each archive
+    extracted."""
     loaded = LoadedModels(capacity)
     placement = None
     if source is not None:
-        placement = _Placement(endpoint_name, work_dir, source, loaded, model_url_root)
+        placement = _Placement(endpoint_name, work_dir, source, loaded, model_url_root, limits)
 
     @contextlib.asynccontextmanager
     async def lifespan(started: FastAPI) -> AsyncIterator[None]:

@@ -43,6 +43,9 @@ SME_MODEL_DIR = Path("/opt/ml/model")
 MME_MODEL_ROOT = Path("/opt/ml/models")
 DEFAULT_PORT = 8080
 MIB = 1024 * 1024
+# The slowest a body of the largest size may arrive at by default (SMTRITON_BODY_TIMEOUT_S): far below
+# any network a SageMaker request crosses, far above a trickle that holds a connection open for long.
+BODY_RATE = 4 * MIB
 PORT_MIN, PORT_MAX = 1, 65535
 
 InferenceType = Literal["infer", "generate", "generate_stream"]
@@ -435,6 +438,14 @@ class Settings(BaseSettings):
         "seconds a client may take to send a request's headers, or pause in its body, before a 408; "
         "a connection silent that long is closed",
         30.0,
+        gt=0,
+    )
+    body_timeout_s: Number = _setting(
+        "SMTRITON_BODY_TIMEOUT_S",
+        "seconds a request's whole body may take to arrive after its headers, however steadily it trickles, "
+        "before a 408",
+        default_factory=lambda data: data.get("client_timeout_s", 30.0) + data.get("max_payload_bytes", 0) / BODY_RATE,
+        shown="`SMTRITON_CLIENT_TIMEOUT_S` + the body limit at 4 MiB/s (286 s for 1 GiB)",
         gt=0,
     )
     session_ttl_s: Number = _setting(

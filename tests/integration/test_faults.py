@@ -474,3 +474,43 @@ def test_three_triton_kills_leave_no_zombie_under_serve(tmp_path, test_repositor
         assert server.wait(60) == 0
     finally:
         server.stop()
+
+
+def test_a_worker_out_of_descriptors_says_so_and_serves_again_once_they_are_back(tmp_path, test_repository):
+    """Slow clients hold every descriptor of the one worker: the event loop refuses new connections
+    without a word, so the worker logs it (the limit and the connections it holds), and again when
+    descriptors come back; then it serves as before."""
+    import socket
+
+    server = start_serve(tmp_path, test_repository, "addsub", env={"SAGEMAKER_MODEL_SERVER_WORKERS": "1"})
+    held: list[socket.socket] = []
+    try:
+        assert requests.post(f"{server.url}/invocations", data=ADDSUB, timeout=10).status_code == 200
+        (worker,) = worker_pids(server)
+        soft, hard = resource.prlimit(worker, resource.RLIMIT_NOFILE)
+        in_use = len(os.listdir(f"/proc/{worker}/fd"))
+        try:
+            resource.prlimit(worker, resource.RLIMIT_NOFILE, (in_use + 10, hard))
+        except PermissionError:
+            pytest.skip("this test runner may not change a worker's descriptor limit")
+        try:
+            port = int(server.url.rsplit(":", 1)[1])
+            for _ in range(30):  # each sends half a head and waits: a slow client
+                client = socket.create_connection(("127.0.0.1", port), timeout=5)
+                client.sendall(b"POST /invocations HTTP/1.1\r\nHost: t\r\n")
+                held.append(client)
+            assert wait_for(lambda: "out of file descriptors" in server.log_text(), 10), server.log_tail()
+            line = next(line for line in server.log_text().splitlines() if "out of file descriptors" in line)
+            assert f"(limit {in_use + 10})" in line
+            assert re.search(r"holds \d+ client connections", line)
+            for client in held:
+                client.close()
+            held.clear()
+            assert wait_for(lambda: "file descriptors available again" in server.log_text(), 10), server.log_tail()
+            assert requests.post(f"{server.url}/invocations", data=ADDSUB, timeout=10).status_code == 200
+        finally:
+            resource.prlimit(worker, resource.RLIMIT_NOFILE, (soft, hard))
+    finally:
+        for client in held:
+            client.close()
+        server.stop()

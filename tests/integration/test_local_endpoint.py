@@ -324,7 +324,7 @@ def test_a_model_that_fails_to_load_ends_the_start_at_once_with_its_reason(tmp_p
 
 
 def test_archives_with_links_out_or_traversal_are_refused(tmp_path):
-    from smtriton.local.endpoint import ArchiveError, safe_extract
+    from smtriton.local.archive import ArchiveError, safe_extract
 
     evil = tmp_path / "evil.tar.gz"
     with tarfile.open(evil, "w:gz") as tar:

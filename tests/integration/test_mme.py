@@ -206,6 +206,26 @@ def test_urls_outside_the_model_root_are_refused(mme, tmp_path):
     assert r.status_code == 400
     assert "symlink" in r.json()["error"]
     assert _load(mme, "o5", str(mme.root / "missing" / "model")).status_code == 400
+    (mme.root / "loop").symlink_to("loop")
+    for url, says in (
+        (str(mme.root / "loop"), "a loop of symlinks"),
+        ("/" + "x" * 8000, "longer than 4096 characters"),
+        (str(mme.root / ("x" * 300) / "model"), "a path too long"),
+        (str(mme.root), "is the model root itself"),
+    ):
+        r = _load(mme, "o6", url)
+        assert r.status_code == 400, r.text
+        assert says in r.json()["error"]
+    assert "Traceback" not in mme.log_text()
+    assert requests.get(f"{mme.url}/ping", timeout=5).status_code == 200
+
+
+def test_a_url_given_through_an_alias_is_listed_by_its_canonical_path(mme):
+    url = _archive(mme.root, "hashAlias", "root")
+    assert _load(mme, "hashAlias", f"/proc/self/root{url}").status_code == 200
+    listed = requests.get(f"{mme.url}/models/hashAlias", timeout=5).json()
+    assert listed == {"modelName": "hashAlias", "modelUrl": str(mme.root / "hashAlias")}
+    assert _unload(mme, "hashAlias").status_code == 200
 
 
 def test_load_failures_are_507_for_oom_and_400_otherwise(mme):
@@ -232,9 +252,106 @@ def test_a_load_error_names_the_model_and_the_cause_in_the_callers_terms(mme):
     )
     r = _load(mme, "noonnx", str(url))
     assert r.status_code == 400
-    assert r.json()["error"] == f"model 'noonnx' failed to load: no ONNX file at {url}/1/model.onnx"
+    assert r.json()["error"] == "model 'noonnx' failed to load: no ONNX file at 1/model.onnx"
     logged = next(line for line in mme.log_text().splitlines() if "model noonnx did not load in Triton" in line)
     assert "/managed/noonnx/1/model.onnx" in logged  # Triton's whole message, staging path and all
+
+
+def test_a_failed_load_names_the_model_as_the_caller_did_and_the_file_inside_the_archive(mme):
+    """SageMaker's model_name is a hash of the TargetModel: the caller knows the TargetModel, and the
+    folder of the archive, not serve's staging path nor the derived Triton name."""
+    url = mme.root / "f776c6" / "model"
+    shutil.copytree(TEST_MODELS / "addsub", url / "helper")
+    (url / "badtag" / "1").mkdir(parents=True)
+    (url / "badtag" / "config.pbtxt").write_text(
+        'platform: "onnxruntime_onnx"\nmax_batch_size: 0\n'
+        'input [{ name: "x", data_type: TYPE_FP32, dims: [1] }]\n'
+        'output [{ name: "y", data_type: TYPE_FP32, dims: [1] }]\n'
+    )
+    r = _load(mme, "f776c6", str(url), target="team/badtag.tar.gz")
+    assert r.status_code == 400
+    assert r.json()["error"] == "model 'team/badtag.tar.gz' failed to load: no ONNX file at badtag/1/model.onnx"
+    assert requests.get(f"{mme.url}/models/f776c6", timeout=5).status_code == 404
+
+
+BLS_ENTRY = """import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            inputs = [pb_utils.get_input_tensor_by_name(request, name) for name in ("INPUT0", "INPUT1")]
+            call = pb_utils.InferenceRequest(model_name="helper", requested_output_names=["OUTPUT0"], inputs=inputs)
+            answer = call.exec()
+            if answer.has_error():
+                raise RuntimeError(answer.error().message())
+            total = pb_utils.get_output_tensor_by_name(answer, "OUTPUT0").as_numpy()
+            responses.append(pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor("SUM", total)]))
+        return responses
+"""
+BLS_CONFIG = """backend: "python"
+max_batch_size: 8
+input [{ name: "INPUT0", data_type: TYPE_INT32, dims: [16] }, { name: "INPUT1", data_type: TYPE_INT32, dims: [16] }]
+output [{ name: "SUM", data_type: TYPE_INT32, dims: [16] }]
+"""
+
+
+def _bls_archive(root: Path, model_name: str, offset: int) -> str:
+    """An archive of two folders: ``entry``, a Python model that calls ``helper`` by name (BLS), and
+    ``helper``, addsub whose sum is off by ``offset`` (so each archive's helper can be told apart)."""
+    url = root / model_name / "model"
+    (url / "entry" / "1").mkdir(parents=True)
+    (url / "entry" / "config.pbtxt").write_text(BLS_CONFIG)
+    (url / "entry" / "1" / "model.py").write_text(BLS_ENTRY)
+    shutil.copytree(TEST_MODELS / "addsub", url / "helper")
+    helper = url / "helper" / "1" / "model.py"
+    helper.write_text(helper.read_text().replace("a + b", f"a + b + {offset}"))
+    (url / "sagemaker_entry").write_text("entry")
+    return str(url)
+
+
+def test_archives_with_folders_of_the_same_name_each_call_their_own(mme):
+    """Two archives each with a ``helper`` folder load side by side, and a BLS call by the folder's name
+    reaches the caller's own archive; no folder of an archive takes a name a later load needs."""
+    first, second = _bls_archive(mme.root, "bls1", 1), _bls_archive(mme.root, "bls2", 2)
+    assert "a + b + 1" in Path(first, "helper", "1", "model.py").read_text()
+    assert _load(mme, "bls1", first, target="first.tar.gz").status_code == 200
+    r = _load(mme, "bls2", second)
+    assert r.status_code == 200, r.text
+    for name, offset in (("bls1", 1), ("bls2", 2)):
+        r = _invoke(mme, name)
+        assert r.status_code == 200, r.text
+        np.testing.assert_array_equal(parse(r).as_numpy("SUM"), A + B + offset)
+    helper = _load(mme, "helper", _archive(mme.root, "helper", "root"))  # a model named like a folder
+    assert helper.status_code == 200, helper.text
+    assert _load(mme, "entry", _archive(mme.root, "entry", "root"), target="entry").status_code == 200
+    np.testing.assert_array_equal(parse(_invoke(mme, "helper")).as_numpy("OUTPUT0"), A + B)
+    np.testing.assert_array_equal(parse(_invoke(mme, "bls2")).as_numpy("SUM"), A + B + 2)
+    for name in ("bls1", "bls2", "helper", "entry"):
+        assert _unload(mme, name).status_code == 200
+    assert _load(mme, "bls1", first).status_code == 200  # its folders were unloaded with it
+    assert _unload(mme, "bls1").status_code == 200
+
+
+def test_a_python_models_failure_names_the_model_and_its_file_not_the_staging_path(mme):
+    url = Path(_archive(mme.root, "pyerr", "root"))
+    model = url / "1" / "model.py"
+    model.write_text(
+        model.read_text().replace(
+            "def execute(self, requests):", "def execute(self, requests):\n        raise ValueError('boom')", 1
+        )
+    )
+    assert _load(mme, "pyerr", str(url), target="team/pyerr.tar.gz").status_code == 200
+    r = _invoke(mme, "pyerr")
+    assert r.status_code == 400
+    message = r.json()["error"]
+    assert "ValueError: boom" in message
+    assert "1/model.py" in message
+    assert "team/pyerr.tar.gz" in message
+    assert "managed" not in message
+    assert "smtriton-" not in message
+    assert _unload(mme, "pyerr").status_code == 200
 
 
 def test_a_plan_built_for_another_runtime_is_refused_with_400_and_nothing_loaded(mme):

@@ -66,6 +66,65 @@ def test_triton_listens_on_loopback_only(addsub_server):
         assert set(addresses) <= loopback, (port, addresses)  # nothing on 0.0.0.0 or ::
 
 
+def _triton_args(server: ServeProcess) -> dict[str, str]:
+    """The flags of the server's tritonserver, as any process of this PID namespace reads them."""
+    (pid,) = triton_pids(server.marker)
+    args = Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")
+    return dict(arg.split("=", 1) for arg in args if arg.startswith("--") and "=" in arg)
+
+
+def test_tritons_control_apis_answer_serve_alone(addsub_server, tmp_path):
+    """Another process on the host's loopback cannot load a model into Triton (a Python model sent in
+    the request, whose import writes a file), read a config or map shared memory, over HTTP or gRPC;
+    serve still loads, serves and reads configs; the value that opens them is never logged."""
+    import base64
+
+    import grpc
+    from tritonclient.grpc import service_pb2, service_pb2_grpc
+
+    from smtriton.serve.triton.access import HEADER
+
+    args = _triton_args(addsub_server)
+    triton = f"http://127.0.0.1:{args['--http-port']}"
+    written = tmp_path / "evil-ran"
+    config = {
+        "backend": "python",
+        "input": [{"name": "X", "data_type": "TYPE_FP32", "dims": [1]}],
+        "output": [{"name": "Y", "data_type": "TYPE_FP32", "dims": [1]}],
+    }
+    model = f"open({str(written)!r}, 'w').write('ran')\nclass TritonPythonModel:\n    pass\n"
+    body = {"parameters": {"config": json.dumps(config), "file:1/model.py": base64.b64encode(model.encode()).decode()}}
+    load = requests.post(f"{triton}/v2/repository/models/evil/load", json=body, timeout=60)
+    assert load.status_code == 403, load.text
+    for method, path in (
+        ("POST", "/v2/repository/index"),
+        ("POST", "/v2/repository/models/addsub/unload"),
+        ("GET", "/v2/models/addsub/config"),
+        ("GET", "/v2/systemsharedmemory/status"),
+        ("POST", "/v2/systemsharedmemory/region/r/register"),
+        ("POST", "/v2/logging"),
+        ("POST", "/v2/trace/setting"),
+    ):
+        assert requests.request(method, f"{triton}{path}", data=b"{}", timeout=10).status_code == 403, path
+    with grpc.insecure_channel(f"127.0.0.1:{args['--grpc-port']}") as channel:
+        stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+        with pytest.raises(grpc.RpcError, match="restricted"):
+            stub.RepositoryModelLoad(service_pb2.RepositoryModelLoadRequest(model_name="evil"), timeout=30)
+        with pytest.raises(grpc.RpcError, match="restricted"):
+            stub.ModelConfig(service_pb2.ModelConfigRequest(name="addsub"), timeout=10)
+    assert not written.exists()
+    assert requests.get(f"{triton}/v2/models/evil/ready", timeout=5).status_code != 200
+    ok = {
+        "inputs": [
+            {"name": n, "shape": [1, 16], "datatype": "INT32", "data": list(range(16))} for n in ("INPUT0", "INPUT1")
+        ]
+    }
+    assert requests.post(f"{addsub_server.url}/invocations", json=ok, timeout=10).status_code == 200
+    (key,) = [value.rsplit(f"{HEADER}=", 1)[1] for name, value in args.items() if name == "--http-restricted-api"]
+    assert len(key) >= 32
+    assert key not in addsub_server.log_text()
+
+
 def test_request_bodies_never_reach_the_logs(addsub_server):
     marker = "zq-body-marker-7741"
     good = {

@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 from smtriton import model_config
 from smtriton.cli import app
 from smtriton.convert.reference import load_reference
-from smtriton.local.endpoint import safe_extract
+from smtriton.local.archive import safe_extract
 from tests.integration.conftest import start_serve
 from tests.integration.contract_client import binary_request, json_request, parse
 

@@ -27,7 +27,7 @@ from smtriton.serve.ipc.messages import (
     UnknownMessage,
     UnloadModel,
 )
-from smtriton.serve.records import ModelRecord
+from smtriton.serve.multimodel.records import ModelRecord
 
 
 async def _pair(left_handler, right_handler) -> tuple[Channel, Channel, list[asyncio.Task[None]]]:

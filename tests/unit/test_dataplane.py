@@ -17,7 +17,7 @@ from smtriton.serve.dataplane.sessions import SessionStep
 from smtriton.serve.errors import BadRequest, ModelNotFound, NotReady
 from smtriton.serve.ipc.messages import STARTING, EndpointState, ModelAdded, ModelDraining, ModelRemoved
 from smtriton.serve.metrics import Metrics
-from smtriton.serve.records import ModelRecord
+from smtriton.serve.multimodel.records import ModelRecord
 from smtriton.serve.settings import Settings
 from tests.unit.stand_ins import OUT, RecordingOwner, TritonStream
 from tests.unit.triton_stand_in import HEADER_LENGTH, TritonStandIn, serving_plane

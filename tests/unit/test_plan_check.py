@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from smtriton.serve.errors import BadRequest
-from smtriton.serve.multimodel import registry as multimodel
+from smtriton.serve.multimodel.registry import ModelRegistry
 from smtriton.serve.owner.startup import RepositoryError, refuse_unrunnable_plans
 from smtriton.serve.settings import Settings
 from smtriton.serve.triton import plan_check
@@ -190,7 +190,7 @@ def test_mme_load_refuses_before_anything_is_staged_or_loaded(tmp_path, monkeypa
         raise AssertionError("Triton was asked to load a plan that cannot run")
 
     mme = Settings(model_root=root, memory_reserve_bytes=0, max_concurrent_loads=1)
-    registry = multimodel.ModelRegistry(mme, managed, no_client)  # type: ignore[arg-type]
+    registry = ModelRegistry(mme, managed, no_client)  # type: ignore[arg-type]
     body = f'{{"model_name": "m1", "url": "{url}"}}'.encode()
     with pytest.raises(BadRequest, match=r"model 'm1' cannot be loaded on this host: model/1/model.plan: plan built"):
         asyncio.run(registry.load(body, None))

@@ -468,6 +468,38 @@ def test_a_slowly_trickled_head_is_still_408_at_its_deadline(server):
     slow.close()
 
 
+def test_a_body_that_trickles_is_408_at_the_whole_bodys_deadline(triton):
+    """A byte every half pause never trips the pause's timer; the whole body's deadline still ends it,
+    and the connections beside it are served meanwhile."""
+    body_timeout = 2.5 * TIMEOUT_S
+    with Server(triton, SETTINGS.model_copy(update={"body_timeout_s": body_timeout})) as server:
+        slow = server.connect()
+        slow.send(b"POST /invocations HTTP/1.1\r\nHost: t\r\nContent-Length: 1000\r\n\r\n")
+        started = time.monotonic()
+        slow.sock.settimeout(TIMEOUT_S / 4)
+        while time.monotonic() - started < body_timeout + 2:
+            try:
+                slow.send(b" ")
+            except OSError:
+                break  # refused and closed
+            time.sleep(TIMEOUT_S / 2)
+        slow.sock.settimeout(5)
+        assert refused(slow.read(), 408) == f"request body not received within {body_timeout:g} s"
+        assert time.monotonic() - started < body_timeout + 1.5
+        other = server.connect()
+        other.send(post("/invocations", b"{}"))
+        assert other.read()[0] == 200
+        other.close()
+        assert server.bodies == [b"{}"]
+        slow.close()
+
+
+def test_the_whole_bodys_deadline_is_sized_from_the_body_limit():
+    assert Settings(max_payload_bytes=1 << 30, client_timeout_s=30).body_timeout_s == 30 + 256
+    assert Settings(max_payload_bytes=6 << 20, client_timeout_s=30).body_timeout_s == 31.5
+    assert Settings.from_env({"SMTRITON_BODY_TIMEOUT_S": "9"}).body_timeout_s == 9
+
+
 def test_a_connection_that_never_sends_a_byte_is_closed(server):
     silent = server.connect()
     started = time.monotonic()

@@ -16,7 +16,7 @@ from tritonclient.grpc import model_config_pb2
 from typer.testing import CliRunner
 
 from smtriton.cli import app
-from smtriton.local.endpoint import safe_extract
+from smtriton.local.archive import safe_extract
 from smtriton.repo.package import DEFAULT_MTIME, PackageError, package_mme, package_sme, parse_renames, upload
 from tests.unit.aws_stubs import moto_credentials, team_profile
 

@@ -16,7 +16,7 @@ from smtriton.serve.dataplane.sessions import CLOSE_PARAMETER, SESSION_HEADER
 from smtriton.serve.http.app import create_app
 from smtriton.serve.ipc.messages import EndpointState, ModelAdded, ModelDraining
 from smtriton.serve.metrics import Metrics
-from smtriton.serve.records import ModelRecord
+from smtriton.serve.multimodel.records import ModelRecord
 from smtriton.serve.settings import Settings
 from tests.unit.stand_ins import OUT, RecordingOwner, TritonStream
 from tests.unit.triton_stand_in import TritonStandIn

@@ -1,12 +1,19 @@
 """The tritonserver command line and backend directory `serve` builds."""
 
+import asyncio
+import logging
+import subprocess
+import sys
 from pathlib import Path
 
+import pytest
+
 from smtriton.serve.settings import Settings
+from smtriton.serve.triton.access import HEADER, TritonAccess, restricted_by
 from smtriton.serve.triton.backends import PYTHON_BASED, assemble_backends
 from smtriton.serve.triton.installation import TritonInstallation
 from smtriton.serve.triton.ports import pick_port
-from smtriton.serve.triton.process import Ports, build_command
+from smtriton.serve.triton.process import Ports, TritonProcess, build_command
 
 
 def _installation(tmp_path: Path, native: tuple[str, ...], stub: bool) -> TritonInstallation:
@@ -110,3 +117,54 @@ def test_ports_come_from_the_safe_range_and_skip_excluded(tmp_path):
     port = pick_port((40100, 40110), exclude={40100, 40101})
     assert 40102 <= port <= 40110
     assert pick_port(None, exclude=set()) > 0
+
+
+def test_model_loading_configs_and_shared_memory_are_behind_a_value_drawn_at_each_start(tmp_path):
+    inst = _installation(tmp_path, ("python",), stub=False)
+    access = TritonAccess.new()
+    assert access.key != TritonAccess.new().key
+    assert access.key not in repr(access)
+    cmd = build_command(inst, Settings.from_env({}), Path("/repo"), Path("/b"), Ports(http=1, grpc=2), access=access)
+    wanted = f"model-repository,model-config,shared-memory,logging,trace:{HEADER}={access.key}"
+    assert f"--http-restricted-api={wanted}" in cmd
+    assert f"--grpc-restricted-protocol={wanted}" in cmd
+
+
+def test_the_command_is_logged_without_the_value(caplog):
+    access = TritonAccess.new()
+    process = TritonProcess([sys.executable, "-c", "pass", *access.flags()], {}, access)
+
+    async def run() -> None:
+        await process.spawn()
+        await process.wait()
+
+    with caplog.at_level(logging.INFO, logger="serve.triton"):
+        asyncio.run(run())
+    assert "starting tritonserver" in caplog.text
+    assert "<hidden>" in caplog.text
+    assert access.key not in caplog.text
+
+
+@pytest.mark.parametrize(
+    ("args", "restricted"),
+    [
+        (["--http-restricted-api=model-repository,health:k=v"], ["model-repository"]),
+        (["--grpc-restricted-protocol", "shared-memory,model-config:k=v"], ["shared-memory", "model-config"]),
+        (["--http-restricted-api=health,statistics:k=v", "--log-info=true"], []),
+        (["--http-restricted-api=trace:k=v"], ["trace"]),
+        (["--grpc-restricted-protocol"], []),
+    ],
+)
+def test_additional_args_that_restrict_serves_apis_are_found_in_either_form(args, restricted):
+    assert restricted_by(args) == restricted
+
+
+def test_serve_refuses_additional_args_that_restrict_its_apis_in_one_line(tmp_path):
+    env = {"SAGEMAKER_TRITON_ADDITIONAL_ARGS": "--http-restricted-api=model-repository:admin=x", "PATH": "/usr/bin"}
+    code = "from smtriton.serve.owner.cli import main; main(['--model-repository', '.'])"
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60, cwd=tmp_path
+    )
+    assert done.returncode == 1
+    (line,) = done.stderr.strip().splitlines()
+    assert "restricts Triton's model-repository API with a key of its own" in line

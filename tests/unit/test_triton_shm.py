@@ -33,6 +33,16 @@ def test_a_prefix_the_deployment_set_is_its_own_and_left_alone(tmp_path):
     mine = "--backend-config=python,shm-region-prefix-name=mine_"
     assert shm.given_prefix([mine, "--log-verbose=1"]) == "mine_"
     assert shm.given_prefix(["--backend-config=python,shm-default-byte-size=1"]) is None
+    # The option and its value in two words, as SAGEMAKER_TRITON_ADDITIONAL_ARGS may split them.
+    assert shm.given_prefix(["--log-verbose=1", "--backend-config", "python,shm-region-prefix-name=two_"]) == "two_"
+    assert shm.given_prefix(["--backend-config", "python,shm-default-byte-size=1"]) is None
+    assert shm.given_prefix(["--backend-config", "onnxruntime,shm-region-prefix-name=x"]) is None
+    assert shm.given_prefix(["--backend-config"]) is None
+    split = Settings.from_env(
+        {"SAGEMAKER_TRITON_ADDITIONAL_ARGS": "--backend-config python,shm-region-prefix-name=two_"}
+    )
+    installation = TritonInstallation(binary=tmp_path / "tritonserver", backends=tmp_path)
+    assert TritonSupervisor(split, installation, tmp_path, tmp_path).shm_prefix is None  # serve adds none of its own
     installation = TritonInstallation(binary=tmp_path / "tritonserver", backends=tmp_path)
     theirs = TritonSupervisor(Settings(triton={"additional_args": [mine]}), installation, tmp_path, tmp_path)
     assert theirs.shm_prefix is None  # nothing of theirs is removed

@@ -16,7 +16,7 @@ import orjson
 from smtriton.serve.dataplane import codec
 from smtriton.serve.dataplane.codec import JSON
 from smtriton.serve.errors import error_body
-from smtriton.serve.records import ModelRecord
+from smtriton.serve.multimodel.records import ModelRecord
 from smtriton.serve.triton.client import UpstreamResponse, error_text
 
 # docs/contract.md §7: the custom attributes header travels to the model as this request parameter,
@@ -82,7 +82,7 @@ def to_mme_response(record: ModelRecord, upstream: UpstreamResponse, out_of_memo
         if record.response_name != record.triton_name:
             body, header_length = rename_in_response(body, header_length, record.triton_name, record.response_name)
         return 200, codec.response_content_type(header_length), body
-    message = failure_message(upstream)
+    message = record.in_callers_terms(failure_message(upstream))  # no staging path, the caller's names
     if upstream.body.startswith(_PARSE_ERROR_PREFIXES):
         message = f"{message}; {codec.ACCEPTED_BODIES}"
     if upstream.status == 503:

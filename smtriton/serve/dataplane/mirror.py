@@ -15,7 +15,7 @@ from collections.abc import Awaitable
 from smtriton.serve.errors import ModelNotFound
 from smtriton.serve.host import cgroups
 from smtriton.serve.ipc.messages import STARTING, EndpointState
-from smtriton.serve.records import ModelRecord
+from smtriton.serve.multimodel.records import ModelRecord
 
 log = logging.getLogger("serve")
 

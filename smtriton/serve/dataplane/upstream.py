@@ -21,6 +21,7 @@ from smtriton.serve.errors import BadRequest, NotReady, ServeError, UnsupportedM
 from smtriton.serve.ipc.messages import EndpointState
 from smtriton.serve.metrics import Metrics
 from smtriton.serve.settings import Settings
+from smtriton.serve.triton.access import TritonAccess
 from smtriton.serve.triton.client import RequestBody, TritonClient, UpstreamResponse
 
 if TYPE_CHECKING:
@@ -47,14 +48,15 @@ class Upstream:
     def follow(self, old: EndpointState, state: EndpointState) -> Awaitable[None] | None:
         """New loopback ports (Triton restarted) mean new clients; the old ones close in what is returned."""
         closing: list[TritonClient | StreamClient] = []
-        if state.http_port != old.http_port:
+        if (state.http_port, state.triton_key) != (old.http_port, old.triton_key):
             self._image_inputs.clear()  # Triton restarted: models may have been loaded anew
             if self.client is not None:
                 closing.append(self.client)
             self.client = None
             if state.http_port is not None:
                 url = f"http://127.0.0.1:{state.http_port}"
-                self.client = TritonClient(url, self.settings.request_timeout_s, self._pool_size)
+                access = TritonAccess(state.triton_key) if state.triton_key is not None else None
+                self.client = TritonClient(url, self.settings.request_timeout_s, self._pool_size, access)
         if state.grpc_port != old.grpc_port and self._stream_client is not None:
             closing.append(self._stream_client)
             self._stream_client = None

@@ -3,8 +3,10 @@ matched once and these rules applied while the request is parsed, before a route
 
 - a URL longer than the header limit is answered 414, headers past it 431, as soon as they pass it
   (nothing unbounded is buffered first);
-- a request's headers must arrive within ``SMTRITON_CLIENT_TIMEOUT_S`` of its first byte, and its
-  body may not pause longer than that: 408; a connection that sends nothing for that long is closed;
+- a request's headers must arrive within ``SMTRITON_CLIENT_TIMEOUT_S`` of its first byte, its body
+  may not pause longer than that, and the whole body must arrive within ``SMTRITON_BODY_TIMEOUT_S`` of
+  the headers, however steadily it trickles: 408; a connection that sends nothing for that long is
+  closed;
 - a request that is not valid HTTP/1.1 is answered 400 only after every complete request before it on
   the connection has its answer (HTTP/1.1 answers in order), then the connection closes.
 
@@ -60,6 +62,8 @@ class EdgeProtocol(HttpToolsProtocol):
         self._refusal: ServeError | None = None  # decided; written once the answers owed are out
         self._head_timer: asyncio.TimerHandle | None = None
         self._body_timer: asyncio.TimerHandle | None = None
+        self._body_deadline_s = settings.body_timeout_s
+        self._whole_body_timer: asyncio.TimerHandle | None = None  # the whole body's deadline
 
     # ----- the connection ----------------------------------------------------------------------
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
@@ -109,6 +113,7 @@ class EdgeProtocol(HttpToolsProtocol):
         self._in_head = False
         self._cancel_timers()
         self._body_timer = self.loop.call_later(self._timeout, self._body_too_slow)
+        self._whole_body_timer = self.loop.call_later(self._body_deadline_s, self._body_too_long)
         before = self.cycle
         path = path_of(self.url)
         self._dispatch(route_of(self.parser.get_method(), path) if path is not None else None)
@@ -138,9 +143,10 @@ class EdgeProtocol(HttpToolsProtocol):
             self._body_timer = self.loop.call_later(self._timeout, self._body_too_slow)
 
     def _body_done(self) -> None:
-        if self._body_timer is not None:
-            self._body_timer.cancel()
-            self._body_timer = None
+        for timer in (self._body_timer, self._whole_body_timer):
+            if timer is not None:
+                timer.cancel()
+        self._body_timer = self._whole_body_timer = None
 
     def on_response_complete(self) -> None:
         self._owed -= 1
@@ -158,10 +164,10 @@ class EdgeProtocol(HttpToolsProtocol):
 
     # ----- refusals ----------------------------------------------------------------------------
     def _cancel_timers(self) -> None:
-        for timer in (self._head_timer, self._body_timer):
+        for timer in (self._head_timer, self._body_timer, self._whole_body_timer):
             if timer is not None:
                 timer.cancel()
-        self._head_timer = self._body_timer = None
+        self._head_timer = self._body_timer = self._whole_body_timer = None
 
     def _silent_too_long(self) -> None:
         if not self._in_head and self.cycle is None and not self.transport.is_closing():
@@ -179,6 +185,16 @@ class EdgeProtocol(HttpToolsProtocol):
             self._body_timer = self.loop.call_later(self._timeout, self._body_too_slow)
             return
         self._refuse(RequestTimeout(f"request body paused for more than {self._timeout:g} s"))
+
+    def _body_too_long(self) -> None:
+        """The whole body's deadline: a body that keeps trickling never trips the pause's timer."""
+        cycle = self.cycle
+        if cycle is None or not cycle.more_body or cycle.response_complete:
+            return
+        if self.flow.read_paused:  # held back by the server, not the client: look again a pause later
+            self._whole_body_timer = self.loop.call_later(self._timeout, self._body_too_long)
+            return
+        self._refuse(RequestTimeout(f"request body not received within {self._body_deadline_s:g} s"))
 
     def _refuse(self, error: ServeError) -> None:
         """Answer ``error`` and close, once every complete request before the refused one has its answer.

@@ -18,6 +18,7 @@ from typing import Any
 
 from smtriton.serve import eventloop
 from smtriton.serve.dataplane.plane import DataPlane
+from smtriton.serve.host import descriptors
 from smtriton.serve.http.server import http_server
 from smtriton.serve.http.sockets import listen
 from smtriton.serve.ipc.channel import Channel
@@ -74,9 +75,12 @@ async def _serve(channel_socket: socket.socket) -> int:
             server.should_exit = True
 
     reader.add_done_callback(owner_gone)
+    # Out of descriptors, connections are refused without a word from the event loop: say so.
+    watcher = asyncio.create_task(descriptors.watch(lambda: len(server.server_state.connections)))
     try:
         await server.serve(sockets=[listen(plane.settings.host, plane.settings.port)])
     finally:
+        watcher.cancel()
         reader.remove_done_callback(owner_gone)
         await channel.close()
     return 0

@@ -13,10 +13,10 @@ from __future__ import annotations
 import dataclasses
 import types
 import typing
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar, Generic, TypedDict, TypeVar, Union
 
-from smtriton.serve.records import ModelRecord
+from smtriton.serve.multimodel.records import ModelRecord
 
 R = TypeVar("R")
 
@@ -98,6 +98,8 @@ class EndpointState:
     grpc_port: int | None
     decoupled: bool = False  # the SME model streams its responses
     generation: int = 0  # which Triton: the count of tritonserver processes started (a new one after each death)
+    # The value Triton's restricted APIs (model config, repository, shared memory) want; never shown.
+    triton_key: str | None = field(default=None, repr=False)
 
 
 STARTING = EndpointState(False, False, "Triton is starting", None, None)

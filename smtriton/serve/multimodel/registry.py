@@ -1,10 +1,10 @@
 """Multi-model endpoint registry: load, list, describe, unload, invoke (docs/contract.md §2.4, §4).
 
 Triton's public API can load and unload but not register another repository or rename a model, so
-`serve` owns one *managed repository* that Triton serves in explicit mode. Loading an archive stages
-each of its model directories there under its Triton name: a real ``config.pbtxt`` (parsed, renamed,
-ensemble steps re-pointed, written back through Triton's ModelConfig protobuf) and symlinks to
-everything else. Every later request resolves through the load record, never through a header
+`serve` owns one *managed repository* that Triton serves in explicit mode. Loading an archive confines
+its url (:mod:`.urls`), finds its layout (:mod:`.layout`), checks what it will cost (:mod:`.memory`)
+and stages each of its model directories there under its Triton name (:mod:`.staging`, :mod:`.names`).
+Every later request resolves through the load record, never through a header
 (docs/contract.md §6 B7). Loads and unloads of one ``model_name`` never interleave (§6 B6): a load of
 a name that is loaded, loading or unloading is refused (409) before anything awaits, and unloads of one
 name take its lock in turn, so the second finds nothing (404).
@@ -14,22 +14,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import logging
-import os
-import posixpath
-import re
-import shutil
 import time
-from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-import orjson
-
-from smtriton import model_config
-from smtriton.model_config import CONFIG_FILE, ConfigParseError
 from smtriton.serve.errors import (
     BadRequest,
     Conflict,
@@ -42,243 +33,19 @@ from smtriton.serve.errors import (
 )
 from smtriton.serve.host import cgroups
 from smtriton.serve.host.gpu import gpu_free_memory
-from smtriton.serve.records import ModelRecord
+from smtriton.serve.multimodel.layout import find_layout
+from smtriton.serve.multimodel.memory import KILLABLE_STATUS, out_of_memory, tree_size
+from smtriton.serve.multimodel.names import folder_name, parse_load_body, triton_name_for
+from smtriton.serve.multimodel.paging import page
+from smtriton.serve.multimodel.records import ModelRecord
+from smtriton.serve.multimodel.staging import load_failure, remove_staged, stage_model
+from smtriton.serve.multimodel.urls import confine_url, listed_url
 from smtriton.serve.settings import Settings
 from smtriton.serve.triton import shm
 from smtriton.serve.triton.client import TritonClient
 from smtriton.serve.triton.plan_check import check_models
 
 log = logging.getLogger("serve.mme")
-
-_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,254}")
-# docs/contract.md §4.6: native's OOM patterns (case-sensitive substrings), extended with the allocation
-# failures of the ONNX Runtime and PyTorch backends.
-OOM_PATTERNS = (
-    "CUDA out of memory",
-    "CUDA_OUT_OF_MEMORY",
-    "Out of memory",
-    "Out Of Memory",
-    "out of memory",
-    "MemoryError",
-    "OutOfMemory",
-    "Dst tensor is not initialized",
-    "Src tensor is not initialized",
-    "CNMEM_STATUS_OUT_OF_MEMORY",
-    "CUDNN_STATUS_NOT_INITIALIZED",
-    "CUBLAS_STATUS_ALLOC_FAILED",
-    "CUBLAS_STATUS_NOT_INITIALIZED",
-    "Failed to allocate memory",
-    "failed to allocate memory",
-    "No space left on device",
-    "std::bad_alloc",
-    "DefaultCPUAllocator: can't allocate memory",
-)
-_OOM_WORD = re.compile(r"\bOOM\b")  # native matches "OOM" anywhere (docs/contract.md §6 B15); a whole word here
-
-
-def is_oom(message: str) -> bool:
-    return any(p in message for p in OOM_PATTERNS) or bool(_OOM_WORD.search(message))
-
-
-@dataclass(frozen=True)
-class ArchiveLayout:
-    """Model directories of one archive and the entry among them (docs/contract.md §4.2)."""
-
-    entry: Path
-    others: tuple[Path, ...]
-    ensemble: bool
-
-
-def validate_name(name: object, what: str) -> str:
-    if not isinstance(name, str) or not _NAME.fullmatch(name) or name in (".", ".."):
-        raise BadRequest(f"invalid {what}: must be 1-255 characters of letters, digits, '.', '_' or '-'")
-    return name
-
-
-def listed_url(url: str, real: Path) -> str:
-    """The url as `GET /models` shows it, as NVIDIA's front end does: a url that is itself a model
-    directory (holds config.pbtxt) is registered as its parent repository, and listed so: the
-    ``/model`` that SageMaker appends is dropped. Any other url is listed as it was given."""
-    if not (real / CONFIG_FILE).is_file():
-        return url
-    return posixpath.dirname(url.rstrip("/")) or "/"
-
-
-def confine_url(url: object, model_root: Path) -> Path:
-    """The url as a real directory inside ``model_root``; refuses '..', links out and other roots."""
-    if not isinstance(url, str) or not url:
-        raise BadRequest("'url' must be a non-empty string")
-    path = Path(url)
-    if not path.is_absolute() or ".." in path.parts or "\0" in url:
-        raise BadRequest(f"url '{url}' must be an absolute path under {model_root} without '..'")
-    root = model_root.resolve()
-    real = path.resolve()
-    if real != root and root not in real.parents:
-        raise BadRequest(f"url '{url}' is not under the model root {model_root}")
-    if not real.is_dir():
-        raise BadRequest(f"failed to register '{url}', repository not found")
-    for dirpath, dirnames, filenames in os.walk(real):
-        for entry in (*dirnames, *filenames):
-            candidate = Path(dirpath) / entry
-            if candidate.is_symlink():
-                target = candidate.resolve()
-                if target != real and real not in target.parents:
-                    raise BadRequest(f"url '{url}' holds a symlink that leads outside it: {entry}")
-    return real
-
-
-def find_layout(root: Path, target_model: str | None) -> ArchiveLayout:
-    if (root / CONFIG_FILE).is_file():
-        return ArchiveLayout(entry=root, others=(), ensemble=False)
-    dirs = sorted(p for p in root.iterdir() if p.is_dir() and (p / CONFIG_FILE).is_file())
-    if not dirs:
-        raise BadRequest(f"failed to register '{root.name}', repository not found: no config.pbtxt in the archive")
-    if len(dirs) == 1:
-        return ArchiveLayout(entry=dirs[0], others=(), ensemble=False)
-    ensembles = [d for d in dirs if _is_ensemble(d)]
-    if len(ensembles) == 1:
-        return ArchiveLayout(ensembles[0], tuple(d for d in dirs if d != ensembles[0]), ensemble=True)
-    by_name = {d.name: d for d in dirs}
-    stem = (target_model or "").rsplit("/", 1)[-1].removesuffix(".tar.gz")
-    choice = by_name.get(stem)
-    if choice is None and (root / "sagemaker_entry").is_file():
-        choice = by_name.get((root / "sagemaker_entry").read_text().strip())
-    if choice is None:
-        raise BadRequest(f"ambiguous model archive: {', '.join(sorted(by_name))}")
-    return ArchiveLayout(choice, tuple(d for d in dirs if d != choice), ensemble=False)
-
-
-def _is_ensemble(model_dir: Path) -> bool:
-    """A config that does not parse is no ensemble here: staging the model reports it."""
-    try:
-        return model_config.is_ensemble(model_config.read(model_dir))
-    except ConfigParseError:
-        return False
-
-
-def triton_name_for(model_name: str, target_model: str | None) -> tuple[str, str]:
-    """(Triton name, name responses show): native serves a model under its TargetModel header."""
-    if target_model is None:
-        return model_name, model_name
-    if _NAME.fullmatch(target_model) and target_model not in (".", ".."):
-        return target_model, target_model
-    digest = hashlib.sha256(target_model.encode()).hexdigest()[:12]
-    safe = re.sub(r"[^A-Za-z0-9._-]", "_", target_model).lstrip("._-")[:200] or "model"
-    return f"{safe}-{digest}", target_model
-
-
-def stage_model(source: Path, triton_name: str, renames: dict[str, str], managed: Path) -> Path:
-    """Stage one model directory in the managed repository under ``triton_name``."""
-    try:
-        config = model_config.read(source)
-    except ConfigParseError as exc:
-        raise BadRequest(f"{source.name}/{CONFIG_FILE} does not parse: {exc.reason}") from None
-    model_config.rename(config, triton_name, renames)
-    target = managed / triton_name
-    if target.exists() or target.is_symlink():
-        raise Conflict(f"failed to register '{triton_name}', there is a conflicting mapping for '{triton_name}'")
-    target.mkdir()
-    model_config.write(config, target)
-    for item in source.iterdir():
-        if item.name != CONFIG_FILE:
-            (target / item.name).symlink_to(item.resolve(), target_is_directory=item.is_dir())
-    return target
-
-
-# What the cause says before it says something: Triton's state line, the status, the exception class of
-# the Python-based backends, and the backends' own restatement of the model's (Triton) name.
-_PREAMBLE = re.compile(
-    r"^(?:.*?version \d+ is at UNAVAILABLE state: )?"
-    r"(?:Internal: )?(?:ModelLoadError: )?(?:unable to load model '[^']*'[:,] )?",
-    re.DOTALL,
-)
-
-
-def load_failure(name: str, message: str, paths: dict[Path, Path]) -> str:
-    """Triton's refusal to load a model, in the caller's terms: the model's name, the cause in one line
-    (a Python traceback left out), and the caller's own paths for the staging directories."""
-    cause = _PREAMBLE.sub("", message).split("\n\nAt:", 1)[0]
-    for staged, source in sorted(paths.items(), key=lambda item: -len(str(item[0]))):
-        cause = cause.replace(str(staged), str(source))
-    cause = " ".join(cause.split()).rstrip(" ;")
-    return f"model '{name}' failed to load: {cause or 'Triton gave no reason'}"
-
-
-def remove_staged(managed: Path, names: Iterable[str]) -> None:
-    for name in names:
-        shutil.rmtree(managed / name, ignore_errors=True)
-
-
-def page(records: list[ModelRecord], token: str | None, limit_raw: str | None) -> dict[str, object]:
-    """One page of the model list, oldest load first; the token is an opaque offset."""
-    try:
-        limit = int(limit_raw) if limit_raw is not None else 100
-    except ValueError:
-        raise BadRequest(f"invalid limit '{limit_raw}'") from None
-    if not 1 <= limit <= 1000:
-        raise BadRequest("limit must be between 1 and 1000")
-    start = 0 if token is None else _page_start(token, len(records))
-    chunk = records[start : start + limit]
-    body: dict[str, object] = {"models": [r.describe() for r in chunk]}
-    if start + limit < len(records):
-        body["nextPageToken"] = str(start + limit).encode().hex()
-    return body
-
-
-def _page_start(token: str, count: int) -> int:
-    """Where a page token we issued continues; a token we did not issue (NVIDIA's front end takes any)
-    must not fail the platform's listing: it starts from the beginning, and is logged."""
-    try:
-        start = int(bytes.fromhex(token).decode())
-    except (ValueError, UnicodeDecodeError):
-        start = -1
-    if 0 <= start <= count:
-        return start
-    log.info("next_page_token %r was not issued here; listing from the beginning", token[:64])
-    return 0
-
-
-def parse_load_body(body: bytes) -> tuple[str, str]:
-    """(model_name, url) from a load request; anything malformed is 400 (native aborts: docs/contract.md §6 B3)."""
-    try:
-        value = orjson.loads(body)
-    except orjson.JSONDecodeError:
-        raise BadRequest("load request body must be a JSON object with 'model_name' and 'url'") from None
-    if not isinstance(value, dict):
-        raise BadRequest("load request body must be a JSON object with 'model_name' and 'url'")
-    name = validate_name(value.get("model_name"), "model_name")
-    url = value.get("url")
-    if not isinstance(url, str) or not url:
-        raise BadRequest("'url' must be a non-empty string")
-    return name, url
-
-
-def tree_size(root: Path) -> int:
-    """Bytes of the regular files under ``root``: the first estimate of what loading it costs."""
-    total = 0
-    for dirpath, _dirs, files in os.walk(root, followlinks=False):
-        for name in files:
-            path = Path(dirpath) / name
-            if not path.is_symlink():
-                total += path.stat().st_size
-    return total
-
-
-# Triton's answers to an invoke that may come from the OOM killer: a model instance's process that died
-# (a Python stub: "Stub process ... is not healthy") is an internal error. A 4xx is Triton refusing
-# the request itself (a wrong shape, a wrong type), which no killed process explains.
-KILLABLE_STATUS = 500
-
-
-def out_of_memory(message: str, kills_before: int | None, group: cgroups.MemoryGroup | None) -> bool:
-    """An OOM by its message, or a failure while the OOM killer struck in this cgroup since
-    ``kills_before`` was read (docs/contract.md §6 B15; None: not counted, nothing struck)."""
-    if is_oom(message):
-        return True
-    if kills_before is None or group is None:
-        return False
-    kills = group.oom_kills()
-    return kills is not None and kills > kills_before
 
 
 class RegistryListener(Protocol):
@@ -427,21 +194,24 @@ class ModelRegistry:
         problem = await asyncio.to_thread(shm.shortfall, dirs, self._shm_region, self._native, len(gpus))
         if problem is not None:
             raise InsufficientStorage(f"cannot load model '{name}': {problem}")
-        renames = {d.name: f"{triton_name}.{d.name}" for d in layout.others} if layout.ensemble else {}
+        renames = {d.name: folder_name(triton_name, d.name) for d in layout.others}
+        if renames:  # a BLS call or an ensemble step may name the entry's folder too
+            renames[layout.entry.name] = triton_name
         staged: list[str] = []
-        sources: dict[str, Path] = {}  # staged name -> the directory under the caller's url
+        folders: dict[str, str] = {}  # staged name -> its folder inside the archive
         try:
-            for source, staged_name, entry_renames in (
-                *((other, renames.get(other.name, other.name), {}) for other in layout.others),
-                (layout.entry, triton_name, renames),
+            for source, staged_name in (
+                *((other, renames[other.name]) for other in layout.others),
+                (layout.entry, triton_name),
             ):
-                stage = await asyncio.to_thread(stage_model, source, staged_name, entry_renames, self.managed)
+                stage = await asyncio.to_thread(stage_model, source, staged_name, renames, self.managed)
                 staged.append(stage.name)
-                sources[stage.name] = Path(url) / source.relative_to(real)
-            listed = await asyncio.to_thread(listed_url, url, real)
+                folders[stage.name] = "" if source == real else source.relative_to(real).as_posix()
+            listed = await asyncio.to_thread(listed_url, real, self.model_root)
             record = ModelRecord(name, listed, target_model, triton_name, staged, shown, estimate=needed)
+            record.folders, record.staged_root, record.source_root = folders, str(self.managed), str(real)
             client = self._client()
-            await self._load_in_triton(record, client, sources)
+            await self._load_in_triton(record, client)
             record.decoupled = await client.is_decoupled(triton_name)
             if self._client() is not client:  # the Triton that loaded it is gone, and so is the model
                 raise NotReady(f"Triton restarted while model '{name}' was loading: load it again")
@@ -478,20 +248,16 @@ class ModelRegistry:
                     f"loaded or loading hold {held >> 20} MiB of the {self._budget >> 20} MiB model memory budget"
                 )
 
-    async def _load_in_triton(
-        self, record: ModelRecord, client: TritonClient, sources: dict[str, Path] | None = None
-    ) -> None:
+    async def _load_in_triton(self, record: ModelRecord, client: TritonClient) -> None:
         """Members first (BLS targets must exist), the entry last; failures mapped 507/400, worded for the
-        caller (:func:`load_failure`; ``sources``: each staged name's directory as the caller sent it),
-        Triton's whole message in the log."""
+        caller (:func:`load_failure`), Triton's whole message in the log."""
         kills = self._memory.oom_kills() if self._memory is not None else None
         for triton_name in record.triton_names:
             try:
                 await client.load_model(triton_name, self._load_timeout_s)
             except ModelLoadFailed as exc:
                 log.warning("model %s did not load in Triton: %s", record.model_name, exc.message)
-                paths = {self.managed / staged: source for staged, source in (sources or {}).items()}
-                message = load_failure(record.model_name, exc.message, paths)
+                message = load_failure(record.response_name, exc.message, record)
                 if out_of_memory(exc.message, kills, self._memory):
                     raise InsufficientStorage(message) from None
                 raise ModelLoadFailed(message) from None

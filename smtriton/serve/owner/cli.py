@@ -27,6 +27,7 @@ from smtriton.serve.owner.startup import (
     resolve_default_model,
 )
 from smtriton.serve.settings import Settings, environment_help, flag_help, warn_without_effect
+from smtriton.serve.triton.access import restricted_by
 from smtriton.serve.triton.installation import TritonInstallation, find_triton
 
 log = logging.getLogger("serve")
@@ -86,6 +87,12 @@ def main(argv: Sequence[str] | None = None, *, worker: str = WORKER_ENTRY) -> No
         settings = Settings.from_env(os.environ, **flags(args))
         configure_logging(settings.log_level, settings.log_format)
         warn_without_effect(os.environ)
+        if restricted := restricted_by(settings.triton.additional_args):
+            raise StartupError(
+                f"SAGEMAKER_TRITON_ADDITIONAL_ARGS restricts Triton's {', '.join(restricted)} API with a key of its "
+                'own: serve already keeps these for itself (docs/operations.md, "Triton\'s own ports"); leave '
+                "them out of --http-restricted-api and --grpc-restricted-protocol"
+            )
         default = None
         loads: list[str] = []
         if not settings.multi_model:

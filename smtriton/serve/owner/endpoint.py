@@ -37,11 +37,12 @@ from smtriton.serve.ipc.messages import (
     UseSession,
 )
 from smtriton.serve.metrics import Metrics
-from smtriton.serve.multimodel.registry import ModelRegistry, load_failure
+from smtriton.serve.multimodel.records import ModelRecord
+from smtriton.serve.multimodel.registry import ModelRegistry
+from smtriton.serve.multimodel.staging import load_failure
 from smtriton.serve.owner.pool import WorkerPool
 from smtriton.serve.owner.probation import ProbationDesk
 from smtriton.serve.owner.sessions import SessionKeeper
-from smtriton.serve.records import ModelRecord
 from smtriton.serve.settings import Settings
 from smtriton.serve.triton.supervisor import TritonState, TritonSupervisor
 
@@ -97,6 +98,7 @@ class Health:
             grpc_port=ports.grpc if ports is not None else None,
             decoupled=self.decoupled,
             generation=supervisor.spawns,
+            triton_key=supervisor.access.key,
         )
 
     def _not_ready_message(self) -> str:
@@ -147,7 +149,7 @@ class Health:
                     raise ModelLoadFailed(reason)
             except ServeError as exc:
                 self.model_failed = True
-                why = load_failure(name, exc.message, {})
+                why = load_failure(name, exc.message)
                 log.error("%s; Triton said: %s", why, exc.message)
                 if self._on_fatal is not None:  # as NVIDIA's server does: SageMaker learns at once, not at its timeout
                     self._on_fatal(why)

@@ -24,6 +24,7 @@ from smtriton.serve.errors import (
     UpstreamError,
     UpstreamTimeout,
 )
+from smtriton.serve.triton.access import TritonAccess
 
 HEADER_LENGTH = "Inference-Header-Content-Length"
 
@@ -55,10 +56,14 @@ class UpstreamResponse:
 
 
 class TritonClient:
-    """Talks to one Triton HTTP endpoint; create once, share, close at shutdown."""
+    """Talks to one Triton HTTP endpoint; create once, share, close at shutdown. ``access`` is the header
+    Triton's restricted APIs (repository, config, shared memory) want: sent on each call to them."""
 
-    def __init__(self, base_url: str, request_timeout_s: float, pool_size: int = 256) -> None:
+    def __init__(
+        self, base_url: str, request_timeout_s: float, pool_size: int = 256, access: TritonAccess | None = None
+    ) -> None:
         self.base_url = base_url.rstrip("/")
+        self._restricted = access.headers if access is not None else {}
         self._timeout = aiohttp.ClientTimeout(total=request_timeout_s)
         self._probe_timeout = aiohttp.ClientTimeout(total=2.0)
         self._session = aiohttp.ClientSession(
@@ -147,7 +152,7 @@ class TritonClient:
         """The model's configuration as Triton completed it (JSON)."""
         url = self._model_url(model, "/config")
         with _calling(TritonUnavailable("Triton did not answer in time")):
-            async with self._session.get(url, timeout=self._probe_timeout) as resp:
+            async with self._session.get(url, headers=self._restricted, timeout=self._probe_timeout) as resp:
                 body = await resp.read()
                 if resp.status != 200:
                     raise UpstreamError(resp.status, error_text(body))
@@ -177,7 +182,8 @@ class TritonClient:
         """Load (or reload) a model; raises ModelLoadFailed with Triton's message when it fails."""
         url = f"{self.base_url}/v2/repository/models/{quote(model, safe='')}/load"
         with _calling(UpstreamTimeout(f"loading model '{model}' did not finish within {timeout_s:.0f} s")):
-            async with self._session.post(url, timeout=aiohttp.ClientTimeout(total=timeout_s)) as resp:
+            timeout = aiohttp.ClientTimeout(total=timeout_s)
+            async with self._session.post(url, headers=self._restricted, timeout=timeout) as resp:
                 body = await resp.read()
                 if resp.status != 200:
                     raise ModelLoadFailed(error_text(body))
@@ -187,7 +193,9 @@ class TritonClient:
         url = f"{self.base_url}/v2/repository/models/{quote(model, safe='')}/unload"
         payload = orjson.dumps({"parameters": {"unload_dependents": unload_dependents}})
         with _calling(InternalError(f"unloading model '{model}' timed out")):
-            async with self._session.post(url, data=payload, timeout=self._probe_timeout) as resp:
+            async with self._session.post(
+                url, data=payload, headers=self._restricted, timeout=self._probe_timeout
+            ) as resp:
                 body = await resp.read()
                 if resp.status != 200:
                     raise InternalError(f"unloading model '{model}' failed: {error_text(body)}")
@@ -204,7 +212,9 @@ class TritonClient:
     async def _repository_index(self) -> dict[str, tuple[str, str]]:
         url = f"{self.base_url}/v2/repository/index"
         with _calling(TritonUnavailable("Triton did not answer in time")):
-            async with self._session.post(url, data=b"{}", timeout=self._probe_timeout) as resp:
+            async with self._session.post(
+                url, data=b"{}", headers=self._restricted, timeout=self._probe_timeout
+            ) as resp:
                 body = await resp.read()
                 if resp.status != 200:
                     raise InternalError(f"repository index failed: {error_text(body)}")

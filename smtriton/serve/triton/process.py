@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from smtriton.serve.settings import Settings
+from smtriton.serve.triton.access import TritonAccess
 from smtriton.serve.triton.installation import TritonInstallation
 from smtriton.serve.triton.ports import LOOPBACK
 from smtriton.serve.triton.shm import PREFIX_OPTION
@@ -47,12 +48,14 @@ def build_command(
     ports: Ports,
     load_models: Sequence[str] = (),
     shm_prefix: str | None = None,
+    access: TritonAccess | None = None,
 ) -> list[str]:
     """The tritonserver argv: loopback only, explicit model control, SageMaker variables mapped.
 
     ``load_models`` are loaded by Triton itself as it starts, before it answers as live: the SME model
     loads while the front is still importing its own modules. ``shm_prefix`` names the Python
-    backend's shared-memory regions (:mod:`smtriton.serve.triton.shm`)."""
+    backend's shared-memory regions (:mod:`smtriton.serve.triton.shm`); ``access`` puts the APIs that
+    load models, show configs and map shared memory behind its header (:mod:`smtriton.serve.triton.access`)."""
     opts = settings.triton
     cmd = [
         str(installation.binary),
@@ -73,6 +76,8 @@ def build_command(
     ]
     if shm_prefix is not None:
         cmd.append(f"--backend-config=python,{PREFIX_OPTION}{shm_prefix}")
+    if access is not None:
+        cmd += access.flags()
     if ports.grpc is not None:
         cmd += ["--allow-grpc=true", f"--grpc-address={LOOPBACK}", f"--grpc-port={ports.grpc}"]
     else:
@@ -160,15 +165,18 @@ def _log_line(raw: bytes) -> str:
 class TritonProcess:
     """One running tritonserver. Not restartable: the supervisor makes a new one."""
 
-    def __init__(self, command: list[str], env: dict[str, str]) -> None:
+    def __init__(self, command: list[str], env: dict[str, str], access: TritonAccess | None = None) -> None:
+        """``access``: the value in ``command`` that is never logged."""
         self.command = command
+        self._access = access
         self._env = {**os.environ, **env}
         self._proc: asyncio.subprocess.Process | None = None
         self._pump: asyncio.Task[None] | None = None
         self.recent_lines: deque[str] = deque(maxlen=50)
 
     async def spawn(self) -> None:
-        log.info("starting tritonserver: %s", " ".join(self.command))
+        shown = " ".join(self.command)
+        log.info("starting tritonserver: %s", self._access.hidden(shown) if self._access is not None else shown)
         self._proc = await asyncio.create_subprocess_exec(
             *self.command,
             stdin=asyncio.subprocess.DEVNULL,

@@ -43,11 +43,20 @@ def new_prefix() -> str:
 
 
 def given_prefix(additional_args: Sequence[str]) -> str | None:
-    """The prefix a deployment set itself through ``SAGEMAKER_TRITON_ADDITIONAL_ARGS``, if any."""
-    for arg in additional_args:
-        _, found, value = arg.partition(PREFIX_OPTION)
-        if found and arg.lstrip("-").startswith("backend-config") and value:
-            return value
+    """The prefix a deployment set itself through ``SAGEMAKER_TRITON_ADDITIONAL_ARGS``, if any: the
+    Python backend's ``shm-region-prefix-name``, given as ``--backend-config=python,...`` or as the
+    option and its value in two words (``--backend-config python,...``), as Triton reads both."""
+    args = list(additional_args)
+    for index, arg in enumerate(args):
+        option, equals, value = arg.partition("=")
+        if option != "--backend-config":
+            continue
+        if not equals:
+            value = args[index + 1] if index + 1 < len(args) else ""
+        backend, _, setting = value.partition(",")
+        name, found, prefix = setting.partition("=")
+        if backend == "python" and found and f"{name}=" == PREFIX_OPTION and prefix:
+            return prefix
     return None
 
 

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from smtriton.serve.backoff import Backoff
 from smtriton.serve.errors import NotReady, ServeError
 from smtriton.serve.settings import Settings
+from smtriton.serve.triton.access import TritonAccess
 from smtriton.serve.triton.backends import assemble_backends
 from smtriton.serve.triton.installation import TritonInstallation
 from smtriton.serve.triton.ports import pick_port
@@ -99,6 +100,8 @@ class TritonSupervisor:
         # killed Triton leaves in /dev/shm is removed before the next starts (a prefix the deployment
         # set itself may be shared with others: left alone).
         self.shm_prefix = None if given_prefix(settings.triton.additional_args) else new_prefix()
+        # Triton's APIs that load models, show configs and map shared memory answer this value only.
+        self.access = TritonAccess.new()
 
     @property
     def state(self) -> TritonState:
@@ -203,9 +206,10 @@ class TritonSupervisor:
                 ports,
                 self._load_models,
                 self.shm_prefix,
+                self.access,
             )
             await self._remove_shared_memory()  # what a Triton killed before left behind
-            process = TritonProcess(command, self.installation.env)
+            process = TritonProcess(command, self.installation.env, self.access)
             await process.spawn()
             self.spawns += 1
             self._spawned.set()
@@ -225,7 +229,8 @@ class TritonSupervisor:
 
         if self._client is not None:
             await self._client.close()
-        self._client = TritonClient(f"http://127.0.0.1:{ports.http}", self.settings.request_timeout_s)
+        url = f"http://127.0.0.1:{ports.http}"
+        self._client = TritonClient(url, self.settings.request_timeout_s, access=self.access)
         self.ports = ports
         self._tell(self._on_change)
 
