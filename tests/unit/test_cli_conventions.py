@@ -15,7 +15,7 @@ from typer.main import get_command
 from typer.testing import CliRunner
 
 from smtriton import cli
-from smtriton.aws.cli import parse_input
+from smtriton.aws.invoke_cli import parse_input
 from smtriton.serve.owner import cli as serve_cli
 from smtriton.serve.settings import known_variables
 from tests.unit.test_perf_cli import NO_AWS
