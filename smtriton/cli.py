@@ -26,7 +26,9 @@ from typer.core import TyperCommand, TyperGroup, TyperOption
 
 from smtriton.aws import cli as aws_cli
 from smtriton.aws import endpoint_cli, invoke_cli
-from smtriton.convert.cli import config_command, convert_app, validate_written
+from smtriton.convert.cli import convert_app
+from smtriton.convert.cli_shared import validate_written
+from smtriton.convert.config_cli import config_command
 from smtriton.convert.recipe import DEFAULT_RECIPE, RecipeError
 from smtriton.errors import ToolError
 from smtriton.repo.cli import package_app, validate_command

@@ -31,9 +31,9 @@ from smtriton.convert.recipe import (
     Recipe,
     RecipeError,
     dependencies,
-    load_recipe,
 )
 from smtriton.convert.recipe_code import source_file
+from smtriton.convert.recipe_parse import load_recipe
 from smtriton.convert.runners import exporter_for
 from smtriton.convert.stamp import is_up_to_date, read_stamp, stamp_inputs, write_stamp
 from smtriton.convert.trt_plan import AxisRange, profile_text, recipe_profile, sha256_file

@@ -37,9 +37,9 @@ BUILDER_MODULES = (
     "smtriton.dtypes", "smtriton.model_config", "smtriton.convert.artifacts", "smtriton.convert.build",
     "smtriton.convert.config", "smtriton.convert.export", "smtriton.convert.export_onnx",
     "smtriton.convert.export_torchscript", "smtriton.convert.onnx_tools", "smtriton.convert.recipe",
-    "smtriton.convert.sample_inputs", "smtriton.convert.signature", "smtriton.convert.stamp",
-    "smtriton.convert.torch_model", "smtriton.convert.pipeline", "smtriton.convert.runners",
-    "smtriton.convert.recipe_code", "smtriton.repo.ensemble",
+    "smtriton.convert.recipe_parse", "smtriton.convert.sample_inputs", "smtriton.convert.signature",
+    "smtriton.convert.stamp", "smtriton.convert.torch_model", "smtriton.convert.pipeline",
+    "smtriton.convert.runners", "smtriton.convert.recipe_code", "smtriton.repo.ensemble",
 )  # fmt: skip
 
 

@@ -27,7 +27,8 @@ import tritonclient.http as httpclient
 from PIL import Image, ImageDraw
 
 from smtriton.convert.build import build_repository
-from smtriton.convert.recipe import DEFAULT_RECIPE, load_recipe
+from smtriton.convert.recipe import DEFAULT_RECIPE
+from smtriton.convert.recipe_parse import load_recipe
 from smtriton.convert.reference import load_reference
 from smtriton.repo.package import package_mme
 from tests.integration.conftest import start_serve

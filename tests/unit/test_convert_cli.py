@@ -9,7 +9,7 @@ from typer.testing import CliRunner
 from smtriton import model_config
 from smtriton.cli import app
 from smtriton.convert.artifacts import TensorSig, find_artifact, onnx_signature
-from smtriton.convert.cli import parse_pairs, parse_tensor
+from smtriton.convert.cli_shared import parse_pairs, parse_tensor
 from smtriton.convert.config import ConfigError, ConfigOptions, signature_config
 from smtriton.convert.recipe import DynamicBatching, InstanceGroup, RecipeError
 from smtriton.convert.trt_plan import parse_size
