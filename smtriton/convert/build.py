@@ -337,10 +337,10 @@ def _build_tensorrt(
     engine."""
     from smtriton import model_config
     from smtriton.convert import trt_build
-    from smtriton.convert.artifacts import find_artifact
     from smtriton.convert.config import ConfigOptions
     from smtriton.convert.parity import ParityError
     from smtriton.convert.trt_plan import parse_size
+    from smtriton.repo.artifacts import find_artifact
 
     assert spec.onnx is not None and spec.tensorrt is not None
     source = recipe.model(spec.onnx)

@@ -18,11 +18,11 @@ from typing import Any
 from google.protobuf import json_format
 
 from smtriton import dtypes
-from smtriton.convert.artifacts import Signature, TensorSig
 from smtriton.convert.recipe import BATCH_AXIS, DynamicBatching, InstanceGroup, ModelSpec, TensorSpec
 from smtriton.errors import ToolUsageError
 from smtriton.model_config import ModelConfig
 from smtriton.repo import ensemble
+from smtriton.repo.artifacts import Signature, TensorSig
 
 # Recipe format -> (ModelConfig field, value). Triton maps each platform to its backend.
 PLATFORMS: dict[str, tuple[str, str]] = {

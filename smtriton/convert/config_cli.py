@@ -121,10 +121,10 @@ def config_command(
     ModelConfig protobuf and written in its text format, never templated, then validated.
     """
     from smtriton import model_config
-    from smtriton.convert.artifacts import PLATFORM_OF_FILE, Signature, TensorSig, artifact_signature, find_artifact
     from smtriton.convert.config import ConfigOptions, signature_config, unknown_parameters
     from smtriton.convert.recipe import DynamicBatching, InstanceGroup
     from smtriton.model_config import CONFIG_FILE
+    from smtriton.repo.artifacts import PLATFORM_OF_FILE, Signature, TensorSig, artifact_signature, find_artifact
     from smtriton.repo.layout import require_model_directory
 
     with _config_errors():

@@ -34,7 +34,7 @@ TOOL_DISTRIBUTIONS = (
 
 # This builder's modules: a change to any of them may change the artifacts (or what the build checks).
 BUILDER_MODULES = (
-    "smtriton.dtypes", "smtriton.model_config", "smtriton.convert.artifacts", "smtriton.convert.build",
+    "smtriton.dtypes", "smtriton.model_config", "smtriton.repo.artifacts", "smtriton.convert.build",
     "smtriton.convert.config", "smtriton.convert.export", "smtriton.convert.export_onnx",
     "smtriton.convert.export_torchscript", "smtriton.convert.onnx_tools", "smtriton.convert.recipe",
     "smtriton.convert.recipe_parse", "smtriton.convert.sample_inputs", "smtriton.convert.signature",

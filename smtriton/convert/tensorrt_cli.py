@@ -129,7 +129,6 @@ def convert_tensorrt(
     """
     from smtriton import model_config
     from smtriton.convert import trt_build
-    from smtriton.convert.artifacts import SignatureError, find_artifact, onnx_signature
     from smtriton.convert.build import staged_dir
     from smtriton.convert.config import ConfigOptions
     from smtriton.convert.recipe import DynamicBatching, InstanceGroup
@@ -142,6 +141,7 @@ def convert_tensorrt(
         recipe_profile,
         sidecar_path,
     )
+    from smtriton.repo.artifacts import SignatureError, find_artifact, onnx_signature
 
     try:
         onnx_path = source if source.is_file() else find_artifact(source)

@@ -28,12 +28,15 @@ package_app = typer.Typer(
 
 
 def _runtime(tensorrt_version: str | None, gpu_name: str | None, compute_capability: str | None, detect: bool):
-    from smtriton.convert.trt_plan import RuntimeInfo
+    from smtriton.serve.triton.tensorrt_plan import RuntimeInfo
 
-    if detect:
-        from smtriton.convert.trt_build import runtime_info
+    if detect:  # as serve detects it, so that validate refuses exactly the plans serve would
+        from smtriton.serve.triton.plan_check import NoRuntime, detect_runtime
 
-        return runtime_info()  # a TensorRTError says where to run it instead
+        found = detect_runtime()
+        if isinstance(found, NoRuntime):
+            raise ToolError(f"--detect-runtime: {found.reason}; run it inside the serving image on the GPU host")
+        return found
     given = [tensorrt_version, gpu_name, compute_capability]
     if any(given) and not all(given):
         raise ToolUsageError("--tensorrt-version, --gpu-name and --compute-capability go together")

@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from smtriton import model_config
 from smtriton.cli import app
-from smtriton.convert.artifacts import onnx_signature, torchscript_signature
+from smtriton.repo.artifacts import onnx_signature, torchscript_signature
 from smtriton.repo.validate import validate_repository
 from tests.integration.conftest import start_serve
 

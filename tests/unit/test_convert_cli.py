@@ -8,11 +8,11 @@ from typer.testing import CliRunner
 
 from smtriton import model_config
 from smtriton.cli import app
-from smtriton.convert.artifacts import TensorSig, find_artifact, onnx_signature
 from smtriton.convert.cli_shared import parse_pairs, parse_tensor
 from smtriton.convert.config import ConfigError, ConfigOptions, signature_config
 from smtriton.convert.recipe import DynamicBatching, InstanceGroup, RecipeError
 from smtriton.convert.trt_plan import parse_size
+from smtriton.repo.artifacts import TensorSig, find_artifact, onnx_signature
 from tests.unit.test_repo_validate import tiny_onnx
 
 
@@ -70,14 +70,14 @@ def test_config_from_an_onnx_graph_with_every_option(tmp_path):
 )
 def test_config_option_errors(options, message):
     signature_inputs = (TensorSig("x", "FP32", ("batch", 4)),)
-    from smtriton.convert.artifacts import Signature
+    from smtriton.repo.artifacts import Signature
 
     with pytest.raises(ConfigError, match=message):
         signature_config("m", ("platform", "onnxruntime_onnx"), Signature(signature_inputs, (), "test"), options)
 
 
 def test_fixed_batch_dimension_cannot_batch():
-    from smtriton.convert.artifacts import Signature
+    from smtriton.repo.artifacts import Signature
 
     signature = Signature((TensorSig("x", "FP32", (1, 4)),), (), "ONNX graph")
     with pytest.raises(ConfigError, match="fixed first dimension 1"):

@@ -25,7 +25,6 @@ from typer.testing import CliRunner
 
 from smtriton.cli import app
 from smtriton.convert import trt_build
-from smtriton.convert.artifacts import SignatureError
 from smtriton.convert.trt_plan import (
     AxisRange,
     ProfileError,
@@ -40,6 +39,7 @@ from smtriton.convert.trt_plan import (
     recipe_profile,
     sidecar_path,
 )
+from smtriton.repo.artifacts import SignatureError
 from smtriton.repo.validate import errors, validate_repository
 
 # --- the stand-in -------------------------------------------------------------------------------------
@@ -844,7 +844,7 @@ step = [{ model = "enc_trt", input_map = { ids = "ids" }, output_map = { hidden 
 
 def test_integer_inputs_without_a_range_take_the_values_of_the_table_they_index(trt, tmp_path):
     """No --range: token ids are drawn over the whole embedding table (10 rows), not 0 and 1 only."""
-    from smtriton.convert.artifacts import onnx_index_ranges
+    from smtriton.repo.artifacts import onnx_index_ranges
 
     source = encoder_onnx(tmp_path / "m.onnx")
     assert onnx_index_ranges(source) == {"ids": (0, 10)}
