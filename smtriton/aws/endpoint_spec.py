@@ -111,6 +111,8 @@ def validate(spec: EndpointSpec) -> list[str]:
         if spec.instance_count < 1:
             raise DeployError("instance count must be at least 1")
         ami.choose("endpoint", spec.instance_type, spec.ami_version)  # refused before anything is made
+        if (note := ami.warning("endpoint", spec.instance_type)) is not None:
+            warnings.append(note)
     if spec.async_inference is not None:
         a = spec.async_inference
         if spec.multi_model:
