@@ -268,6 +268,7 @@ def _deploy_component(
                 f"endpoint {spec.name} serves a model itself; inference components need an endpoint made for "
                 "them: give another endpoint name"
             )
+        _refuse_endpoint_changes(spec, variants[0] if variants else {})
         if variants and variants[0].get("InstanceType") != spec.instance_type:
             progress(f"endpoint {spec.name} runs {variants[0].get('InstanceType')}; the component goes there")
     try:
@@ -281,6 +282,34 @@ def _deploy_component(
             _rollback(sm, ["config"], "", config_name, progress)
         raise
     return DeployResult(spec.name, arn, result.model_name, config_name, result.updated, component=component.name)
+
+
+def _refuse_endpoint_changes(spec: EndpointSpec, variant: Mapping[str, Any]) -> None:
+    """An inference component added to an existing endpoint leaves the endpoint as it is: an option of
+    the endpoint asked for that it does not run already is refused, named, before anything is made."""
+    changes = []
+    runs = variant.get("InitialInstanceCount")
+    if spec.instance_count is not None and spec.instance_count != runs:
+        changes.append(f"--instance-count {spec.instance_count} (it started {runs} instances)")
+    runs = variant.get("InferenceAmiVersion")
+    if spec.ami_version is not None and spec.ami_version != runs:
+        changes.append(f"--inference-ami-version {spec.ami_version} (it runs {runs or 'the default AMI'})")
+    if spec.autoscaling is not None:
+        scaling = variant.get("ManagedInstanceScaling") or {}
+        on = scaling.get("Status") == "ENABLED"
+        low, high = (scaling.get("MinInstanceCount"), scaling.get("MaxInstanceCount")) if on else (None, None)
+        if (low, high) != (spec.autoscaling.min_capacity, spec.autoscaling.max_capacity):
+            now = f"scales {low}-{high} instances" if on else "has no managed instance scaling"
+            changes.append(
+                f"--autoscale-min {spec.autoscaling.min_capacity} --autoscale-max {spec.autoscaling.max_capacity} "
+                f"(it {now})"
+            )
+    if changes:
+        raise DeployError(
+            f"endpoint {spec.name} exists, and an inference component added to it leaves it as it is: "
+            f"{', '.join(changes)} would change it; leave {'them' if len(changes) > 1 else 'it'} out, or delete "
+            "the endpoint and deploy again"
+        )
 
 
 def _start_endpoint(

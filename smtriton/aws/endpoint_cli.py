@@ -70,7 +70,10 @@ def deploy_command(
     ] = None,
     multi_model: Annotated[bool, typer.Option("--multi-model", help="Multi-model endpoint (Mode: MultiModel)")] = False,
     instance_type: Annotated[str, typer.Option(help="Instance type (ignored for --serverless)")] = "ml.g5.xlarge",
-    instance_count: Annotated[int, typer.Option(help="Initial instance count")] = 1,
+    instance_count: Annotated[
+        Optional[int],  # noqa: UP045
+        typer.Option(help="Initial instance count [default: 1; an existing endpoint keeps its own]"),
+    ] = None,
     inference_ami_version: Annotated[
         Optional[str],  # noqa: UP045
         typer.Option(

@@ -51,7 +51,7 @@ class EndpointSpec:
     model_data: str | None = None
     multi_model: bool = False
     instance_type: str | None = None
-    instance_count: int = 1
+    instance_count: int | None = None  # None: 1 on a new endpoint; an existing one keeps its own
     environment: Mapping[str, str] = field(default_factory=dict)
     default_model: str | None = None
     serverless: Serverless | None = None
@@ -68,6 +68,11 @@ class EndpointSpec:
     # InferenceAmiVersion on a GPU instance type: None picks the one with the newest NVIDIA driver (an
     # image's CUDA runs on a newer driver, never an older one); asking for one on a CPU type is refused.
     ami_version: str | None = None
+
+    @property
+    def count(self) -> int:
+        """The instances a new endpoint (or variant) starts with."""
+        return 1 if self.instance_count is None else self.instance_count
 
     def model(self) -> ServingModel:
         return ServingModel(
@@ -108,7 +113,7 @@ def validate(spec: EndpointSpec) -> list[str]:
     else:
         if not spec.instance_type or not spec.instance_type.startswith("ml."):
             raise DeployError("an instance type (ml.*) is needed unless the endpoint is serverless")
-        if spec.instance_count < 1:
+        if spec.count < 1:
             raise DeployError("instance count must be at least 1")
         ami.choose("endpoint", spec.instance_type, spec.ami_version)  # refused before anything is made
         if (note := ami.warning("endpoint", spec.instance_type)) is not None:
@@ -191,7 +196,7 @@ def endpoint_config_request(
             serverless["ProvisionedConcurrency"] = spec.serverless.provisioned_concurrency
         variant["ServerlessConfig"] = serverless
     else:
-        count = spec.instance_count if instance_count is None else instance_count
+        count = spec.count if instance_count is None else instance_count
         variant.update(InstanceType=spec.instance_type, InitialInstanceCount=count, InitialVariantWeight=1.0)
         ami_version = ami.choose("endpoint", spec.instance_type, spec.ami_version)
         if ami_version is not None:

@@ -68,16 +68,16 @@ def instance_count(spec: EndpointSpec, current: Current | None, progress: Progre
     """An auto-scaled variant keeps the instances it runs now (within the limits it will have), unless
     its instance type changes: a redeploy must not drop a scaled-out endpoint to ``--instance-count``."""
     if current is None or current.scaling is None or spec.serverless is not None or spec.remove_autoscaling:
-        return spec.instance_count
+        return spec.count
     if current.variant.get("InstanceType") != spec.instance_type or current.instances is None:
-        return spec.instance_count
+        return spec.count
     low, high = (
         (spec.autoscaling.min_capacity, spec.autoscaling.max_capacity) if spec.autoscaling else current.scaling.limits
     )
     count = min(max(current.instances, low, 1), high)
-    if count != spec.instance_count:
+    if count != spec.count:
         progress(
-            f"keeping {count} instances: the endpoint is auto-scaled (--instance-count {spec.instance_count} "
+            f"keeping {count} instances: the endpoint is auto-scaled (--instance-count {spec.count} "
             "applies to a new endpoint or a new instance type)"
         )
     return count
