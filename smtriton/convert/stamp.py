@@ -97,6 +97,20 @@ def read_stamp(model_dir: Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
+def recorded_entry(model_dir: Path) -> dict[str, Any] | None:
+    """The recipe entry (its table, as written) the model in ``model_dir`` was built from; None for a model
+    this tool did not build. It travels with the repository, so a later step (a TensorRT build inside
+    the serving image, where the recipe file is not) still knows the model's inputs and batching."""
+    entry = (read_stamp(model_dir) or {}).get("entry")
+    return entry if isinstance(entry, dict) else None
+
+
+def entry_json(table: Mapping[str, Any]) -> dict[str, Any]:
+    """A recipe table as the stamp stores it: JSON, a TOML date or time as its text."""
+    loaded: dict[str, Any] = json.loads(json.dumps(dict(table), default=str))
+    return loaded
+
+
 def is_up_to_date(model_dir: Path, key: str) -> bool:
     """The stamp's key matches and every file it recorded is still there with its size."""
     stamp = read_stamp(model_dir)

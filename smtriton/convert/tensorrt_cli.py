@@ -23,7 +23,7 @@ from smtriton.convert.cli_shared import (
     fail,
     validate_written,
 )
-from smtriton.convert.recipe import DEFAULT_RECIPE, RecipeError
+from smtriton.convert.recipe import DEFAULT_RECIPE, ModelSpec, RecipeError
 
 
 class _RichMonitor:
@@ -50,6 +50,28 @@ class _RichMonitor:
             task = self.tasks.pop(phase, None)
             if task is not None:
                 self.bar.remove_task(task)
+
+
+def source_entry(recipe: Path | None, model: str | None, model_dir: Path) -> ModelSpec:
+    """The recipe entry whose inputs (their value ranges) and batching the plan takes: ``--model`` of
+    ``--recipe``; without ``--recipe``, the entry the source model's directory records it was built from
+    (`smtriton convert onnx` and `build-repository` record it, and it travels with the repository into
+    the serving image), else the demo recipe of a source checkout."""
+    from smtriton.convert.recipe_parse import load_recipe, model_from_table
+    from smtriton.convert.stamp import recorded_entry
+
+    if recipe is None:
+        table = recorded_entry(model_dir)
+        if table is not None and model in (None, table.get("name")):
+            return model_from_table(table, model_dir, f"{model_dir}: the recipe entry it was built from")
+        if not DEFAULT_RECIPE.is_file():
+            recorded = f"records entry {table.get('name')!r}" if table is not None else "records no recipe entry"
+            raise RecipeError(f"--model {model}: {model_dir} {recorded}, and no --recipe is given: give --recipe")
+    loaded = load_recipe(recipe or DEFAULT_RECIPE)
+    try:
+        return loaded.model(model) if model else loaded.models[0]
+    except KeyError as exc:
+        raise RecipeError(str(exc.args[0])) from None
 
 
 def _calibration_batches(path: Path) -> Callable[[], Iterator[dict[str, Any]]]:
@@ -84,7 +106,13 @@ def convert_tensorrt(
             "--profile it is batch=1:N:N with --max-batch-size N (or the --recipe/--model entry's).",
         ),
     ] = None,
-    recipe: Annotated[Path | None, typer.Option(help="Recipe whose entry gives axes, ranges and batching.")] = None,
+    recipe: Annotated[
+        Path | None,
+        typer.Option(
+            help="Recipe whose --model entry gives input ranges and batching [default: the entry SOURCE was "
+            "converted from, which its directory records]."
+        ),
+    ] = None,
     model: ModelOpt = None,
     max_batch_size: MbsOpt = None,
     precision: Annotated[
@@ -132,7 +160,6 @@ def convert_tensorrt(
     from smtriton.convert.build import staged_dir
     from smtriton.convert.config import ConfigOptions
     from smtriton.convert.recipe import DynamicBatching, InstanceGroup
-    from smtriton.convert.recipe_parse import load_recipe
     from smtriton.convert.trt_plan import (
         TOLERANCES,
         ProfileError,
@@ -153,8 +180,8 @@ def convert_tensorrt(
         mbs = max_batch_size
         spec = None
         if recipe is not None or model is not None:
-            loaded = load_recipe(recipe or DEFAULT_RECIPE)
-            spec = loaded.model(model) if model else loaded.models[0]
+            model_dir = source if source.is_dir() else onnx_path.parent.parent
+            spec = source_entry(recipe, model, model_dir)
             ranges = {t.name: t.range for t in spec.inputs if t.range is not None}
             mbs = spec.max_batch_size if mbs is None else mbs
         for text in range_ or ():
