@@ -502,3 +502,26 @@ def test_the_help_examples_run_as_written(tmp_path):
                 assert "[ 8  9 10" in done.stdout  # 0 + 3 + 5, ...
         finally:
             assert emulator.stop() == 0
+
+
+def test_the_hint_after_packaging_several_models_runs_as_written(tmp_path):
+    """`smtriton package sme` of a repository with two models says to start the local endpoint with
+    --default-model; the command it prints serves the archive."""
+    here = tmp_path / "here"
+    repo = here / "repo"
+    _offset_model(repo / "addsub", 2)
+    shutil.copytree(TEST_MODELS / "ident", repo / "ident")
+    packaged = subprocess.run([SMTRITON, "package", "sme", "repo"], cwd=here, capture_output=True, text=True,
+                              timeout=120)  # fmt: skip
+    assert packaged.returncode == 0, packaged.stderr
+    hint = packaged.stderr.splitlines()[-1]
+    assert hint.startswith("next: smtriton local-endpoint --model-data model.tar.gz --default-model addsub calls")
+    command = shlex.split(hint.removeprefix("next: ").partition(" calls it here")[0])
+    (tmp_path / "run").mkdir()
+    emulator = Emulator(tmp_path / "run", command[2:], cwd=here)
+    try:
+        body = json.dumps(json_request({"INPUT0": A, "INPUT1": B}))
+        r = emulator.client.invoke_endpoint(EndpointName="local", Body=body, ContentType="application/json")
+        assert json.loads(r["Body"].read())["outputs"][0]["data"] == (A + B + 2).flatten().tolist()
+    finally:
+        assert emulator.stop() == 0
