@@ -77,7 +77,7 @@ class ConfigOptions:
     parameters: Mapping[str, str] = field(default_factory=dict)  # backend parameters (string values)
     warmup: bool = False  # one warm-up request per instance at load (random floats, zero integers)
     warmup_sizes: Mapping[str, int] = field(default_factory=dict)  # axis -> size for dynamic dims (default 1)
-    graph_optimization_level: int | None = None  # ONNX Runtime: -1 off, 1 extended; unset = all
+    graph_optimization_level: int | None = None  # ONNX Runtime: -1 basic, 1 extended, 2 off; unset = all
     accelerator: str | None = None  # ONNX Runtime execution accelerator: "tensorrt" (GPU) or "openvino" (CPU)
     accelerator_parameters: Mapping[str, str] = field(default_factory=dict)  # e.g. precision_mode=FP16
     default_model_filename: str | None = None

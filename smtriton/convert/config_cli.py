@@ -85,7 +85,8 @@ def config_command(
         ),
     ] = None,
     graph_optimization_level: Annotated[
-        int | None, typer.Option(help="ONNX Runtime graph optimization: -1 off, 1 extended (unset: all).")
+        int | None,
+        typer.Option(help="ONNX Runtime graph optimization: -1 basic, 1 extended, 2 off (unset or 0: all)."),
     ] = None,
     accelerator: Annotated[
         str | None, typer.Option(help="ONNX Runtime execution accelerator: tensorrt (GPU) or openvino (CPU).")

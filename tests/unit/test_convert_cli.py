@@ -141,3 +141,30 @@ def test_a_factory_without_its_tensors_names_the_flags_not_the_recipe_syntax(tmp
     assert f"needs at least one {missing}" in line, line
     assert "[[model" not in line
     assert not any(tmp_path.iterdir())
+
+
+def test_the_graph_optimization_levels_in_config_help_are_the_onnxruntime_backends():
+    """`smtriton config --help` says what each --graph-optimization-level does, as the onnxruntime backend
+    (ours, after NVIDIA's) reads optimization.graph.level: -1 basic, 1 extended, 2 off."""
+    import importlib.util
+    import re
+    from pathlib import Path
+
+    import onnxruntime as ort
+
+    from smtriton.serve.triton import pybackends
+
+    path = Path(pybackends.__file__).parent / "onnxruntime" / "model.py"
+    spec = importlib.util.spec_from_file_location("_pybackend_onnxruntime_levels", path)
+    assert spec
+    assert spec.loader
+    backend = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(backend)
+    shown = " ".join(CliRunner().invoke(app, ["config", "--help"], env={"COLUMNS": "400"}).output.split())
+    said = dict(re.findall(r"(-?\d) (basic|extended|off)\b", shown.split("--graph-optimization-level", 1)[1]))
+    words = {
+        ort.GraphOptimizationLevel.ORT_ENABLE_BASIC: "basic",
+        ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED: "extended",
+        ort.GraphOptimizationLevel.ORT_DISABLE_ALL: "off",
+    }
+    assert said == {str(level): words[value] for level, value in backend.GRAPH_LEVELS.items()}
