@@ -67,7 +67,7 @@ class Emulator:
             try:
                 if requests.get(f"{self.url}/ping", timeout=5).status_code == 200:
                     break
-            except requests.ConnectionError:
+            except (requests.ConnectionError, requests.Timeout):  # the port is bound before serve is up
                 pass
             time.sleep(0.3)
         self.client = boto3.client(
