@@ -25,7 +25,10 @@ from typer._click.exceptions import ClickException, NoArgsIsHelpError, UsageErro
 from typer.core import TyperCommand, TyperGroup, TyperOption
 
 from smtriton.aws import cli as aws_cli
-from smtriton.convert.cli import config_command, convert_app, validate_written
+from smtriton.aws import endpoint_cli, invoke_cli
+from smtriton.convert.cli import convert_app
+from smtriton.convert.cli_shared import validate_written
+from smtriton.convert.config_cli import config_command
 from smtriton.convert.recipe import DEFAULT_RECIPE, RecipeError
 from smtriton.errors import ToolError
 from smtriton.repo.cli import package_app, validate_command
@@ -337,11 +340,11 @@ app.command("validate")(validate_command)
 app.add_typer(package_app, name="package")
 app.command("build-image")(aws_cli.build_image_command)
 app.command("push-image")(aws_cli.push_image_command)
-app.command("deploy")(aws_cli.deploy_command)
-app.command("invoke")(aws_cli.invoke_command)
-app.command("transform")(aws_cli.transform_command)
-app.add_typer(aws_cli.capture_app, name="capture")
-app.command("delete-endpoint")(aws_cli.delete_endpoint_command)
+app.command("deploy")(endpoint_cli.deploy_command)
+app.command("invoke")(invoke_cli.invoke_command)
+app.command("transform")(endpoint_cli.transform_command)
+app.add_typer(invoke_cli.capture_app, name="capture")
+app.command("delete-endpoint")(endpoint_cli.delete_endpoint_command)
 
 
 def main() -> None:

@@ -83,6 +83,8 @@ class TransformSpec:
         if not self.instance_type.startswith("ml.") or self.instance_count < 1:
             raise DeployError("a transform job needs an instance type (ml.*) and at least one instance")
         ami.choose("transform", self.instance_type, self.ami_version)
+        if (note := ami.warning("transform", self.instance_type)) is not None:
+            warnings.append(note)
         return warnings
 
     def job_tags(self) -> list[dict[str, str]]:

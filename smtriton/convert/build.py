@@ -31,11 +31,11 @@ from smtriton.convert.recipe import (
     Recipe,
     RecipeError,
     dependencies,
-    load_recipe,
 )
 from smtriton.convert.recipe_code import source_file
+from smtriton.convert.recipe_parse import load_recipe
 from smtriton.convert.runners import exporter_for
-from smtriton.convert.stamp import is_up_to_date, read_stamp, stamp_inputs, write_stamp
+from smtriton.convert.stamp import entry_json, is_up_to_date, read_stamp, stamp_inputs, write_stamp
 from smtriton.convert.trt_plan import AxisRange, profile_text, recipe_profile, sha256_file
 
 try:
@@ -170,6 +170,7 @@ def build_model(
         parity = _build_into(staging, spec, say, str(version), with_config, recipe, output)
         extra = {
             "recipe": str(recipe.path) if recipe else None,
+            "entry": entry_json(spec.raw),
             "parity": parity.to_dict() if parity else None,
         }
         write_stamp(staging, inputs, extra)
@@ -217,8 +218,9 @@ def image_command(spec: ModelSpec, recipe: Recipe, output: Path) -> str:
             return str(path)
 
     options = spec.tensorrt
-    argv = [IMAGE_SCRIPT, "IMAGE", shown(output), shown(output / spec.onnx), "--recipe", shown(recipe.path),
-            "--model", spec.onnx, "--name", spec.name, "--max-batch-size", str(spec.max_batch_size),
+    # No --recipe: the image sees the repository only; the ONNX model's directory records its entry.
+    argv = [IMAGE_SCRIPT, "IMAGE", shown(output), shown(output / spec.onnx), "--model", spec.onnx,
+            "--name", spec.name, "--max-batch-size", str(spec.max_batch_size),
             "--profile", profile_text(_profile(spec, recipe)), "--precision", options.precision]  # fmt: skip
     if options.workspace:
         argv += ["--workspace", options.workspace]
@@ -337,10 +339,10 @@ def _build_tensorrt(
     engine."""
     from smtriton import model_config
     from smtriton.convert import trt_build
-    from smtriton.convert.artifacts import find_artifact
     from smtriton.convert.config import ConfigOptions
     from smtriton.convert.parity import ParityError
     from smtriton.convert.trt_plan import parse_size
+    from smtriton.repo.artifacts import find_artifact
 
     assert spec.onnx is not None and spec.tensorrt is not None
     source = recipe.model(spec.onnx)

@@ -18,11 +18,11 @@ from typing import Any
 from google.protobuf import json_format
 
 from smtriton import dtypes
-from smtriton.convert.artifacts import Signature, TensorSig
 from smtriton.convert.recipe import BATCH_AXIS, DynamicBatching, InstanceGroup, ModelSpec, TensorSpec
 from smtriton.errors import ToolUsageError
 from smtriton.model_config import ModelConfig
 from smtriton.repo import ensemble
+from smtriton.repo.artifacts import Signature, TensorSig
 
 # Recipe format -> (ModelConfig field, value). Triton maps each platform to its backend.
 PLATFORMS: dict[str, tuple[str, str]] = {
@@ -77,7 +77,7 @@ class ConfigOptions:
     parameters: Mapping[str, str] = field(default_factory=dict)  # backend parameters (string values)
     warmup: bool = False  # one warm-up request per instance at load (random floats, zero integers)
     warmup_sizes: Mapping[str, int] = field(default_factory=dict)  # axis -> size for dynamic dims (default 1)
-    graph_optimization_level: int | None = None  # ONNX Runtime: -1 off, 1 extended; unset = all
+    graph_optimization_level: int | None = None  # ONNX Runtime: -1 basic, 1 extended, 2 off; unset = all
     accelerator: str | None = None  # ONNX Runtime execution accelerator: "tensorrt" (GPU) or "openvino" (CPU)
     accelerator_parameters: Mapping[str, str] = field(default_factory=dict)  # e.g. precision_mode=FP16
     default_model_filename: str | None = None

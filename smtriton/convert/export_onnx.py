@@ -23,11 +23,11 @@ import numpy as np
 import onnx
 import torch
 
-from smtriton.convert.artifacts import ONNX_SIGNATURE_KEY, SignatureError, TensorSig, onnx_signature, signature_json
 from smtriton.convert.export import ExportError, Runner, quiet_tracing_logs
 from smtriton.convert.onnx_tools import OnnxToolError, cast_fp16, save, simplify
 from smtriton.convert.recipe import ModelSpec, TensorSpec
 from smtriton.convert.torch_model import to_tensors
+from smtriton.repo.artifacts import ONNX_SIGNATURE_KEY, SignatureError, TensorSig, onnx_signature, signature_json
 
 
 class OnnxExporter:

@@ -5,7 +5,7 @@ behind :class:`smtriton.convert.export.Exporter` so an AOTInductor exporter can 
 
 A TorchScript file records no input shapes or dtypes, so the recipe's signature (inputs, probed
 outputs, max_batch_size) is stored inside ``model.pt`` as an extra file; ``smtriton config`` and
-``smtriton validate`` read it back (:mod:`smtriton.convert.artifacts`). ``torch.jit.load`` ignores it.
+``smtriton validate`` read it back (:mod:`smtriton.repo.artifacts`). ``torch.jit.load`` ignores it.
 """
 
 from __future__ import annotations
@@ -17,10 +17,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from smtriton.convert.artifacts import TORCHSCRIPT_SIGNATURE, TensorSig, signature_json
 from smtriton.convert.export import ExportError, Runner, quiet_tracing_logs
 from smtriton.convert.recipe import ModelSpec, TensorSpec
 from smtriton.convert.torch_model import output_list, to_tensors
+from smtriton.repo.artifacts import TORCHSCRIPT_SIGNATURE, TensorSig, signature_json
 
 
 class TorchScriptExporter:

@@ -15,9 +15,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from smtriton import dtypes, model_config
-from smtriton.convert.artifacts import find_artifact
 from smtriton.convert.recipe import TORCH_FORMATS, ModelSpec, Recipe, TensorSpec
 from smtriton.convert.runners import Runner, chain, exporter_for, python_reference
+from smtriton.repo.artifacts import find_artifact
 
 
 def artifact_runner(spec: ModelSpec, recipe: Recipe, output: Path) -> Runner:

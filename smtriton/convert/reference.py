@@ -18,8 +18,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from smtriton.convert.recipe import DEFAULT_RECIPE, ModelSpec, Recipe, load_recipe
+from smtriton.convert.recipe import DEFAULT_RECIPE, ModelSpec, Recipe
 from smtriton.convert.recipe_code import source_file
+from smtriton.convert.recipe_parse import load_recipe
 from smtriton.convert.runners import Runner, chain, python_reference
 from smtriton.convert.sample_inputs import sample_inputs
 

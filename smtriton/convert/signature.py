@@ -7,6 +7,7 @@ fixed. Declared output dtypes and shapes in the recipe are checked against the p
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import torch
@@ -64,11 +65,21 @@ def _first_run(module: torch.nn.Module, spec: ModelSpec, sizes: dict[str, int]) 
             f"{t.name} {t.dtype} [{', '.join(map(str, t.shape))}] (sent {list(inputs[t.name].shape)})"
             for t in spec.inputs
         )
-        where = "--input" if spec.from_flags else "the recipe's input shapes"
+        what = "dtype" if _DTYPE_ERROR.search(str(exc)) else "shape"
+        where = "--input" if spec.from_flags else f"the recipe's input {what}s"
         raise RecipeError(
-            f"model {spec.name!r}: forward() failed on inputs shaped as declared: {sent}; if a shape is wrong, "
-            f"correct {where} ({type(exc).__name__}: {exc})"
+            f"model {spec.name!r}: forward() failed on inputs as declared: {sent}; torch's error is about a "
+            f"{what}: if one is wrong, correct {where} ({type(exc).__name__}: {exc})"
         ) from None
+
+
+# torch's words when forward() gets a tensor of a dtype it cannot take (an embedding's FP32 indices,
+# FP64 into FP32 weights, integers into a convolution or a GRU), rather than of a shape.
+_DTYPE_ERROR = re.compile(
+    r"scalar types?\b|\bdtype\b|\b(?:Float|Double|Half|BFloat16|Long|Int|Short|Char|Byte|Bool)Tensor\b|"
+    r"\btype \(\w+\) and \w+ type \(\w+\)",
+    re.IGNORECASE,
+)
 
 
 def _reconcile(probed: TensorSpec, dtype: str | None, shape: tuple[Dim, ...] | None, where: str) -> TensorSpec:

@@ -34,12 +34,12 @@ TOOL_DISTRIBUTIONS = (
 
 # This builder's modules: a change to any of them may change the artifacts (or what the build checks).
 BUILDER_MODULES = (
-    "smtriton.dtypes", "smtriton.model_config", "smtriton.convert.artifacts", "smtriton.convert.build",
+    "smtriton.dtypes", "smtriton.model_config", "smtriton.repo.artifacts", "smtriton.convert.build",
     "smtriton.convert.config", "smtriton.convert.export", "smtriton.convert.export_onnx",
     "smtriton.convert.export_torchscript", "smtriton.convert.onnx_tools", "smtriton.convert.recipe",
-    "smtriton.convert.sample_inputs", "smtriton.convert.signature", "smtriton.convert.stamp",
-    "smtriton.convert.torch_model", "smtriton.convert.pipeline", "smtriton.convert.runners",
-    "smtriton.convert.recipe_code", "smtriton.repo.ensemble",
+    "smtriton.convert.recipe_parse", "smtriton.convert.sample_inputs", "smtriton.convert.signature",
+    "smtriton.convert.stamp", "smtriton.convert.torch_model", "smtriton.convert.pipeline",
+    "smtriton.convert.runners", "smtriton.convert.recipe_code", "smtriton.repo.ensemble",
 )  # fmt: skip
 
 
@@ -95,6 +95,20 @@ def read_stamp(model_dir: Path) -> dict[str, Any] | None:
     except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) else None
+
+
+def recorded_entry(model_dir: Path) -> dict[str, Any] | None:
+    """The recipe entry (its table, as written) the model in ``model_dir`` was built from; None for a model
+    this tool did not build. It travels with the repository, so a later step (a TensorRT build inside
+    the serving image, where the recipe file is not) still knows the model's inputs and batching."""
+    entry = (read_stamp(model_dir) or {}).get("entry")
+    return entry if isinstance(entry, dict) else None
+
+
+def entry_json(table: Mapping[str, Any]) -> dict[str, Any]:
+    """A recipe table as the stamp stores it: JSON, a TOML date or time as its text."""
+    loaded: dict[str, Any] = json.loads(json.dumps(dict(table), default=str))
+    return loaded
 
 
 def is_up_to_date(model_dir: Path, key: str) -> bool:

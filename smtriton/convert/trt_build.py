@@ -27,7 +27,6 @@ from typing import Any, Protocol
 import numpy as np
 
 from smtriton import dtypes
-from smtriton.convert.artifacts import Signature, TensorSig, onnx_signature
 from smtriton.convert.trt_plan import (
     HARDWARE_LEVELS,
     PRECISIONS,
@@ -40,6 +39,7 @@ from smtriton.convert.trt_plan import (
     write_sidecar,
 )
 from smtriton.errors import ToolError
+from smtriton.repo.artifacts import Signature, TensorSig, onnx_signature
 
 
 class TensorRTError(ToolError, RuntimeError):
@@ -522,8 +522,8 @@ def verify_plan(
     """
     import onnxruntime as ort
 
-    from smtriton.convert.artifacts import onnx_index_ranges
     from smtriton.convert.parity import compare
+    from smtriton.repo.artifacts import onnx_index_ranges
 
     sidecar = read_sidecar(plan_path)
     if sidecar is None:

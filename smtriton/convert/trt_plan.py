@@ -9,13 +9,12 @@ can read and check a sidecar on any host.
 
 from __future__ import annotations
 
-import hashlib
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 from smtriton.errors import ToolUsageError
+from smtriton.repo.artifacts import profile_batch_limits, sha256_file
 from smtriton.serve.triton.tensorrt_plan import (
     HARDWARE_LEVELS,
     PRECISIONS,
@@ -153,21 +152,3 @@ def parse_size(text: str) -> int:
         raise ValueError(f"size {text!r}: write e.g. 4GiB, 512MiB or a number of bytes")
     unit = (m.group(2) or "B").upper()[0]
     return int(float(m.group(1)) * 1024 ** {"B": 0, "K": 1, "M": 2, "G": 3, "T": 4}[unit])
-
-
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
-def profile_batch_limits(sidecar: Sidecar) -> dict[str, int]:
-    """Largest first-dimension size each input accepts across the plan's profiles."""
-    limits: dict[str, int] = {}
-    for profile in sidecar.profiles:
-        for name, ranges in profile.items():
-            if ranges.get("max"):
-                limits[name] = max(limits.get(name, 0), int(ranges["max"][0]))
-    return limits

@@ -148,11 +148,24 @@ def local_endpoint(
 ) -> None:
     """Serve the SageMaker Runtime InvokeEndpoint API locally, in front of a real `serve` + Triton.
 
-    Call it with boto3 exactly as a real endpoint (GET /ping answers 200 once serve is ready):
+    \b
+    Examples:
+      smtriton local-endpoint --model-data model.tar.gz   # smtriton package sme
+      smtriton local-endpoint --models archives/          # smtriton package mme
+      smtriton invoke local --endpoint-url http://127.0.0.1:8090 --request request.json
+
+    Call it with boto3 exactly as a real endpoint (GET /ping answers 200 once serve is ready). It checks
+    neither the region nor the keys, but boto3 needs some:
 
     \b
-    boto3.client("sagemaker-runtime", endpoint_url="http://127.0.0.1:8090").invoke_endpoint(
-        EndpointName="local", Body=..., ContentType=..., TargetModel="model.tar.gz")
+      import boto3
+      runtime = boto3.client(
+          "sagemaker-runtime", endpoint_url="http://127.0.0.1:8090",
+          region_name="us-east-1", aws_access_key_id="local", aws_secret_access_key="local")
+      answer = runtime.invoke_endpoint(
+          EndpointName="local", ContentType="application/json",
+          Body=open("request.json", "rb").read())  # --models: TargetModel="model.tar.gz" too
+      print(answer["Body"].read().decode())
     """
     if (models is None) == (model_data is None):
         raise typer.BadParameter("give exactly one of --models (multi-model) or --model-data (single model)")

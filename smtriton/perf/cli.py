@@ -26,7 +26,7 @@ from smtriton.cli_options import (
 from smtriton.errors import ToolError, ToolUsageError
 from smtriton.perf import report
 from smtriton.perf.bodies import build_bodies, parse_shapes
-from smtriton.perf.runner import StepPlan, run
+from smtriton.perf.runner import ServerGone, StepPlan, run
 from smtriton.perf.stats import PERCENTILES, percentile_key
 from smtriton.perf.targets import EndpointTarget, HttpTarget, Target, is_url
 
@@ -148,8 +148,14 @@ def perf(
         )
     client.check()
     console.print(f"perf: {client.description}, {len(plans)} steps of {warmup:g} s warm-up + {duration:g} s")
+    stopped: ServerGone | None = None
     with Live(Text(), console=console, transient=True, refresh_per_second=4) as live:
-        results = run(client, plans, LiveLine(live))
+        try:
+            results = run(client, plans, LiveLine(live))
+        except ServerGone as exc:  # the steps before it are reported, then the reason as the error
+            results, stopped = exc.results, exc
+    if stopped is not None and not results:
+        raise ToolError(str(stopped))
     title = f"smtriton perf: {client.description}"
     console.print(report.table(results, title))
     for r in results:
@@ -164,6 +170,8 @@ def perf(
     if chart:
         for path in report.write_chart(results, chart, chart_latency, title):
             console.print(f"wrote {path}")
+    if stopped is not None:
+        raise ToolError(str(stopped))
     if not any(r.ok for r in results):
         errors: Counter[str] = Counter()
         for r in results:

@@ -9,6 +9,10 @@ after the step is a ``timeout`` error. The throughput is what the server achieve
 answers that arrived inside the window. An open-loop step whose achieved rate falls below the rate it
 offered is flagged ``short``. Every completed request counts in ``sent_total`` (what the server saw).
 The client's CPU time over the window says whether the client was the limit.
+
+A server that stops answering (killed, or stopped with Ctrl-C) ends the run: once every request for
+:data:`GONE_AFTER_S` got no answer at all, the step stops and :class:`ServerGone` says so, carrying the
+steps finished before.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from smtriton.errors import ToolError
 from smtriton.perf.stats import StepResult, schedule, summarize
 from smtriton.perf.targets import Channel, Target
 from smtriton.serve import eventloop
@@ -29,6 +34,8 @@ DRAIN_TIMEOUT_S = 30.0
 FIRST_ANSWER_LIMIT_S = 120.0
 TICK_S = 0.25
 TIMED_OUT = -1  # the status of a request still unanswered DRAIN_TIMEOUT_S after its step
+NO_ANSWER = 0  # a channel's status when the server did not answer (refused, reset, closed unanswered)
+GONE_AFTER_S = 3.0  # this long with requests and not one answer: the server is gone
 
 Progress = Callable[[str, str, float, int], None]  # (step label, phase, seconds into the step, completed)
 
@@ -47,6 +54,14 @@ class StepPlan:
         return f"c={self.load:g}" if self.mode == "concurrency" else f"{self.load:g}/s"
 
 
+class ServerGone(ToolError):
+    """The server stopped answering during a step; ``results`` are the steps finished before it."""
+
+    def __init__(self, message: str, results: list[StepResult] | None = None) -> None:
+        super().__init__(message)
+        self.results = results or []
+
+
 class _Record:
     """Raw per-request record, appended to in the hot loop (three list appends per request)."""
 
@@ -54,11 +69,25 @@ class _Record:
         self.began: list[float] = []  # when it started, or for the open loop when it was due
         self.done_at: list[float] = []
         self.status: list[int] = []
+        self.answered_at = time.perf_counter()  # the last answer of any status (or the record's start)
+        self.unanswered = 0  # requests in a row that got no answer at all
 
     def add(self, began: float, done_at: float, status: int) -> None:
         self.began.append(began)
         self.done_at.append(done_at)
         self.status.append(status)
+        if status == NO_ANSWER:
+            self.unanswered += 1
+        elif status != TIMED_OUT:
+            self.unanswered = 0
+            self.answered_at = done_at
+
+    def gone(self, now: float) -> str | None:
+        """Why the server is taken for gone (requests, and no answer for GONE_AFTER_S); None while it answers."""
+        silent = now - self.answered_at
+        if self.unanswered == 0 or silent < GONE_AFTER_S:
+            return None
+        return f"{self.unanswered} requests in a row got no answer (refused or cut off) over {silent:.1f} s"
 
     def started_in(self, start: float, end: float) -> tuple[list[float], Counter[int]]:
         """Of the requests that started (were due) in [start, end): the latencies of the 2xx answers and
@@ -99,6 +128,9 @@ async def _window(
             return time.process_time() - cpu0, now - begin
         if progress is not None:
             progress(plan.label, "measure" if measuring else "warm-up", now - start, len(record.status))
+        gone = record.gone(now)
+        if gone is not None:
+            raise ServerGone(f"the server stopped answering during {plan.label}: {gone}; the run stops here")
         await asyncio.sleep(min(TICK_S, max((begin if not measuring else end) - now, 0.01)))
 
 
@@ -139,12 +171,14 @@ async def closed_loop(target: Target, plan: StepPlan, progress: Progress | None 
 
     start = time.perf_counter()
     tasks = [asyncio.create_task(worker(ch, i)) for i, ch in enumerate(channels)]
-    cpu_s, wall_s = await _window(plan, start, record, progress, first_answers=len(channels))
-    end = time.perf_counter()
-    running = False
-    await _drain(tasks)
-    for ch in channels:
-        ch.close()
+    try:
+        cpu_s, wall_s = await _window(plan, start, record, progress, first_answers=len(channels))
+        end = time.perf_counter()
+    finally:
+        running = False
+        await _drain(tasks)
+        for ch in channels:
+            ch.close()
     latencies, statuses = record.started_in(end - wall_s, end)
     achieved = record.succeeded_in(end - wall_s, end)
     return summarize(plan.mode, plan.load, wall_s, latencies, statuses, cpu_s, _answered(record), achieved=achieved)
@@ -178,24 +212,29 @@ async def open_loop(target: Target, plan: StepPlan, progress: Progress | None = 
     tasks: list[asyncio.Task[None]] = []
     measured_from = start + plan.warmup_s
     behind = 0
-    for index, offset in enumerate(times.tolist()):
-        at = start + offset
-        delay = at - clock()
-        if delay > 0:
-            behind = 0
-            await asyncio.sleep(delay)
-        else:
-            behind += 1
-            if behind % 16 == 0:  # far behind: still let the answers in
-                await asyncio.sleep(0)
-        if at >= measured_from:
-            lags.append(clock() - at)
-        tasks.append(asyncio.create_task(one(at, index)))
-    cpu_s, wall_s = await window
-    end = clock()
-    await _drain(tasks)
-    for ch in channels:
-        ch.close()
+    try:
+        for index, offset in enumerate(times.tolist()):
+            if window.done():  # the server is gone: schedule nothing more
+                break
+            at = start + offset
+            delay = at - clock()
+            if delay > 0:
+                behind = 0
+                await asyncio.sleep(delay)
+            else:
+                behind += 1
+                if behind % 16 == 0:  # far behind: still let the answers in
+                    await asyncio.sleep(0)
+            if at >= measured_from:
+                lags.append(clock() - at)
+            tasks.append(asyncio.create_task(one(at, index)))
+        cpu_s, wall_s = await window
+        end = clock()
+    finally:
+        window.cancel()
+        await _drain(tasks)
+        for ch in channels:
+            ch.close()
     # The requests due in the measured stretch of the schedule; the answers that arrived in the window.
     due_from, due_until = measured_from, measured_from + plan.duration_s
     offered = sum(1 for offset in times.tolist() if due_from <= start + offset < due_until)
@@ -211,11 +250,13 @@ def _answered(record: _Record) -> int:
 
 
 async def run_steps(target: Target, plans: list[StepPlan], progress: Progress | None = None) -> list[StepResult]:
-    results = []
+    results: list[StepResult] = []
     try:
         for plan in plans:
             step = closed_loop if plan.mode == "concurrency" else open_loop
             results.append(await step(target, plan, progress))
+    except ServerGone as exc:
+        raise ServerGone(str(exc), results) from None
     finally:
         target.close()
     return results

@@ -23,6 +23,8 @@ from smtriton.perf.bodies import Body
 
 TARGET_MODEL_HEADER = "X-Amzn-SageMaker-Target-Model"
 PING_TIMEOUT_S = 10.0
+# A refused connection is retried after this pause: a server that is gone costs the client no spin.
+RECONNECT_PAUSE_S = 0.05
 
 
 class Channel(Protocol):
@@ -119,8 +121,9 @@ class HttpChannel:
         if conn is None or conn.transport is None:
             try:
                 conn = self.conn = await self._connect()
-            except OSError:
+            except OSError:  # refused: no server (yet, or any more); wait a moment before the next try
                 self.conn = None
+                await asyncio.sleep(RECONNECT_PAUSE_S)
                 return 0
         assert conn.transport is not None
         waiter: asyncio.Future[int] = asyncio.get_running_loop().create_future()

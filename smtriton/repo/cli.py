@@ -21,19 +21,23 @@ if TYPE_CHECKING:  # the validator (protobuf, tritonclient) loads only when a co
 console = Console(stderr=True, soft_wrap=True)  # one message, one line (logs, grep)
 package_app = typer.Typer(
     help="Deterministic model.tar.gz archives: one for an SME (repository root), one per model for an MME.\n\n"
-    "Next: smtriton local-endpoint --model-data model.tar.gz (SME) or --models DIR (MME) calls it on this "
-    "machine; uploaded with --s3, smtriton deploy serves it on SageMaker.",
+    "Next: smtriton local-endpoint --model-data model.tar.gz (SME; with --default-model NAME when it holds "
+    "several models) or --models DIR (MME) calls it on this machine; uploaded with --s3, smtriton deploy serves "
+    "it on SageMaker.",
     no_args_is_help=True,
 )
 
 
 def _runtime(tensorrt_version: str | None, gpu_name: str | None, compute_capability: str | None, detect: bool):
-    from smtriton.convert.trt_plan import RuntimeInfo
+    from smtriton.serve.triton.tensorrt_plan import RuntimeInfo
 
-    if detect:
-        from smtriton.convert.trt_build import runtime_info
+    if detect:  # as serve detects it, so that validate refuses exactly the plans serve would
+        from smtriton.serve.triton.plan_check import NoRuntime, detect_runtime
 
-        return runtime_info()  # a TensorRTError says where to run it instead
+        found = detect_runtime()
+        if isinstance(found, NoRuntime):
+            raise ToolError(f"--detect-runtime: {found.reason}; run it inside the serving image on the GPU host")
+        return found
     given = [tensorrt_version, gpu_name, compute_capability]
     if any(given) and not all(given):
         raise ToolUsageError("--tensorrt-version, --gpu-name and --compute-capability go together")
@@ -163,7 +167,7 @@ def package_sme_command(
     no gzip name or time); <archive>.sha256 is written beside it.
     """
     from smtriton.aws.session import s3_client
-    from smtriton.repo.package import model_dirs, package_sme, parse_renames, upload
+    from smtriton.repo.package import model_dirs, package_sme, parse_renames, served_model, upload
 
     require_repository(repo)
     client = s3_client(region, profile) if s3 else None  # credentials checked before anything is built
@@ -173,8 +177,17 @@ def package_sme_command(
     archive = package_sme(repo, output, models=model, renames=parse_renames(rename or ()))
     uris = upload([archive], s3, client) if s3 else None
     _show([archive], uris)
-    console.print(f"next: smtriton local-endpoint --model-data {escape(str(output))} calls it here; "
-                  "smtriton deploy serves it on SageMaker", highlight=False)  # fmt: skip
+    default = ""
+    if len(archive.models) > 1:  # serve needs to be told which one /invocations runs
+        chosen = served_model(repo, names)
+        default = f" --default-model {parse_renames(rename or ()).get(chosen, chosen)}"
+        console.print(
+            f"{len(archive.models)} models in the archive ({', '.join(archive.models)}): --default-model names the "
+            "one /invocations runs",
+            highlight=False,
+        )
+    console.print(f"next: smtriton local-endpoint --model-data {escape(str(output))}{default} calls it here; "
+                  f"smtriton deploy{default} serves it on SageMaker", highlight=False)  # fmt: skip
 
 
 @package_app.command("mme")

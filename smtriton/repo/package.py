@@ -165,6 +165,22 @@ def _ensemble_members(repo: Path, name: str, seen: set[str] | None = None) -> li
     return sorted(set(members))
 
 
+def served_model(repo: Path, names: Sequence[str]) -> str:
+    """Of several models in one archive, the one to name as its default: of those no ensemble among them
+    calls (what a client invokes), an ensemble first, then by name."""
+    called: set[str] = set()
+    pipelines: set[str] = set()
+    for name in names:
+        try:
+            steps = ensemble.step_models(_read_config(repo / name))
+        except PackageError:  # validation says why; any name will do here
+            continue
+        called.update(steps)
+        pipelines.update([name] if steps else [])
+    entries = [name for name in sorted(names) if name not in called]
+    return ([n for n in entries if n in pipelines] or entries or sorted(names))[0]
+
+
 def _read_config(model_dir: Path) -> ModelConfig:
     try:
         return model_config.read(model_dir / CONFIG_FILE)

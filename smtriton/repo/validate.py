@@ -3,7 +3,7 @@
 Checks what would otherwise surface as a failed load on the endpoint: layout (model and numeric
 version directories), every config parses as Triton's ModelConfig, the artifact each platform loads is
 present, the config's inputs/outputs (names, dtypes, ranks, fixed dims) agree with the artifact's own
-signature (:mod:`smtriton.convert.artifacts`), max_batch_size agrees with the artifact's batch dimension,
+signature (:mod:`smtriton.repo.artifacts`), max_batch_size agrees with the artifact's batch dimension,
 ensemble steps reference existing models and versions and their tensors agree (the rules are those of
 :mod:`smtriton.repo.ensemble`, which the recipe builder applies too), TensorRT plans match their sidecar
 (and the target TensorRT/GPU when given), and for a multi-model endpoint the model names are unique.
@@ -23,26 +23,21 @@ from pathlib import Path
 from typing import Any
 
 from smtriton import dtypes, model_config
-from smtriton.convert.artifacts import (
+from smtriton.model_config import CONFIG_FILE, PLATFORM_BACKENDS, ConfigParseError, ModelConfig
+from smtriton.repo import ensemble, layout
+from smtriton.repo.artifacts import (
     DEFAULT_FILENAMES,
     Signature,
     SignatureError,
     TensorSig,
     onnx_external_data,
     onnx_signature,
+    profile_batch_limits,
+    sha256_file,
     torchscript_signature,
 )
-from smtriton.convert.trt_plan import (
-    RuntimeInfo,
-    SidecarError,
-    check_compatibility,
-    profile_batch_limits,
-    read_sidecar,
-    sha256_file,
-)
-from smtriton.model_config import CONFIG_FILE, PLATFORM_BACKENDS, ConfigParseError, ModelConfig
-from smtriton.repo import ensemble, layout
 from smtriton.repo.layout import model_directories
+from smtriton.serve.triton.tensorrt_plan import RuntimeInfo, SidecarError, check_compatibility, read_sidecar
 
 # serve's rule for model names (docs/contract.md §2.4, loading a model), used for every repository.
 MODEL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,254}$")

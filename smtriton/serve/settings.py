@@ -398,7 +398,8 @@ class Settings(BaseSettings):
     )
     batch: Switch = _setting(
         "SAGEMAKER_BATCH",
-        "exactly `true` under batch transform: request timeout 600 s, payload limit `SAGEMAKER_MAX_PAYLOAD_IN_MB`",
+        "exactly `true` under batch transform: payload limit `SAGEMAKER_MAX_PAYLOAD_IN_MB` (the upstream timeout "
+        "is `SMTRITON_REQUEST_TIMEOUT_S`, as always)",
         False,
     )
     batch_strategy: Annotated[Literal["MULTI_RECORD", "SINGLE_RECORD"] | None, BeforeValidator(_word(str.upper))] = (

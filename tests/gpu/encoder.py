@@ -54,3 +54,41 @@ class Encoder:
             f"instance_group [{{ kind: {kind}, count: 1 }}]\n"
         )
         return model_dir
+
+    def write_torchscript(self, model_dir: Path, kind: str = "KIND_GPU") -> Path:
+        """A Triton model directory serving the same encoder as TorchScript (pytorch_libtorch): INPUT__0 ids
+        INT64 [-1, -1], OUTPUT__0 FP32 [-1, -1, 16]."""
+        import torch
+
+        class Scripted(torch.nn.Module):
+            def __init__(self, table: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor) -> None:
+                super().__init__()
+                self.register_buffer("table", table)
+                self.register_buffer("w1", w1)
+                self.register_buffer("w2", w2)
+
+            def forward(self, ids: torch.Tensor) -> torch.Tensor:
+                return torch.relu(self.table[ids] @ self.w1) @ self.w2
+
+        module = Scripted(*(torch.from_numpy(a.copy()) for a in (self.table, self.w1, self.w2))).eval()
+        (model_dir / "1").mkdir(parents=True)
+        torch.jit.script(module).save(str(model_dir / "1" / "model.pt"))
+        (model_dir / "config.pbtxt").write_text(
+            f'name: "{model_dir.name}"\nplatform: "pytorch_libtorch"\nmax_batch_size: 0\n'
+            'input [{ name: "INPUT__0", data_type: TYPE_INT64, dims: [-1, -1] }]\n'
+            'output [{ name: "OUTPUT__0", data_type: TYPE_FP32, dims: [-1, -1, 16] }]\n'
+            f"instance_group [{{ kind: {kind}, count: 1 }}]\n"
+        )
+        return model_dir
+
+    def check(self, url: str, path: str, tensors: tuple[str, str] = ("ids", "hidden")) -> None:
+        """The served model's answer over HTTP against the numpy one; ``tensors``: (input, output) names, the
+        ONNX model's by default, ("INPUT__0", "OUTPUT__0") for the TorchScript one."""
+        import requests
+
+        ids = np.random.default_rng(1).integers(0, self.rows, size=(2, 7))
+        body = {"inputs": [{"name": tensors[0], "shape": [2, 7], "datatype": "INT64", "data": ids.flatten().tolist()}]}
+        r = requests.post(f"{url}{path}", json=body, timeout=120)
+        assert r.status_code == 200, r.text[:1000]
+        (out,) = [o for o in r.json()["outputs"] if o["name"] == tensors[1]]
+        np.testing.assert_allclose(np.array(out["data"]).reshape(out["shape"]), self(ids), atol=1e-3, rtol=1e-3)

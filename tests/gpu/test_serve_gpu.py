@@ -69,11 +69,6 @@ def _infer(url: str, path: str, inputs: dict[str, np.ndarray], datatypes: dict[s
     assert r.status_code == 200, r.text[:1000]
     return {o["name"]: np.array(o["data"]).reshape(o["shape"]) for o in r.json()["outputs"]}
 
-    def check(self, url: str, path: str) -> None:
-        ids = np.random.default_rng(1).integers(0, self.rows, size=(2, 7))
-        got = _infer(url, path, {"ids": ids}, {"ids": "INT64"})["hidden"]
-        np.testing.assert_allclose(got, self(ids), atol=1e-3, rtol=1e-3)
-
 
 def test_onnx_runtime_serves_on_cuda(tmp_path):
     _needs_native("onnxruntime")

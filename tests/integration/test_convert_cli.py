@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from smtriton import model_config
 from smtriton.cli import app
-from smtriton.convert.artifacts import onnx_signature, torchscript_signature
+from smtriton.repo.artifacts import onnx_signature, torchscript_signature
 from smtriton.repo.validate import validate_repository
 from tests.integration.conftest import start_serve
 
@@ -279,6 +279,11 @@ def pair() -> torch.nn.Module:
     return Pair()
 
 
+def tagger() -> torch.nn.Module:
+    """Token ids -> per-token logits: an embedding, which takes integer indices only."""
+    return torch.nn.Sequential(torch.nn.Embedding(10, 4), torch.nn.Linear(4, 3))
+
+
 def test_what_the_flags_declare_wrongly_is_said_in_the_flags_words(tmp_path):
     """A model described by flags, not a recipe: each mistake is one line naming the flag to correct, and
     a shape the model cannot take names each input's declared shape beside torch's own words."""
@@ -290,8 +295,12 @@ def test_what_the_flags_declare_wrongly_is_said_in_the_flags_words(tmp_path):
                   "integer inputs need their values' range, LOW..HIGH with LOW < HIGH (HIGH excluded), "
                   "e.g. --input x:INT64:batch,4:0..30522"),
         "shape": (["--input", "x:FP32:batch,5", "--output-tensor", "y", "--output-tensor", "z"],
-                  "forward() failed on inputs shaped as declared: x FP32 [batch, 5] (sent [1, 5]); if a shape is "
-                  "wrong, correct --input (RuntimeError: mat1 and mat2 shapes cannot be multiplied"),
+                  "forward() failed on inputs as declared: x FP32 [batch, 5] (sent [1, 5]); torch's error is about "
+                  "a shape: if one is wrong, correct --input (RuntimeError: mat1 and mat2 shapes cannot be multiplied"),
+        "dtype": (["--factory", f"{__name__}:tagger", "--input", "ids:FP32:batch,3", "--output-tensor", "logits"],
+                  "forward() failed on inputs as declared: ids FP32 [batch, 3] (sent [1, 3]); torch's error is about "
+                  "a dtype: if one is wrong, correct --input (RuntimeError: Expected tensor for argument #1 'indices' "
+                  "to have one of the following scalar types: Long, Int; but got torch.FloatTensor instead"),
     }  # fmt: skip
     for case, (args, words) in cases.items():
         result = CliRunner().invoke(app, [str(a) for a in [*base, *args]])
@@ -315,4 +324,22 @@ output = [{{ name = "y" }}, {{ name = "z" }}]
 """)
     code, output = cli("convert", "onnx", recipe, "-o", tmp_path / "repo")
     assert code == 2, output
-    assert "x FP32 [batch, 5] (sent [1, 5]); if a shape is wrong, correct the recipe's input shapes" in output
+    assert (
+        "x FP32 [batch, 5] (sent [1, 5]); torch's error is about a shape: if one is wrong, correct the recipe's "
+        "input shapes" in output
+    )
+    recipe.write_text(f"""
+[[model]]
+name = "tagger"
+format = "onnx"
+factory = "{__name__}:tagger"
+max_batch_size = 2
+input = [{{ name = "ids", dtype = "FP32", shape = ["batch", "sequence"] }}]
+output = [{{ name = "logits" }}]
+""")
+    code, output = cli("convert", "onnx", recipe, "-o", tmp_path / "repo")
+    assert code == 2, output
+    assert (
+        "ids FP32 [batch, sequence] (sent [1, 1]); torch's error is about a dtype: if one is wrong, correct the "
+        "recipe's input dtypes (RuntimeError: Expected tensor for argument #1 'indices'" in output
+    )

@@ -12,7 +12,8 @@ import pytest
 
 from smtriton import model_config
 from smtriton.convert.build import BuildReport, build_repository
-from smtriton.convert.recipe import DEFAULT_RECIPE, load_recipe
+from smtriton.convert.recipe import DEFAULT_RECIPE
+from smtriton.convert.recipe_parse import load_recipe
 from smtriton.convert.reference import load_reference
 
 pytestmark = pytest.mark.integration

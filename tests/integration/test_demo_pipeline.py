@@ -27,7 +27,8 @@ import tritonclient.http as httpclient
 from PIL import Image, ImageDraw
 
 from smtriton.convert.build import build_repository
-from smtriton.convert.recipe import DEFAULT_RECIPE, load_recipe
+from smtriton.convert.recipe import DEFAULT_RECIPE
+from smtriton.convert.recipe_parse import load_recipe
 from smtriton.convert.reference import load_reference
 from smtriton.repo.package import package_mme
 from tests.integration.conftest import start_serve
@@ -87,8 +88,17 @@ def image_request(encoded: list[bytes], encoding: str, fmt: str = "JPEG") -> tup
     return encoded[0], CONTENT_TYPES[fmt]
 
 
+def _each_key_once(pairs: list[tuple[str, object]]) -> dict[str, object]:
+    keys = [key for key, _ in pairs]
+    assert len(keys) == len(set(keys)), f"a key repeated in one JSON object of the answer: {keys}"
+    return dict(pairs)
+
+
 def assert_eager_top5(response: requests.Response, encoded: list[bytes]) -> None:
     assert response.status_code == 200, response.text[:500]
+    size = response.headers["content-type"].partition("json-header-size=")[2]
+    header = json.loads(response.content[: int(size)] if size else response.content, object_pairs_hook=_each_key_once)
+    assert header["parameters"] == {"sequence_id": 0, "sequence_start": False, "sequence_end": False}
     expected = load_reference(PIPELINE).run({"IMAGE": column(encoded)})
     result = parse(response)
     assert result.as_numpy("CLASS_IDS").tolist() == expected["CLASS_IDS"].tolist()

@@ -5,12 +5,14 @@ from __future__ import annotations
 import io
 import json
 import os
+import shlex
 import shutil
 import signal
 import socket
 import subprocess
 import sys
 import tarfile
+import textwrap
 import time
 from pathlib import Path
 
@@ -23,7 +25,7 @@ from botocore.config import Config
 from smtriton.local.endpoint import model_hash
 from tests.integration.conftest import TEST_MODELS
 from tests.integration.contract_client import binary_request, json_request
-from tests.integration.harness import free_port, triton_pids
+from tests.integration.harness import free_port, no_aws_environment, triton_pids
 
 pytestmark = pytest.mark.integration
 
@@ -46,7 +48,7 @@ def _tar(source: Path, archive: Path) -> None:
 
 
 class Emulator:
-    def __init__(self, tmp: Path, args: list[str], env: dict[str, str] | None = None) -> None:
+    def __init__(self, tmp: Path, args: list[str], env: dict[str, str] | None = None, cwd: Path | None = None) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.work = tmp / "work"
@@ -55,7 +57,9 @@ class Emulator:
         self.log_path = tmp / "emulator.log"
         cmd = [SMTRITON, "local-endpoint", "--port", str(self.port), "--work-dir", str(self.work), *args]
         env = {k: v for k, v in os.environ.items() if not k.startswith(("SAGEMAKER_", "SMTRITON_"))} | (env or {})
-        self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True, env=env)
+        self.proc = subprocess.Popen(
+            cmd, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True, env=env, cwd=cwd
+        )
         deadline = time.monotonic() + 180
         while True:
             assert self.proc.poll() is None, self.log_path.read_text()[-3000:]
@@ -440,3 +444,84 @@ def test_a_mistyped_default_model_lists_the_models_there(tmp_path):
     done = subprocess.run(serve, capture_output=True, text=True, timeout=120, env=env)
     assert done.returncode == 1
     assert "SAGEMAKER_TRITON_DEFAULT_MODEL_NAME addsup does not exist (models there: addsub)" in done.stderr
+
+
+def _help_examples() -> tuple[list[str], str]:
+    """`smtriton local-endpoint --help`'s example command lines and its boto3 code, as a user copies them."""
+    shown = subprocess.run(
+        [SMTRITON, "local-endpoint", "--help"], env=os.environ | {"COLUMNS": "200", "NO_COLOR": "1"},
+        capture_output=True, text=True, timeout=60, check=True,
+    ).stdout  # fmt: skip
+    lines = [line.rstrip() for line in shown.splitlines()]
+    commands = [line.strip() for line in lines if line.strip().startswith("smtriton ")]
+    first = next(i for i, line in enumerate(lines) if line.strip() == "import boto3")
+    last = next(i for i, line in enumerate(lines) if line.strip().startswith("print("))
+    return commands, textwrap.dedent("\n".join(lines[first : last + 1]))
+
+
+def test_the_help_examples_run_as_written(tmp_path):
+    """Every example of `local-endpoint --help` runs as a user types it (on a free port instead of 8090),
+    the boto3 code too, on a machine where AWS was never set up."""
+    commands, code = _help_examples()
+    assert [shlex.split(c, comments=True)[:3] for c in commands] == [
+        ["smtriton", "local-endpoint", "--model-data"], ["smtriton", "local-endpoint", "--models"],
+        ["smtriton", "invoke", "local"],
+    ]  # fmt: skip
+    here = tmp_path / "here"
+    (here / "archives").mkdir(parents=True)
+    _offset_model(tmp_path / "repo" / "addsub", 5)
+    _tar(tmp_path / "repo", here / "model.tar.gz")
+    shutil.copy(here / "model.tar.gz", here / "archives" / "model.tar.gz")
+    (here / "request.json").write_text(json.dumps(json_request({"INPUT0": A, "INPUT1": B})))
+    env = no_aws_environment(tmp_path / "home")
+    expected = (A + B + 5).flatten().tolist()
+    for command in commands[:2]:
+        (tmp_path / command.split()[2].strip("-")).mkdir()
+        emulator = Emulator(tmp_path / command.split()[2].strip("-"), shlex.split(command, comments=True)[2:], cwd=here)
+        try:
+            url = f"http://127.0.0.1:{emulator.port}"
+            ran = subprocess.run([sys.executable, "-c", code.replace("http://127.0.0.1:8090", url)], cwd=here,
+                                 env=env, capture_output=True, text=True, timeout=120)  # fmt: skip
+            if "--models" in command:  # as the code's comment says
+                assert ran.returncode == 1
+                assert "TargetModel" in ran.stderr
+                target = 'open("request.json", "rb").read(), TargetModel="model.tar.gz")'
+                ran = subprocess.run(
+                    [sys.executable, "-c", code.replace("http://127.0.0.1:8090", url).replace(
+                        'open("request.json", "rb").read())', target)],
+                    cwd=here, env=env, capture_output=True, text=True, timeout=120,
+                )  # fmt: skip
+            assert ran.returncode == 0, ran.stderr
+            assert json.loads(ran.stdout)["outputs"][0]["data"] == expected
+            if "--model-data" in command:
+                invoke = shlex.split(commands[2].replace("http://127.0.0.1:8090", url), comments=True)
+                done = subprocess.run([SMTRITON, *invoke[1:]], cwd=here, env=env, capture_output=True, text=True,
+                                      timeout=120)  # fmt: skip
+                assert done.returncode == 0, done.stderr
+                assert "OUTPUT0" in done.stdout
+                assert "[ 8  9 10" in done.stdout  # 0 + 3 + 5, ...
+        finally:
+            assert emulator.stop() == 0
+
+
+def test_the_hint_after_packaging_several_models_runs_as_written(tmp_path):
+    """`smtriton package sme` of a repository with two models says to start the local endpoint with
+    --default-model; the command it prints serves the archive."""
+    here = tmp_path / "here"
+    repo = here / "repo"
+    _offset_model(repo / "addsub", 2)
+    shutil.copytree(TEST_MODELS / "ident", repo / "ident")
+    packaged = subprocess.run([SMTRITON, "package", "sme", "repo"], cwd=here, capture_output=True, text=True,
+                              timeout=120)  # fmt: skip
+    assert packaged.returncode == 0, packaged.stderr
+    hint = packaged.stderr.splitlines()[-1]
+    assert hint.startswith("next: smtriton local-endpoint --model-data model.tar.gz --default-model addsub calls")
+    command = shlex.split(hint.removeprefix("next: ").partition(" calls it here")[0])
+    (tmp_path / "run").mkdir()
+    emulator = Emulator(tmp_path / "run", command[2:], cwd=here)
+    try:
+        body = json.dumps(json_request({"INPUT0": A, "INPUT1": B}))
+        r = emulator.client.invoke_endpoint(EndpointName="local", Body=body, ContentType="application/json")
+        assert json.loads(r["Body"].read())["outputs"][0]["data"] == (A + B + 2).flatten().tolist()
+    finally:
+        assert emulator.stop() == 0

@@ -178,3 +178,35 @@ def test_a_multi_model_endpoint_gets_the_target_model(tmp_path: Path):
         assert status["loads"] == 1
     finally:
         emulator.stop()
+
+
+def test_perf_stops_in_one_line_when_serve_goes_away_mid_run(tmp_path: Path, test_repository: Path):
+    """Ctrl-C on serve during c=8: perf stops a few seconds later with one line, instead of counting
+    connection errors at full speed for the rest of its steps."""
+    import signal
+    import time
+
+    gone = start_serve(tmp_path, test_repository, "addsub")
+    code = "from smtriton.cli import main; main()"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "SAGEMAKER_"))}
+    run = subprocess.Popen(
+        [sys.executable, "-c", code, "perf", gone.url, "--model-dir", str(TEST_MODELS / "addsub"),
+         "--concurrency", "8,16", "--warmup", "0.5", "--duration", "60"],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+    )  # fmt: skip
+    try:
+        time.sleep(4)
+        gone.send_signal(signal.SIGINT)
+        stopped_at = time.monotonic()
+        _, stderr = run.communicate(timeout=60)
+        took = time.monotonic() - stopped_at
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.wait(10)
+        gone.stop()
+    assert run.returncode == 1, stderr
+    last = stderr.strip().splitlines()[-1]
+    assert last.startswith("error: the server stopped answering during c=8: "), stderr
+    assert last.endswith("; the run stops here")
+    assert took < 20, f"perf went on for {took:.0f} s after serve stopped"

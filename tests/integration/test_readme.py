@@ -30,6 +30,7 @@ ROOT = Path(__file__).resolve().parents[2]
 BLOCK = re.compile(r"(?:<!-- example covered by: (?P<covered>[^>]*?) -->\n)?```(?P<lang>\w*)\n(?P<body>.*?)```", re.S)
 # The examples this file runs, by their first words, and the test that runs each.
 EXECUTED = {
+    "bash scripts/demo.sh": "test_the_quick_start_demo_script_serves_the_demo",
     "curl -s http://localhost:8080/ping": "test_the_quick_start_requests",
     "import numpy as np, requests, tritonclient": "test_the_quick_start_requests",
     "smtriton build-repository": "test_the_conversion_examples",
@@ -116,6 +117,47 @@ def text_encoder(text_encoder_repository: Path, tmp_path_factory: pytest.TempPat
     server = start_serve(tmp_path_factory.mktemp("readme-serve"), text_encoder_repository, "text_encoder")
     yield server
     server.stop()
+
+
+def test_the_quick_start_demo_script_serves_the_demo(tmp_path: Path):
+    """`bash scripts/demo.sh` as the README's first block runs it (on a free port): set-up (a no-op when
+    .venv is current), the demo repository built (skipped when up to date), serve answering /ping and the
+    text encoder, then a clean stop on SIGTERM."""
+    import signal
+    import time
+
+    import requests
+
+    block = example("bash scripts/demo.sh")
+    demo = shlex.split(block.splitlines()[0], comments=True)
+    assert demo == ["bash", "scripts/demo.sh"]
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SAGEMAKER_", "SMTRITON_"))}
+    env |= {"PORT": str(port), "SMTRITON_WORK_DIR": str(tmp_path / "work")}
+    with (tmp_path / "demo.log").open("wb") as log:
+        proc = subprocess.Popen(demo, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            deadline = time.monotonic() + 900  # a set-up that has work to do, then seven models to build
+            while True:
+                assert proc.poll() is None, (tmp_path / "demo.log").read_text()[-3000:]
+                assert time.monotonic() < deadline, (tmp_path / "demo.log").read_text()[-3000:]
+                try:
+                    if requests.get(f"http://127.0.0.1:{port}/ping", timeout=2).status_code == 200:
+                        break
+                except requests.ConnectionError:
+                    pass
+                time.sleep(0.5)
+            curl = example(next(w for w in EXECUTED if w.startswith("curl")))
+            done = subprocess.run(["bash", "-c", curl.replace("http://localhost:8080", f"http://127.0.0.1:{port}")],
+                                  capture_output=True, text=True, timeout=60, check=True)  # fmt: skip
+            assert done.stdout.startswith("200\n"), done.stdout
+            assert '"name":"pooler_output"' in done.stdout
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(60) == 0
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(10)
 
 
 def test_the_quick_start_requests(text_encoder: ServeProcess):

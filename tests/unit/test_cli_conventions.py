@@ -15,7 +15,7 @@ from typer.main import get_command
 from typer.testing import CliRunner
 
 from smtriton import cli
-from smtriton.aws.cli import parse_input
+from smtriton.aws.invoke_cli import parse_input
 from smtriton.serve.owner import cli as serve_cli
 from smtriton.serve.settings import known_variables
 from tests.unit.test_perf_cli import NO_AWS
@@ -431,7 +431,9 @@ def test_the_root_help_gives_a_first_runs_order_and_names_serve():
 
 def test_validate_and_package_say_what_comes_next(onnx_model, tmp_path):
     assert "Next: smtriton package sme REPO" in " ".join(_help_lines("validate"))
-    assert "Next: smtriton local-endpoint --model-data model.tar.gz (SME)" in " ".join(_help_lines("package"))
+    assert "Next: smtriton local-endpoint --model-data model.tar.gz (SME; with --default-model NAME when" in " ".join(
+        _help_lines("package")
+    )
     repo = onnx_model.parent
     assert smtriton("config", onnx_model).exit_code == 0
     validated = smtriton("validate", repo)

@@ -8,11 +8,11 @@ from typer.testing import CliRunner
 
 from smtriton import model_config
 from smtriton.cli import app
-from smtriton.convert.artifacts import TensorSig, find_artifact, onnx_signature
-from smtriton.convert.cli import parse_pairs, parse_tensor
+from smtriton.convert.cli_shared import parse_pairs, parse_tensor
 from smtriton.convert.config import ConfigError, ConfigOptions, signature_config
 from smtriton.convert.recipe import DynamicBatching, InstanceGroup, RecipeError
 from smtriton.convert.trt_plan import parse_size
+from smtriton.repo.artifacts import TensorSig, find_artifact, onnx_signature
 from tests.unit.test_repo_validate import tiny_onnx
 
 
@@ -70,14 +70,14 @@ def test_config_from_an_onnx_graph_with_every_option(tmp_path):
 )
 def test_config_option_errors(options, message):
     signature_inputs = (TensorSig("x", "FP32", ("batch", 4)),)
-    from smtriton.convert.artifacts import Signature
+    from smtriton.repo.artifacts import Signature
 
     with pytest.raises(ConfigError, match=message):
         signature_config("m", ("platform", "onnxruntime_onnx"), Signature(signature_inputs, (), "test"), options)
 
 
 def test_fixed_batch_dimension_cannot_batch():
-    from smtriton.convert.artifacts import Signature
+    from smtriton.repo.artifacts import Signature
 
     signature = Signature((TensorSig("x", "FP32", (1, 4)),), (), "ONNX graph")
     with pytest.raises(ConfigError, match="fixed first dimension 1"):
@@ -141,3 +141,30 @@ def test_a_factory_without_its_tensors_names_the_flags_not_the_recipe_syntax(tmp
     assert f"needs at least one {missing}" in line, line
     assert "[[model" not in line
     assert not any(tmp_path.iterdir())
+
+
+def test_the_graph_optimization_levels_in_config_help_are_the_onnxruntime_backends():
+    """`smtriton config --help` says what each --graph-optimization-level does, as the onnxruntime backend
+    (ours, after NVIDIA's) reads optimization.graph.level: -1 basic, 1 extended, 2 off."""
+    import importlib.util
+    import re
+    from pathlib import Path
+
+    import onnxruntime as ort
+
+    from smtriton.serve.triton import pybackends
+
+    path = Path(pybackends.__file__).parent / "onnxruntime" / "model.py"
+    spec = importlib.util.spec_from_file_location("_pybackend_onnxruntime_levels", path)
+    assert spec
+    assert spec.loader
+    backend = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(backend)
+    shown = " ".join(CliRunner().invoke(app, ["config", "--help"], env={"COLUMNS": "400"}).output.split())
+    said = dict(re.findall(r"(-?\d) (basic|extended|off)\b", shown.split("--graph-optimization-level", 1)[1]))
+    words = {
+        ort.GraphOptimizationLevel.ORT_ENABLE_BASIC: "basic",
+        ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED: "extended",
+        ort.GraphOptimizationLevel.ORT_DISABLE_ALL: "off",
+    }
+    assert said == {str(level): words[value] for level, value in backend.GRAPH_LEVELS.items()}

@@ -10,7 +10,8 @@ from tritonclient.grpc import model_config_pb2
 
 from smtriton import model_config
 from smtriton.convert.config import ConfigError, build_config, config_dict, recipe_config
-from smtriton.convert.recipe import TensorSpec, parse_recipe
+from smtriton.convert.recipe import TensorSpec
+from smtriton.convert.recipe_parse import parse_recipe
 
 if sys.version_info >= (3, 11):
     import tomllib

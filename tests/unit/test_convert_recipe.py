@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from smtriton.convert.recipe import DEFAULT_RECIPE, RecipeError, load_recipe, parse_recipe
+from smtriton.convert.recipe import DEFAULT_RECIPE, RecipeError
 from smtriton.convert.recipe_code import source_file
+from smtriton.convert.recipe_parse import load_recipe, parse_recipe
 
 if sys.version_info >= (3, 11):
     import tomllib

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from smtriton.convert.recipe import parse_recipe
+from smtriton.convert.recipe_parse import parse_recipe
 from smtriton.convert.stamp import STAMP_FILE, StampInputs, is_up_to_date, read_stamp, stamp_inputs, write_stamp
 
 if sys.version_info >= (3, 11):

@@ -25,7 +25,6 @@ from typer.testing import CliRunner
 
 from smtriton.cli import app
 from smtriton.convert import trt_build
-from smtriton.convert.artifacts import SignatureError
 from smtriton.convert.trt_plan import (
     AxisRange,
     ProfileError,
@@ -40,6 +39,7 @@ from smtriton.convert.trt_plan import (
     recipe_profile,
     sidecar_path,
 )
+from smtriton.repo.artifacts import SignatureError
 from smtriton.repo.validate import errors, validate_repository
 
 # --- the stand-in -------------------------------------------------------------------------------------
@@ -715,6 +715,70 @@ def test_cli_needs_a_profile_for_dynamic_axes(trt, tmp_path):
     assert "for the dynamic axes sequence (a recipe's axes are its parity check's sizes" in batched.output
 
 
+# --- the documented call: convert onnx, then convert tensorrt SOURCE --model NAME (no --recipe) ----------
+
+
+@pytest.fixture
+def converted_encoder(tmp_path) -> Path:
+    """repo/encoder as `smtriton convert onnx --factory ... --name encoder` writes it."""
+    repo = tmp_path / "repo"
+    result = CliRunner().invoke(
+        app,
+        ["convert", "onnx", "--factory", f"{__name__}:tiny_encoder", "--input", "ids:INT64:batch,sequence:0..10",
+         "--output-tensor", "hidden", "--max-batch-size", "8", "--axis", "sequence=3", "--axis", "batch=2",
+         "--trials", "1", "--name", "encoder", "-o", str(repo)],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    return repo
+
+
+DOCUMENTED = ["--model", "encoder", "--profile", "batch=1:8:8,sequence=1:16:64", "--precision", "fp16"]
+
+
+@pytest.mark.parametrize("layout", ["checkout", "installed"])
+def test_the_documented_call_gets_as_far_as_tensorrt_without_a_recipe(converted_encoder, layout, monkeypatch):
+    """docs/conversion.md's `smtriton convert tensorrt repo/encoder -o repo --model encoder --profile ...`:
+    the entry comes from what repo/encoder records, from a checkout (the demo recipe beside, which has no
+    `encoder`) and installed as a package (no recipe at all), up to the import of TensorRT."""
+    from smtriton.convert import tensorrt_cli
+
+    if layout == "installed":
+        monkeypatch.setattr(tensorrt_cli, "DEFAULT_RECIPE", converted_encoder / "site-packages" / "recipe.toml")
+    monkeypatch.setitem(sys.modules, "tensorrt", None)  # import fails, as on the development machines
+    repo = converted_encoder
+    result = CliRunner().invoke(app, ["convert", "tensorrt", str(repo / "encoder"), "-o", str(repo), *DOCUMENTED])
+    assert result.exit_code == 1
+    assert result.output.startswith("error: the tensorrt Python package is not importable here"), result.output
+    assert len(result.output.splitlines()) == 1
+    spec = tensorrt_cli.source_entry(None, "encoder", repo / "encoder")
+    assert ([t.range for t in spec.inputs], spec.max_batch_size) == ([(0, 10)], 8)
+
+
+def test_the_documented_call_builds_the_plan_where_tensorrt_is(trt, converted_encoder):
+    repo = converted_encoder
+    result = CliRunner().invoke(app, ["convert", "tensorrt", str(repo / "encoder"), "-o", str(repo), *DOCUMENTED])
+    assert result.exit_code == 0, result.output
+    assert "parity ok" in result.output
+    assert (repo / "encoder_trt" / "1" / "model.plan").is_file()
+
+
+def test_a_model_the_source_does_not_record_is_one_line(converted_encoder, monkeypatch):
+    from smtriton.convert import tensorrt_cli
+
+    repo = converted_encoder
+    args = ["convert", "tensorrt", str(repo / "encoder"), "-o", str(repo), "--model", "decoder", "--profile", "batch=1"]
+    checkout = CliRunner().invoke(app, args)  # the demo recipe is asked: it has no decoder
+    assert checkout.exit_code == 1
+    assert "recipe.toml: no model named 'decoder' (models: " in checkout.output
+    assert len(checkout.output.splitlines()) == 1
+    monkeypatch.setattr(tensorrt_cli, "DEFAULT_RECIPE", repo / "site-packages" / "recipe.toml")
+    installed = CliRunner().invoke(app, args)
+    assert installed.exit_code == 1
+    assert installed.output == (
+        f"error: --model decoder: {repo / 'encoder'} records entry 'encoder', and no --recipe is given: give --recipe\n"
+    )
+
+
 # --- a recipe's tensorrt entry -----------------------------------------------------------------------
 
 
@@ -808,7 +872,7 @@ def test_without_tensorrt_the_entry_is_skipped_with_the_command_that_builds_it(p
     assert (skipped.name, skipped.status) == ("enc_trt", "skipped")
     assert skipped.note == (
         "TensorRT is not importable here; build the plan inside the serving image: "
-        "smtriton/convert/build_tensorrt_in_image.sh IMAGE repo repo/enc --recipe recipe.toml --model enc "
+        "smtriton/convert/build_tensorrt_in_image.sh IMAGE repo repo/enc --model enc "
         "--name enc_trt --max-batch-size 8 --profile sequence=1:16:64,batch=1:8:8 --precision fp16 --workspace 1GiB"
     )
     assert (tmp_path / "repo" / "enc_trt" / "1").is_dir()
@@ -844,7 +908,7 @@ step = [{ model = "enc_trt", input_map = { ids = "ids" }, output_map = { hidden 
 
 def test_integer_inputs_without_a_range_take_the_values_of_the_table_they_index(trt, tmp_path):
     """No --range: token ids are drawn over the whole embedding table (10 rows), not 0 and 1 only."""
-    from smtriton.convert.artifacts import onnx_index_ranges
+    from smtriton.repo.artifacts import onnx_index_ranges
 
     source = encoder_onnx(tmp_path / "m.onnx")
     assert onnx_index_ranges(source) == {"ids": (0, 10)}

@@ -28,17 +28,30 @@ def test_a_driver_new_enough_is_said_and_nothing_else_happens():
     assert (verdict.level, verdict.libraries, verdict.refusal) == (logging.INFO, None, None)
 
 
-def test_a_driver_too_old_without_forward_compatibility_stops_with_the_versions_and_the_ami_to_pick():
-    verdict = cuda.judge(Driver("535.54.03", (12, 2), A10G), (12, 9), None, _never)
+def test_a_driver_of_an_older_major_version_without_forward_compatibility_stops_with_the_versions_and_the_ami():
+    verdict = cuda.judge(Driver("535.54.03", (12, 2), A10G), (13, 0), None, _never)
     assert verdict.refusal == (
-        "the GPU driver 535.54.03 runs CUDA up to 12.2, older than this image's CUDA 12.9, and the image has no "
-        "forward-compatibility libraries: deploy with InferenceAmiVersion=al2023-ami-sagemaker-inference-gpu-4-1"
+        "the GPU driver 535.54.03 runs CUDA up to 12.2, a major version older than this image's CUDA 13.0, and the "
+        "image has no forward-compatibility libraries: deploy with "
+        "InferenceAmiVersion=al2023-ami-sagemaker-inference-gpu-4-1"
     )
     assert verdict.says.startswith("4 GPUs (NVIDIA A10G), NVIDIA driver 535.54.03")
     assert verdict.level == logging.ERROR
 
 
-def test_forward_compatibility_is_used_where_it_works_and_refused_where_it_does_not(tmp_path):
+def test_a_driver_of_the_same_major_version_runs_the_image_on_minor_version_compatibility_with_a_warning():
+    """CUDA 12.8 on a 12.4 driver: CUDA's minor-version compatibility runs it (PTX JIT excepted), as
+    NVIDIA's own entry point lets it."""
+    verdict = cuda.judge(Driver("550.90.07", (12, 4), A10G), (12, 8), None, _never)
+    assert (verdict.refusal, verdict.libraries, verdict.level) == (None, None, logging.WARNING)
+    assert verdict.says == (
+        "4 GPUs (NVIDIA A10G), NVIDIA driver 550.90.07 (runs CUDA up to 12.4), older than this image's CUDA 12.8, "
+        "and the image has no forward-compatibility libraries: running it on CUDA's minor-version compatibility "
+        "(a CUDA 12 driver runs CUDA 12.x, but not PTX compiled for CUDA 12.8)"
+    )
+
+
+def test_forward_compatibility_is_used_where_it_works_and_else_minor_or_refused_by_major(tmp_path):
     old = Driver("535.54.03", (12, 2), H100)
     works = cuda.judge(old, (12, 9), tmp_path, lambda libraries: (0, (12, 9)))
     assert works.libraries == tmp_path
@@ -46,14 +59,20 @@ def test_forward_compatibility_is_used_where_it_works_and_refused_where_it_does_
     assert works.level == logging.WARNING
     assert "running it on CUDA's forward compatibility" in works.says
     # 804: CUDA_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE (a GPU that is not a data-center one)
-    refused = cuda.judge(old, (12, 9), tmp_path, lambda libraries: (804, None))
+    minor = cuda.judge(old, (12, 9), tmp_path, lambda libraries: (804, None))
+    assert (minor.refusal, minor.libraries, minor.level) == (None, None, logging.WARNING)
+    assert (
+        "forward compatibility does not work on this GPU and driver (cuInit: 804): running it on CUDA's "
+        "minor-version compatibility"
+    ) in minor.says
+    refused = cuda.judge(old, (13, 0), tmp_path, lambda libraries: (804, None))
     assert refused.refusal is not None
     assert "forward compatibility does not work on this GPU and driver (cuInit: 804)" in refused.refusal
     assert refused.refusal.endswith("InferenceAmiVersion=al2023-ami-sagemaker-inference-gpu-4-1")
 
 
 def test_an_image_newer_than_every_ami_says_so():
-    verdict = cuda.judge(Driver("580.1", (13, 0), H100), (13, 9), None, _never)
+    verdict = cuda.judge(Driver("580.1", (13, 0), H100), (14, 0), None, _never)
     assert verdict.refusal is not None
     assert verdict.refusal.endswith("use an image built for an older CUDA")
 

@@ -376,3 +376,64 @@ def test_an_update_sagemaker_rolls_back_leaves_the_previous_model_and_deletes_th
     run = Run(clients)
     with pytest.raises(DeployError, match="previous model still serves: the new copies failed their health check"):
         deploy(run.aws, spec(), **run.kw())
+
+
+@pytest.mark.parametrize(
+    ("asked", "named"),
+    [
+        ({"instance_count": 2}, r"--instance-count 2 \(it started 1 instances\) would change it; leave it out"),
+        (
+            {"ami_version": "al2-ami-sagemaker-inference-gpu-3-1"},
+            r"--inference-ami-version al2-ami-sagemaker-inference-gpu-3-1 \(it runs "
+            r"al2023-ami-sagemaker-inference-gpu-4-1\)",
+        ),
+        ({"autoscaling": AutoScaling(1, 8)}, r"--autoscale-min 1 --autoscale-max 8 \(it scales 0-4 instances\)"),
+        (
+            {"instance_count": 3, "autoscaling": AutoScaling(0, 2)},
+            r"--instance-count 3 \(it started 1 instances\), --autoscale-min 0 --autoscale-max 2 \(it scales 0-4 "
+            r"instances\) would change it; leave them out, or delete the endpoint and deploy again$",
+        ),
+    ],
+)
+def test_a_component_added_to_an_existing_endpoint_refuses_endpoint_options_it_would_drop(clients, asked, named):
+    """The endpoint stays as it is: --instance-count, --inference-ami-version and --autoscale-min/max that
+    differ from what it runs are refused in one line naming them, before anything is made."""
+    clients.answer("sagemaker", "describe_endpoint", endpoint("shared", "InService", "cfg"))
+    variant = {
+        "VariantName": "AllTraffic",
+        "InstanceType": GPU,
+        "InitialInstanceCount": 1,
+        "InferenceAmiVersion": "al2023-ami-sagemaker-inference-gpu-4-1",
+        "ManagedInstanceScaling": {"Status": "ENABLED", "MinInstanceCount": 0, "MaxInstanceCount": 4},
+    }
+    clients.answer(
+        "sagemaker", "describe_endpoint_config", endpoint_config("cfg", "x") | {"ProductionVariants": [variant]}
+    )
+    run = Run(clients)
+    with pytest.raises(DeployError, match=r"^endpoint shared exists, and an inference component added to it leaves "
+                       r"it as it is: " + named):  # fmt: skip
+        deploy(run.aws, spec(**asked), **run.kw())
+
+
+def test_a_component_added_to_an_existing_endpoint_takes_the_endpoint_options_it_already_runs(clients):
+    clients.answer("sagemaker", "describe_endpoint", endpoint("shared", "InService", "cfg"))
+    variant = {
+        "VariantName": "AllTraffic",
+        "InstanceType": GPU,
+        "InitialInstanceCount": 1,
+        "ManagedInstanceScaling": {"Status": "ENABLED", "MinInstanceCount": 0, "MaxInstanceCount": 4},
+    }
+    clients.answer(
+        "sagemaker", "describe_endpoint_config", endpoint_config("cfg", "x") | {"ProductionVariants": [variant]}
+    )
+    clients.fail(
+        "sagemaker", "describe_inference_component", "ValidationException", "Could not find inference component"
+    )
+    made_model(clients)
+    clients.answer(
+        "sagemaker", "create_inference_component", {"InferenceComponentArn": arn("inference-component", "encoder")}
+    )
+    clients.answer("sagemaker", "describe_inference_component", component("InService"))
+    run = Run(clients)
+    result = deploy(run.aws, spec(instance_count=1, autoscaling=AutoScaling(0, 4)), **run.kw())
+    assert (result.component, result.updated) == ("encoder", False)

@@ -307,3 +307,72 @@ def test_an_inference_ami_version_is_asked_for_on_gpu_types_only():
         validate(sme(instance_type="ml.c5.xlarge", ami_version="al2-ami-sagemaker-inference-gpu-3-1"))
     with pytest.raises(DeployError):
         validate(sme(ami_version="al2-ami-sagemaker-inference-gpu-9"))  # not one SageMaker offers
+
+
+# The families of SageMaker's instance types that carry no NVIDIA GPU: general purpose, compute,
+# memory, burstable, AWS Inferentia and Trainium, Habana Gaudi. A family botocore lists that is neither
+# this nor GPU_INSTANCE_RE's P or G fails the test below, so a new spelling is decided, not guessed.
+NOT_GPU_FAMILY = re.compile(r"^(m|c|r|t|inf|trn|dl)\d+[a-z0-9-]*$")
+
+
+def test_every_instance_type_in_botocores_enums_is_told_gpu_or_not():
+    """Every P and G type of ProductionVariantInstanceType and TransformInstanceType is a GPU type —
+    the Blackwell ml.p6-b200, ml.p6-b300 and ml.p6e-gb200 too — and every other family is one known to
+    have no GPU."""
+    botocore_session = pytest.importorskip("botocore.session")
+    model = botocore_session.get_session().get_service_model("sagemaker")
+    types = {
+        t for shape in ("ProductionVariantInstanceType", "TransformInstanceType") for t in model.shape_for(shape).enum
+    }
+    gpu = {t for t in types if re.match(r"^ml\.[pg]\d", t)}
+    unknown = sorted(t for t in types - gpu if not NOT_GPU_FAMILY.match(t.split(".")[1]))
+    assert unknown == [], "instance families neither GPU nor known to have none"
+    assert [t for t in sorted(gpu) if not is_gpu_instance(t)] == []
+    assert [t for t in sorted(types - gpu) if is_gpu_instance(t)] == []
+    blackwell = {"ml.p6-b200.48xlarge", "ml.p6e-gb200.36xlarge"} & types
+    assert blackwell, "this botocore lists no Blackwell type: the check below proves nothing"
+    for instance_type in blackwell:
+        variant = endpoint_config_request(sme(instance_type=instance_type), "c", "m")["ProductionVariants"][0]
+        assert variant["InferenceAmiVersion"] == "al2023-ami-sagemaker-inference-gpu-4-1"
+        chosen = sme(instance_type=instance_type, ami_version="al2-ami-sagemaker-inference-gpu-3-1")
+        assert validate(chosen) == []  # asked for on a GPU type: taken, not refused as "no GPU"
+
+
+def test_a_botocore_without_the_ami_members_deploys_with_one_warning_and_refuses_an_asked_version(monkeypatch):
+    """boto3 before 1.37.23 (TransformAmiVersion) or 1.34.122 (InferenceAmiVersion): a CPU deployment is
+    not concerned, a GPU one runs SageMaker's default AMI and says so, an asked-for version is refused."""
+    import copy
+
+    import botocore.model
+    import botocore.session
+
+    from smtriton.aws import ami
+
+    real = botocore.session.Session.get_service_model
+
+    def without_ami_members(self, name, api_version=None):
+        description = copy.deepcopy(real(self, name, api_version)._service_description)
+        for structure, member in ami.MEMBERS.values():
+            del description["shapes"][structure]["members"][member]
+        return botocore.model.ServiceModel(description, name)
+
+    monkeypatch.setattr(botocore.session.Session, "get_service_model", without_ami_members)
+    ami.versions.cache_clear()
+    ami.unknown_to_botocore.cache_clear()
+    try:
+        assert validate(sme(instance_type="ml.c5.xlarge")) == []
+        cpu = endpoint_config_request(sme(instance_type="ml.c5.xlarge"), "c", "m")["ProductionVariants"][0]
+        assert "InferenceAmiVersion" not in cpu
+        (warning,) = validate(sme(instance_type="ml.g5.xlarge"))
+        assert re.fullmatch(
+            r"botocore \S+ predates InferenceAmiVersion \(boto3 1\.34\.122 or newer has it\): ml\.g5\.xlarge runs "
+            r"SageMaker's default AMI, whose NVIDIA driver may be older than the image's CUDA",
+            warning,
+        )
+        gpu = endpoint_config_request(sme(instance_type="ml.g5.xlarge"), "c", "m")["ProductionVariants"][0]
+        assert "InferenceAmiVersion" not in gpu
+        with pytest.raises(DeployError, match=r"^cannot ask for AMI version 'al2-ami-sagemaker-inference-gpu-3-1': "):
+            validate(sme(ami_version="al2-ami-sagemaker-inference-gpu-3-1"))
+    finally:
+        ami.versions.cache_clear()
+        ami.unknown_to_botocore.cache_clear()

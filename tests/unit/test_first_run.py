@@ -23,6 +23,13 @@ chmod +x "$3/bin/python"
 """
 
 
+# The same, but its venv's python fails `-c ...` (torchvision's import check): PyPI's CUDA torchvision.
+FAKE_PYTHON_NO_TORCHVISION = FAKE_PYTHON.replace(
+    'printf \'#!/usr/bin/env bash\\necho "$*" >> "%s"\\n\'',
+    'printf \'#!/usr/bin/env bash\\necho "$*" >> "%s"\\n[[ $1 == -c ]] && exit 1\\nexit 0\\n\'',
+)
+
+
 def _fake_setup_env(tmp_path: Path) -> dict[str, str]:
     """scripts/setup.sh's environment with FAKE_PYTHON as its Python: every pip call lands in ``CALLS``."""
     fake = tmp_path / "python3"
@@ -63,6 +70,52 @@ def test_setup_installs_the_cpu_build_of_torch_never_pypis_cuda_one(tmp_path, lo
     assert f"--find-links {wheels}" in torch_call
     assert ("--extra-index-url https://download.pytorch.org/whl/cpu" in torch_call) is not local_wheel
     assert "-c requirements-dev.lock" in torch_call
+
+
+@pytest.mark.parametrize("local_wheels", [True, False], ids=["local-cpu-wheels", "none-here"])
+def test_setup_torchvision_installs_the_cpu_build_beside_the_cpu_torch(tmp_path, local_wheels):
+    """`setup.sh --torchvision`: torch and torchvision in one pip call, from the local CPU wheels where both
+    lie, else from PyTorch's CPU index (PyPI's Linux torchvision is built for CUDA torch and fails to
+    import beside the CPU one), under the lock's torch; then torchvision must import."""
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    (wheels / "torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl").write_bytes(b"")
+    if local_wheels:
+        (wheels / "torchvision-0.28.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl").write_bytes(b"")
+    calls = tmp_path / "calls"
+    env = _fake_setup_env(tmp_path) | {"WHEELS": str(wheels)}
+    run = subprocess.run(
+        ["bash", "scripts/setup.sh", "--torchvision"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60
+    )
+    assert run.returncode == 0, run.stderr
+    assert "setup [3/4] installing PyTorch and torchvision (CPU builds" in run.stderr
+    recorded = calls.read_text().splitlines()
+    (torch_call,) = [c for c in recorded if c.endswith(" torch torchvision")]
+    assert torch_call.startswith("-m pip install ")
+    assert f"--find-links {wheels}" in torch_call
+    assert ("--extra-index-url https://download.pytorch.org/whl/cpu" in torch_call) is not local_wheels
+    assert "-c requirements-dev.lock" in torch_call
+    assert recorded.index("-c import torchvision") == recorded.index(torch_call) + 1
+    plain = subprocess.run(["bash", "scripts/setup.sh"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+    assert "installing PyTorch (CPU build" in plain.stderr  # another set-up than the last: it runs
+    refused = subprocess.run(["bash", "scripts/setup.sh", "--vision"], cwd=ROOT, env=env, capture_output=True,
+                             text=True, timeout=60)  # fmt: skip
+    assert (refused.returncode, refused.stderr) == (
+        2,
+        "error: unknown option --vision (bash scripts/setup.sh --help)\n",
+    )
+
+
+def test_setup_stops_in_one_line_when_torchvision_does_not_import(tmp_path):
+    """PyTorch's index out of reach: pip takes PyPI's torchvision, which does not import; set-up says so."""
+    env = _fake_setup_env(tmp_path)
+    (tmp_path / "python3").write_text(FAKE_PYTHON_NO_TORCHVISION)
+    run = subprocess.run(
+        ["bash", "scripts/setup.sh", "--torchvision"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60
+    )
+    assert run.returncode == 1
+    assert run.stderr.splitlines()[-1].startswith("error: torchvision does not import beside this torch")
+    assert not (tmp_path / "venv" / ".smtriton-setup").exists()
 
 
 @pytest.mark.skipif(shutil.which("git") is None, reason="needs git to copy the tracked tree")

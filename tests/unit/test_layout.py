@@ -1,6 +1,7 @@
 """The package's structure: no import circle anywhere in ``smtriton``, deferred imports (inside functions)
-included; and ``smtriton/serve``'s rooms (its subpackages, and each module at its top) import each other
-one way, so the tree reads top-down as docs/design.md §4 draws it.
+included; ``smtriton``'s own top-level packages (and modules) import each other one way; and
+``smtriton/serve``'s rooms (its subpackages, and each module at its top) import each other one way, so
+the tree reads top-down as docs/design.md §4 draws it.
 
 Imports under ``if TYPE_CHECKING:`` are left out: they name types for the checker and never run.
 """
@@ -8,7 +9,7 @@ Imports under ``if TYPE_CHECKING:`` are left out: they name types for the checke
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[2] / "smtriton"
@@ -95,6 +96,44 @@ def test_no_module_of_smtriton_imports_itself_back_through_others():
     assert _cycles(GRAPH) == []
 
 
+def _top_level(module: str) -> str | None:
+    """The top-level package (or module) of ``smtriton`` a module is in: ``smtriton.convert.cli`` -> convert."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else None
+
+
+def _grouped(graph: dict[str, set[str]], group: Callable[[str], str | None]) -> dict[str, set[str]]:
+    """The import graph between groups of modules: one group imports another when any of its modules does."""
+    groups: dict[str, set[str]] = {}
+    for module, targets in graph.items():
+        source = group(module)
+        if source is None:
+            continue
+        groups.setdefault(source, set()).update(
+            target for t in targets if (target := group(t)) is not None and target != source
+        )
+    return groups
+
+
+def test_the_top_level_packages_of_smtriton_import_each_other_one_way():
+    """convert writes repositories and validates them (it imports repo); repo reads artifacts without
+    convert. A tie both ways between two packages would make each a part of the other."""
+    packages = _grouped(GRAPH, _top_level)
+    assert _cycles(packages) == []
+    assert {"aws", "convert", "repo", "serve", "local", "perf", "tune", "demo"} <= set(packages)
+
+
+def test_a_tie_between_two_top_level_packages_is_seen_through_their_modules():
+    tie = {
+        "smtriton.convert.cli": {"smtriton.repo.validate"},
+        "smtriton.repo.validate": {"smtriton.convert.artifacts"},
+        "smtriton.convert.artifacts": set(),
+        "smtriton.dtypes": set(),
+    }
+    assert _cycles(tie) == []  # no module imports itself back
+    assert _cycles(_grouped(tie, _top_level)) == [["convert", "repo"]]
+
+
 def _room(module: str) -> str | None:
     """The room of ``smtriton/serve`` a module is in: its subpackage, or the module itself at the top."""
     parts = module.split(".")
@@ -104,14 +143,7 @@ def _room(module: str) -> str | None:
 
 
 def test_the_rooms_of_serve_import_each_other_one_way():
-    rooms: dict[str, set[str]] = {}
-    for module, targets in GRAPH.items():
-        room = _room(module)
-        if room is None:
-            continue
-        rooms.setdefault(room, set()).update(
-            target_room for t in targets if (target_room := _room(t)) is not None and target_room != room
-        )
+    rooms = _grouped(GRAPH, _room)
     assert _cycles(rooms) == []
     assert {"host", "ipc", "triton", "multimodel", "dataplane", "http", "owner"} <= set(rooms)
 

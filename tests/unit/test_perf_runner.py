@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import re
+import time
 from collections.abc import Awaitable, Callable
 
 import numpy as np
 import pytest
 
 from smtriton.perf.bodies import Body
-from smtriton.perf.runner import StepPlan, closed_loop, open_loop
-from smtriton.perf.targets import HttpTarget
+from smtriton.perf.runner import ServerGone, StepPlan, closed_loop, open_loop, run_steps
+from smtriton.perf.targets import RECONNECT_PAUSE_S, HttpTarget
 
 Answer = Callable[[int], tuple[int, bool]]  # request number -> (status, close the connection after it)
 
@@ -154,3 +156,91 @@ def test_requests_still_unanswered_after_the_step_are_errors_not_dropped(monkeyp
     assert result.requests == 10
     assert result.errors == {"timeout": 10}
     assert result.ok == 0
+
+
+def _going_away_after(after_s: float, step: Callable[[HttpTarget], Awaitable]):
+    """Run ``step`` against a server that answers for ``after_s`` seconds, then stops listening and drops its
+    connections (serve stopped with Ctrl-C); what the step raised, how many connections were tried."""
+
+    async def main():
+        writers: list[asyncio.StreamWriter] = []
+        server: asyncio.AbstractServer | None = None
+
+        async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            writers.append(writer)
+            try:
+                while True:
+                    head = await reader.readuntil(b"\r\n\r\n")
+                    length = next(
+                        int(line.split(b": ")[1]) for line in head.split(b"\r\n") if line.startswith(b"Content-Length")
+                    )
+                    await reader.readexactly(length)
+                    if time.perf_counter() - began > after_s:
+                        assert server is not None
+                        server.close()
+                        for w in writers:
+                            w.close()
+                        return
+                    writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}")
+                    await writer.drain()
+            except (asyncio.IncompleteReadError, ConnectionError):
+                pass
+
+        began = time.perf_counter()
+        server = await asyncio.start_server(handle, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        target = HttpTarget(f"http://127.0.0.1:{port}", [Body(b'{"inputs": []}', "application/json")], None)
+        connects = 0
+        real = target.channel
+
+        async def counting_channel():
+            channel = await real()
+            connect = channel._connect
+
+            async def counted():
+                nonlocal connects
+                connects += 1
+                return await connect()
+
+            channel._connect = counted
+            return channel
+
+        target.channel = counting_channel
+        try:
+            with pytest.raises(ServerGone) as raised:
+                await asyncio.wait_for(step(target), timeout=20)
+        finally:
+            target.close()
+        return raised.value, connects, time.perf_counter() - began
+
+    return asyncio.run(main())
+
+
+@pytest.mark.parametrize("mode", ["concurrency", "rate"])
+def test_a_server_that_goes_away_mid_run_stops_the_step_in_one_line(monkeypatch, mode):
+    """serve stopped at c=8: the step stops once nothing has answered for GONE_AFTER_S (not after its whole
+    duration, and without spinning on refused connections), and says why."""
+    monkeypatch.setattr("smtriton.perf.runner.GONE_AFTER_S", 0.5)
+    plan = (
+        StepPlan("concurrency", 8, warmup_s=0.1, duration_s=15.0)
+        if mode == "concurrency"
+        else StepPlan("rate", 400, warmup_s=0.1, duration_s=15.0, connections=8)
+    )
+    step = closed_loop if mode == "concurrency" else open_loop
+    gone, connects, seconds = _going_away_after(0.3, lambda t: step(t, plan))
+    assert seconds < 0.3 + 5
+    assert re.fullmatch(
+        rf"the server stopped answering during {re.escape(plan.label)}: \d+ requests in a row got no answer "
+        r"\(refused or cut off\) over 0\.\d s; the run stops here",
+        str(gone),
+    )
+    assert connects < 8 * 2 / RECONNECT_PAUSE_S  # each connection waits between refused tries
+
+
+def test_the_steps_before_the_server_went_away_are_kept(monkeypatch):
+    monkeypatch.setattr("smtriton.perf.runner.GONE_AFTER_S", 0.5)
+    plans = [StepPlan("concurrency", 1, warmup_s=0.0, duration_s=0.3), StepPlan("concurrency", 4, 0.0, 15.0)]
+    gone, _, _ = _going_away_after(0.8, lambda t: run_steps(t, plans))
+    assert [r.label for r in gone.results] == ["c=1"]
+    assert gone.results[0].ok > 0
+    assert "during c=4" in str(gone)

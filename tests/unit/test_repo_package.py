@@ -17,7 +17,15 @@ from typer.testing import CliRunner
 
 from smtriton.cli import app
 from smtriton.local.archive import safe_extract
-from smtriton.repo.package import DEFAULT_MTIME, PackageError, package_mme, package_sme, parse_renames, upload
+from smtriton.repo.package import (
+    DEFAULT_MTIME,
+    PackageError,
+    package_mme,
+    package_sme,
+    parse_renames,
+    served_model,
+    upload,
+)
 from tests.unit.aws_stubs import moto_credentials, team_profile
 
 SMTRITON = str(Path(sys.executable).parent / "smtriton")
@@ -228,6 +236,26 @@ def test_cli_package_sme_validates_first(repo, tmp_path):
     only_alpha = runner.invoke(app, ["package", "mme", str(repo), "-o", str(tmp_path / "mme"), "-m", "alpha"])
     assert only_alpha.exit_code == 0, only_alpha.output  # beta's problem does not block alpha
     assert sorted(p.name for p in (tmp_path / "mme").iterdir()) == ["alpha.tar.gz", "alpha.tar.gz.sha256"]
+
+
+def test_an_sme_archive_of_several_models_says_which_default_model_to_name(repo, tmp_path):
+    """serve refuses several models without SAGEMAKER_TRITON_DEFAULT_MODEL_NAME: the hint after packaging
+    names --default-model (the pipeline no other model calls; renamed as archived)."""
+    assert served_model(repo, ["alpha", "beta", "pipe"]) == "pipe"  # alpha is a step of pipe
+    assert served_model(repo, ["alpha", "beta"]) == "alpha"
+    out = tmp_path / "model.tar.gz"
+    several = CliRunner().invoke(app, ["package", "sme", str(repo), "-o", str(out), "--rename", "pipe=pipeline"])
+    assert several.exit_code == 0, several.output
+    assert several.stderr.splitlines()[-2:] == [
+        "3 models in the archive (alpha, beta, pipeline): --default-model names the one /invocations runs",
+        f"next: smtriton local-endpoint --model-data {out} --default-model pipeline calls it here; smtriton deploy "
+        "--default-model pipeline serves it on SageMaker",
+    ]
+    one = CliRunner().invoke(app, ["package", "sme", str(repo), "-o", str(out), "-m", "beta"])
+    assert one.exit_code == 0, one.output
+    assert one.stderr.splitlines()[-1] == (
+        f"next: smtriton local-endpoint --model-data {out} calls it here; smtriton deploy serves it on SageMaker"
+    )
 
 
 @pytest.mark.parametrize("kind", ["sme", "mme"])

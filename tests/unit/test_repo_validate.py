@@ -13,8 +13,8 @@ from onnx import TensorProto, helper
 from typer.testing import CliRunner
 
 from smtriton.cli import app
-from smtriton.convert.artifacts import TORCHSCRIPT_SIGNATURE
 from smtriton.convert.trt_plan import RuntimeInfo, Sidecar, sha256_file, write_sidecar
+from smtriton.repo.artifacts import TORCHSCRIPT_SIGNATURE
 from smtriton.repo.validate import errors, validate_repository
 
 CLASSIFIER = """
@@ -316,6 +316,23 @@ def test_tensorrt_batch_beyond_the_profiles(tmp_path):
     ]
 
 
+def test_detect_runtime_checks_plans_against_what_serve_detects(tmp_path, monkeypatch):
+    """--detect-runtime compares the plans with the runtime serve would find here (libnvinfer and NVML),
+    and where there is none says so in one line."""
+    from smtriton.serve.triton import plan_check
+
+    repo, _ = plan_repo(tmp_path)
+    monkeypatch.setattr(plan_check, "detect_runtime", lambda: RuntimeInfo("10.8.0", "NVIDIA L4", "8.9"))
+    refused = CliRunner().invoke(app, ["validate", str(repo), "--detect-runtime"])
+    assert refused.exit_code == 1
+    assert "plan built with TensorRT 10.3.0, this runtime" in refused.output
+    monkeypatch.setattr(plan_check, "detect_runtime", lambda: plan_check.NoRuntime("this host has no NVIDIA GPU"))
+    missing = CliRunner().invoke(app, ["validate", str(repo), "--detect-runtime"])
+    assert missing.exit_code == 1
+    assert missing.output.startswith("error: --detect-runtime: this host has no NVIDIA GPU; run it inside")
+    assert len(missing.output.splitlines()) == 1
+
+
 def test_plan_without_sidecar_is_a_warning(tmp_path):
     repo, plan = plan_repo(tmp_path)
     plan.with_name("model.plan.json").unlink()
@@ -348,7 +365,7 @@ def test_cli_accepts_a_valid_repository(repo):
 )  # fmt: skip
 def test_every_triton_type_is_read_and_validated(repo, tmp_path, onnx_type, config_type):
     """Triton serves BF16 and unsigned 16/32/64-bit tensors: validation and packaging take them."""
-    from smtriton.convert.artifacts import onnx_signature
+    from smtriton.repo.artifacts import onnx_signature
     from smtriton.repo.package import package_sme
 
     add_model(repo, "wide", CLASSIFIER.replace("TYPE_FP32 dims: [ 4 ]", f"{config_type} dims: [ 4 ]"),

@@ -167,7 +167,7 @@ def test_a_failed_job_is_one_line_with_its_reason_and_exit_1(clients, monkeypatc
             assert name == "sagemaker"
             return clients.sagemaker
 
-    monkeypatch.setattr("smtriton.aws.cli._session", lambda region, profile: Session())
+    monkeypatch.setattr("smtriton.aws.endpoint_cli.open_session", lambda region, profile: Session())
     monkeypatch.setattr("smtriton.aws.waiting.time.sleep", lambda s: None)
     from smtriton.cli import app
 

@@ -5,12 +5,13 @@ Triton worded them)."""
 from __future__ import annotations
 
 import asyncio
+import json
 import socket
 
 import pytest
 
 from smtriton.serve.errors import ModelLoadFailed, TritonUnavailable, UpstreamError, UpstreamTimeout
-from smtriton.serve.triton.client import TritonClient
+from smtriton.serve.triton.client import TritonClient, without_repeated_parameters
 from tests.unit.triton_stand_in import HEADER_LENGTH, TritonStandIn
 
 
@@ -43,6 +44,57 @@ def test_infer_passes_the_body_through_and_reads_the_binary_header_length():
         assert (plain.header_length, triton.requests[-1][2]["Content-Type"]) == (None, "application/json")
         unknown = await client.infer("nope", b"{}", None)
         assert unknown.status == 400  # Triton's own answer is passed on, not raised
+
+    run(scenario)
+
+
+# What Triton 2.5x answers for an ensemble with two outputs: its ensemble scheduler adds the sequence
+# parameters once per output tensor.
+ENSEMBLE_ANSWER = (
+    b'{"model_name":"ens","model_version":"1","parameters":{"sequence_id":0,"sequence_start":false,'
+    b'"sequence_end":false,"sequence_id":0,"sequence_start":false,"sequence_end":false},"outputs":['
+    b'{"name":"DIFF","datatype":"INT32","shape":[1,1],"parameters":{"binary_data_size":4}},'
+    b'{"name":"SUM","datatype":"INT32","shape":[1,1],"parameters":{"binary_data_size":4}}]}'
+)
+ONCE = b'"parameters":{"sequence_id":0,"sequence_start":false,"sequence_end":false},"outputs":['
+
+
+def test_an_answer_says_each_of_its_parameters_once():
+    tensors = b"\x01\x00\x00\x00\x02\x00\x00\x00"
+    body, length = without_repeated_parameters(ENSEMBLE_ANSWER + tensors, len(ENSEMBLE_ANSWER))
+    assert length is not None
+    assert ONCE in body[:length]
+    assert body[length:] == tensors  # the binary tensors after the header are untouched
+    header = json.loads(body[:length], object_pairs_hook=_no_repeated_key)
+    assert header["outputs"][0]["parameters"] == {"binary_data_size": 4}  # an output's own stay
+    json_body, none = without_repeated_parameters(ENSEMBLE_ANSWER, None)
+    assert none is None
+    assert json_body == body[:length]
+
+
+def test_an_answer_without_repeated_parameters_is_passed_on_as_the_same_bytes():
+    for answer in (
+        b'{"model_name":"m","model_version":"1","outputs":[{"name":"y","parameters":{"binary_data_size":4}}]}',
+        b'{"model_name":"m","model_version":"1","parameters":{"sequence_id":3},"outputs":[]}',
+        b'{"parameters":{"a":"\xff","a":2},"outputs":[]}',  # no UTF-8: no answer of Triton's to touch
+        b'{"parameters":{"a":1,"a":2,"outputs":[]}',  # no JSON object: the same
+        b"not json at all",
+    ):
+        assert without_repeated_parameters(answer, None)[0] is answer
+
+
+def _no_repeated_key(pairs: list[tuple[str, object]]) -> dict[str, object]:
+    keys = [key for key, _ in pairs]
+    assert len(keys) == len(set(keys)), keys
+    return dict(pairs)
+
+
+def test_the_client_hands_on_an_ensembles_answer_with_its_parameters_once():
+    async def scenario(triton: TritonStandIn, client: TritonClient) -> None:
+        echoed = await client.infer("m", ENSEMBLE_ANSWER + b"RAW", len(ENSEMBLE_ANSWER))
+        assert echoed.header_length == len(echoed.body) - len(b"RAW") < len(ENSEMBLE_ANSWER)
+        assert echoed.body.endswith(b"]}RAW")
+        assert ONCE in echoed.body
 
     run(scenario)
 

@@ -6,8 +6,10 @@ and a container whose CUDA is newer fails at its first CUDA call, deep in Triton
 unavailable. Data-center GPUs can run a newer CUDA through NVIDIA's forward-compatibility package in the
 image (`/usr/local/cuda/compat`), but only on some driver branches; NVIDIA's own entry point sets that
 up, and `serve`, which replaces it, does the same: when the driver is too old it tries the package in a
-child process (`cuInit`), uses it for Triton when it works, and otherwise stops with the versions and
-the AMI to deploy on.
+child process (`cuInit`) and uses it for Triton when it works. Otherwise a driver of the image's CUDA
+major version still runs it (CUDA's minor-version compatibility: everything but PTX compiled for the
+newer CUDA), so `serve` warns with the versions and runs, as NVIDIA's entry point does; only a driver of
+an older major version is refused, with the versions and the AMI to deploy on.
 """
 
 from __future__ import annotations
@@ -155,13 +157,20 @@ def judge(driver: Driver, image: Version | None, compat: Path | None, probe: obj
                 libraries=compat,
             )
         why = f"CUDA's forward compatibility does not work on this GPU and driver (cuInit: {status})"
+    if driver.cuda[0] == image[0]:
+        return Verdict(
+            f"{found}, older than this image's CUDA {shown(image)}, and {why}: running it on CUDA's minor-version "
+            f"compatibility (a CUDA {image[0]} driver runs CUDA {image[0]}.x, but not PTX compiled for CUDA "
+            f"{shown(image)})",
+            logging.WARNING,
+        )
     ami = ami_for(image)
     pick = f"deploy with InferenceAmiVersion={ami}" if ami else "use an image built for an older CUDA"
     return Verdict(
         found,
         logging.ERROR,
-        refusal=f"the GPU driver {driver.version} runs CUDA up to {shown(driver.cuda)}, older than this image's "
-        f"CUDA {shown(image)}, and {why}: {pick}",
+        refusal=f"the GPU driver {driver.version} runs CUDA up to {shown(driver.cuda)}, a major version older than "
+        f"this image's CUDA {shown(image)}, and {why}: {pick}",
     )
 
 

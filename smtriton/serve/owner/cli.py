@@ -118,8 +118,9 @@ def main(argv: Sequence[str] | None = None, *, worker: str = WORKER_ENTRY) -> No
 
 
 def _check_gpu_driver(installation: TritonInstallation) -> None:
-    """Say which GPUs and driver this host has against the image's CUDA; stop when the driver is too old
-    (and CUDA's forward compatibility cannot make up for it), or run Triton on that compatibility."""
+    """Say which GPUs and driver this host has against the image's CUDA; stop when the driver is of an older
+    CUDA major version (and CUDA's forward compatibility cannot make up for it), or run Triton on that
+    compatibility."""
     from smtriton.serve.host.cuda import check_driver
 
     verdict = check_driver()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from urllib.parse import quote
@@ -90,10 +91,13 @@ class TritonClient:
             ) as resp:
                 payload = await resp.read()
                 raw_length = resp.headers.get(HEADER_LENGTH)
+                header_length = int(raw_length) if raw_length is not None else None
+                if resp.status == 200:
+                    payload, header_length = without_repeated_parameters(payload, header_length)
                 return UpstreamResponse(
                     status=resp.status,
                     content_type=resp.headers.get("Content-Type", ""),
-                    header_length=int(raw_length) if raw_length is not None else None,
+                    header_length=header_length,
                     body=payload,
                 )
 
@@ -222,6 +226,42 @@ class TritonClient:
         for entry in orjson.loads(body):
             index[entry["name"]] = (str(entry.get("state", "UNAVAILABLE")), str(entry.get("reason", "")))
         return index
+
+
+_PARAMETERS = b'"parameters":{'
+_OUTPUTS = b'"outputs":'
+# Where the answer's own "parameters" may start: after the id (a client's, of any length, rarely long),
+# the model's name and version; further in, "parameters" are an output's.
+_PARAMETERS_WITHIN = 64 * 1024
+
+
+def without_repeated_parameters(body: bytes, header_length: int | None) -> tuple[bytes, int | None]:
+    """Triton's answer with each of its ``parameters`` once (and the JSON header's new length).
+
+    Triton's ensemble scheduler adds ``sequence_id``, ``sequence_start`` and ``sequence_end`` to the
+    ensemble's answer once per output tensor, so an ensemble with two outputs answers each key twice in
+    one JSON object. Only the answer-level object is read (a few bytes before ``outputs``); an answer
+    without repeated keys is returned as the same bytes.
+    """
+    end = len(body) if header_length is None else min(header_length, len(body))
+    outputs = body.find(_OUTPUTS, 0, min(end, _PARAMETERS_WITHIN))
+    start = body.find(_PARAMETERS, 0, outputs) if outputs > 0 else -1
+    if start < 0:
+        return body, header_length
+    begin = start + len(_PARAMETERS) - 1  # at the object's "{"
+    try:
+        segment = body[begin:outputs].decode()
+        pairs, stop = json.JSONDecoder(object_pairs_hook=list).raw_decode(segment)
+    except ValueError:  # UnicodeDecodeError included: then it is no answer of Triton's to touch
+        return body, header_length
+    kept = dict(pairs)
+    if len(kept) == len(pairs):
+        return body, header_length
+    cleaned = orjson.dumps(kept)
+    replaced = len(segment[:stop].encode())
+    shorter = replaced - len(cleaned)
+    rest = body[begin + replaced :]
+    return body[:begin] + cleaned + rest, None if header_length is None else header_length - shorter
 
 
 def error_text(body: bytes) -> str:

@@ -243,7 +243,8 @@ def compare_dims(spec: ModelSpec, tensor: TensorSpec, model_shape: Sequence[int 
 # Status codes follow the native backends: every error raised while running the model is
 # TRITONSERVER_ERROR_INTERNAL, which Triton answers with 500 (docs/contract.md §2.6: "any error raised
 # by the model"). The onnxruntime backend does so for every ONNX Runtime status, INVALID_ARGUMENT
-# included ("onnx runtime error <code>: <message>"); the pytorch backend as "PyTorch execute failure:
+# included ("onnx runtime error <code>: <message>"; serve's front answers ONNX Runtime's refusals of
+# the request's data as 400, as for NVIDIA's backend); the pytorch backend as "PyTorch execute failure:
 # <what>". The wording is kept, but file paths never reach the client: a TorchScript error carries
 # the exporting machine's source paths in its traceback, and ONNX Runtime's checks name its build
 # tree. The full text goes to the stub's log instead.

@@ -7,11 +7,16 @@ word for it. Read without torch and without running anything, so validating a re
   wrote also records the max_batch_size it was converted for (metadata ``smtriton.signature``).
 - TorchScript: a TorchScript file has no declared shapes, so our exporter stores the signature inside
   ``model.pt`` as an extra file (``extra/smtriton_signature.json``), read here with ``zipfile``.
-- TensorRT: the sidecar JSON the builder writes beside the plan (the engine itself needs a GPU to read).
+- TensorRT: the sidecar JSON the builder writes beside the plan (the engine itself needs a GPU to read),
+  and what a plan is checked against it with (its sha256, the batch sizes its profiles take).
+
+It lives with the repository (`smtriton validate` reads artifacts) and the conversion tools import it
+from here, so that `smtriton.convert` depends on `smtriton.repo` and not the other way round.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import zipfile
 from collections.abc import Mapping, Sequence
@@ -21,6 +26,7 @@ from typing import Any
 
 from smtriton import dtypes
 from smtriton.errors import ToolUsageError
+from smtriton.serve.triton.tensorrt_plan import Sidecar, SidecarError, read_sidecar
 
 # A dimension: int = fixed size, str = named dynamic axis, None = dynamic without a name.
 SigDim = int | str | None
@@ -222,8 +228,6 @@ def signature_json(inputs: Sequence[TensorSig], outputs: Sequence[TensorSig], ma
 
 def plan_signature(path: Path) -> Signature | None:
     """The I/O recorded in a TensorRT plan's sidecar; None without a sidecar."""
-    from smtriton.convert.trt_plan import SidecarError, read_sidecar
-
     try:
         sidecar = read_sidecar(path)
     except SidecarError as exc:
@@ -258,3 +262,21 @@ def find_artifact(model_dir: Path, version: str | None = None) -> Path:
         what = "none" if not found else ", ".join(p.name for p in found)
         raise SignatureError(f"{versions[-1]}: expected exactly one of {names}; found {what}")
     return found[0]
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def profile_batch_limits(sidecar: Sidecar) -> dict[str, int]:
+    """Largest first-dimension size each input accepts across the plan's profiles."""
+    limits: dict[str, int] = {}
+    for profile in sidecar.profiles:
+        for name, ranges in profile.items():
+            if ranges.get("max"):
+                limits[name] = max(limits.get(name, 0), int(ranges["max"][0]))
+    return limits
