@@ -514,3 +514,54 @@ def test_a_worker_out_of_descriptors_says_so_and_serves_again_once_they_are_back
         for client in held:
             client.close()
         server.stop()
+
+
+# ----- a big request must not look like a frozen worker -----------------------------------------------------
+LARGE_MODELS = Path(__file__).parent / "models_large"
+
+
+def _largest_json_request_bytes() -> int:
+    """The largest JSON request this machine takes: the body limit (1 GiB), or a tenth of the memory it
+    has free (the request, its re-encoding, Triton's copies and the test's own body all live at once)."""
+    free = int(Path("/proc/meminfo").read_text().split("MemAvailable:")[1].split()[0]) * 1024
+    return min((1 << 30) - (1 << 20), free // 10)
+
+
+def test_the_largest_json_request_is_answered_while_ping_stays_quick_and_no_worker_is_replaced(tmp_path):
+    repo = tmp_path / "models"
+    shutil.copytree(LARGE_MODELS, repo)
+    env = {"SAGEMAKER_MODEL_SERVER_WORKERS": "1", "SMTRITON_WORKER_HEARTBEAT_TIMEOUT_S": "5"}
+    server = start_serve(tmp_path, repo, "total", env=env)
+    count = (_largest_json_request_bytes() - 200) // 4
+    head = b'{"inputs":[{"name":"VALUES","shape":[%d],"datatype":"FP32","data":[' % count
+    body = head + b"0.5," * (count - 1) + b"0.5]}]}"
+    (worker,) = worker_pids(server)
+    pings: list[float] = []
+    done = threading.Event()
+
+    def ping() -> None:
+        while not done.is_set():
+            sent = time.monotonic()
+            assert requests.get(f"{server.url}/ping", timeout=5).status_code == 200
+            pings.append(time.monotonic() - sent)
+            time.sleep(0.02)
+
+    try:
+        with ThreadPoolExecutor(1) as pool:
+            pinging = pool.submit(ping)
+            try:
+                answer = requests.post(
+                    f"{server.url}/invocations", data=body, headers={"Content-Type": "application/json"}, timeout=600
+                )
+            finally:
+                done.set()
+            pinging.result()
+        assert answer.status_code == 200, answer.text[:500]
+        outputs = {o["name"]: o["data"] for o in answer.json()["outputs"]}
+        assert outputs == {"SUM": [0.5 * count], "COUNT": [count]}
+        assert len(pings) > 20
+        assert max(pings) < 0.1, sorted(pings)[-5:]
+        assert worker_pids(server) == [worker]  # the same worker throughout: never taken for a frozen one
+        assert "did not answer its heartbeat" not in server.log_text()
+    finally:
+        server.stop()

@@ -94,11 +94,20 @@ def decompress(body: RequestBody, encoding: str | None, limit: int) -> RequestBo
         raise BadRequest("request body is not valid deflate data") from None
 
 
-def _inflate(body: RequestBody, wbits: int, limit: int) -> bytes:
+_INFLATE_STEP = 16 << 20  # bytes inflated at most in one step
+
+
+def _inflate(body: RequestBody, wbits: int, limit: int) -> RequestBody:
+    """The inflated body, a bounded step at a time into one buffer: refused (413) as soon as it passes
+    ``limit``, never holding more than that (a bomb stops there)."""
     inflater = zlib.decompressobj(wbits)
-    out = inflater.decompress(body, limit + 1)
-    if len(out) > limit or inflater.unconsumed_tail:
-        raise PayloadTooLarge(limit)
+    out = bytearray()
+    pending: RequestBody = body
+    while pending:
+        out += inflater.decompress(pending, _INFLATE_STEP)
+        if len(out) > limit:
+            raise PayloadTooLarge(limit)
+        pending = inflater.unconsumed_tail
     out += inflater.flush()
     if len(out) > limit:
         raise PayloadTooLarge(limit)

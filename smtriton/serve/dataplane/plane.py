@@ -62,6 +62,9 @@ log = logging.getLogger("serve")
 EMPTY_BODY = "the request body is empty: send the model's inputs as an inference request (JSON, or binary+json)"
 CLIENT_CLOSED = 499  # the status counted for a request whose client left before its answer (nginx's)
 DEFAULT_BATCH_PAYLOAD_MB = 6  # SageMaker's own default MaxPayloadInMB
+# Compressed bodies up to this size inflate on the event loop (a few milliseconds at most); larger ones
+# in a thread.
+INFLATE_ON_LOOP_BYTES = 8 * 1024
 _ATTRIBUTES = headers.wire(headers.CUSTOM_ATTRIBUTES)
 
 
@@ -214,9 +217,14 @@ class DataPlane:
 
     async def _body(self, request: Request) -> RequestBody:
         body = await request.read_body()
-        if request.encoding is not None:
-            body = codec.decompress(body, request.encoding, self.settings.max_payload_bytes)
-        return body
+        if request.encoding is None:
+            return body
+        limit = self.settings.max_payload_bytes
+        if len(body) <= INFLATE_ON_LOOP_BYTES:
+            return codec.decompress(body, request.encoding, limit)
+        # zlib lets other threads run while it inflates: a large body inflates beside the event loop,
+        # bounded by the limit (a bomb stops there, 413)
+        return await asyncio.to_thread(codec.decompress, body, request.encoding, limit)
 
     async def _infer_or_explain(self, request: Request, body: RequestBody, target: _Target) -> Reply:
         """:meth:`_infer`, with an empty body's 400 said in words (Triton says nothing of it)."""

@@ -144,7 +144,7 @@ def read(body: RequestBody, header_length: int | None, transcode_min_bytes: int 
     end = len(body) if header_length is None else header_length
     transcode_it = header_length is None and 0 < transcode_min_bytes <= end
     if end <= SMALL_JSON and not transcode_it:
-        header, json_bytes = _read_small(codec.json_part(body, header_length))
+        header, json_bytes = read_json_text(codec.json_part(body, header_length))
         check_header(header, json_bytes)
         return Inference(body, header_length, header)
     document = _parse_large(codec.json_part(body, header_length))
@@ -165,9 +165,9 @@ def _not_an_object() -> BadRequest:
     return BadRequest(f"Unable to parse 'inputs': the request is not a JSON object; {codec.ACCEPTED_BODIES}")
 
 
-def _read_small(part: RequestBody) -> tuple[dict[str, Any], int]:
-    """The first JSON value of ``part`` (Triton's parser stops there and ignores what follows), and the
-    number of bytes it takes."""
+def read_json_text(part: RequestBody) -> tuple[dict[str, Any], int]:
+    """The first JSON value of ``part`` read strictly (Triton's parser stops there and ignores what
+    follows), and the number of bytes it takes; an inference request's JSON, so an object."""
     if _brackets(part, len(part)) > MAX_JSON_DEPTH:
         check_json_depth(part)  # simdjson says how deep it nests, without recursing
     text = part.decode("utf-8", "surrogateescape")  # what follows the first value may be anything

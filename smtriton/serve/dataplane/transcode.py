@@ -88,19 +88,42 @@ def _known(obj: dict[str, Any], skip: str) -> dict[str, Any]:
 
 
 def _tensor_bytes(header: dict[str, Any], data: Any) -> bytes:
-    kind_type = _NUMERIC.get(header.get("datatype"))  # type: ignore[arg-type]
     shape = header.get("shape")
-    if kind_type is None or not isinstance(data, simdjson.Array) or not isinstance(shape, list):
+    datatype = header.get("datatype")
+    if numeric_type(datatype) is None or not isinstance(data, simdjson.Array) or not isinstance(shape, list):
         raise _Unsure
     if not all(type(d) is int and d >= 0 for d in shape):
         raise _Unsure
-    kind, dtype = kind_type
-    wide = np.frombuffer(data.as_buffer(of_type=kind), dtype=_WIDE[kind])
-    if wide.size != math.prod(shape):
+    try:
+        flat = values(data, str(datatype))
+    except NotNumbers:
+        raise _Unsure from None
+    if flat.size != math.prod(shape):
         raise _Unsure
+    return flat.tobytes()
+
+
+class NotNumbers(ValueError):
+    """JSON data that is not all numbers of a tensor's kind within its type's range."""
+
+
+def numeric_type(datatype: object) -> np.dtype[Any] | None:
+    """The numpy type of a datatype whose JSON data is re-encoded (None: BOOL, BYTES, FP16, unknown)."""
+    kind_type = _NUMERIC.get(datatype) if isinstance(datatype, str) else None
+    return np.dtype(kind_type[1]) if kind_type is not None else None
+
+
+def values(data: Any, datatype: str) -> np.ndarray[Any, Any]:
+    """A simdjson array's numbers (its nesting flattened) as ``datatype``; :class:`NotNumbers` when one
+    is no number of its kind (an integer type takes integers only) or lies out of the type's range
+    (Triton's own cast would decide those, and might differ)."""
+    kind, dtype = _NUMERIC[datatype]
+    try:
+        wide = np.frombuffer(data.as_buffer(of_type=kind), dtype=_WIDE[kind])
+    except (TypeError, ValueError, RuntimeError):
+        raise NotNumbers(f"{datatype} data must be {'numbers' if kind == 'd' else 'integers'}") from None
     if wide.size and dtype is not np.float64:
-        # Out of the type's range Triton's own cast decides (and may differ): leave those to it.
         low, high = _LIMITS[dtype]
         if wide.min() < low or wide.max() > high:
-            raise _Unsure
-    return wide.astype(dtype, copy=False).tobytes()
+            raise NotNumbers(f"a value lies out of {datatype}'s range")
+    return wide.astype(dtype, copy=False)

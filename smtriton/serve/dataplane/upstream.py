@@ -14,10 +14,10 @@ import contextlib
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable
 from typing import TYPE_CHECKING, Any
 
-from smtriton.serve.dataplane import codec, images, reading
+from smtriton.serve.dataplane import codec, images, large_json, reading
 from smtriton.serve.dataplane.mirror import EndpointMirror
 from smtriton.serve.dataplane.reading import Inference
-from smtriton.serve.errors import BadRequest, NotReady, ServeError, UnsupportedMediaType
+from smtriton.serve.errors import BadRequest, NotReady, PayloadTooLarge, ServeError, UnsupportedMediaType
 from smtriton.serve.ipc.messages import EndpointState
 from smtriton.serve.metrics import Metrics
 from smtriton.serve.settings import Settings
@@ -87,6 +87,15 @@ class Upstream:
         if images.is_image(content_type):
             return images.request(body, await self._image_input(self.ready(), triton_name))
         header_length = codec.request_header_length(content_type, len(body))
+        if header_length is None and len(body) > large_json.SLICED_JSON_BYTES:
+            inference = await large_json.read(body)  # in slices: the event loop serves between them
+            self.metrics.transcoded.inc()
+            return inference
+        if header_length is not None and header_length > large_json.SLICED_JSON_BYTES:
+            raise PayloadTooLarge.saying(
+                f"the JSON part of a binary+json request may be at most {large_json.SLICED_JSON_BYTES >> 20} MiB: "
+                "send the tensors in its binary part"
+            )
         inference = reading.read(body, header_length, self.settings.transcode_json_min_bytes)
         if inference.body is not body:
             self.metrics.transcoded.inc()

@@ -1,0 +1,153 @@
+"""Large JSON requests read in slices (smtriton/serve/dataplane/large_json.py): the same request Triton
+would get from the whole reading, the same refusals, and an event loop that is never held long."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import numpy as np
+import orjson
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from smtriton.serve.dataplane import large_json
+from smtriton.serve.dataplane.reading import read
+from smtriton.serve.errors import BadRequest, PayloadTooLarge
+
+
+def sliced(body: bytes) -> Any:
+    return asyncio.run(large_json.read(body))
+
+
+def request(*inputs: dict[str, Any], **extra: Any) -> bytes:
+    return orjson.dumps({**extra, "inputs": list(inputs)})
+
+
+def tensor(name: str, values: np.ndarray, datatype: str, nested: bool = True) -> dict[str, Any]:
+    data = values.tolist() if nested else values.ravel().tolist()
+    return {"name": name, "shape": list(values.shape), "datatype": datatype, "data": data}
+
+
+def test_a_request_read_in_slices_is_the_one_the_whole_reading_sends():
+    rng = np.random.default_rng(0)
+    pixels = rng.standard_normal((2, 3, 40, 40)).astype(np.float32)
+    ids = rng.integers(-(2**40), 2**40, size=(3, 700), dtype=np.int64)
+    body = request(
+        tensor("pixels", pixels, "FP32"),
+        tensor("ids", ids, "INT64", nested=False),
+        id="r-1",
+        parameters={"p": 1},
+        outputs=[{"name": "out", "parameters": {"binary_data": True}}],
+    )
+    got = sliced(body)
+    whole = read(body, None, transcode_min_bytes=1)
+    assert bytes(got.body) == bytes(whole.body)
+    assert got.header_length == whole.header_length
+    assert got.header == whole.header
+
+
+def test_keys_triton_does_not_read_are_not_carried_and_may_hold_anything():
+    values = np.arange(12, dtype=np.float64).reshape(3, 4)
+    body = request(
+        {**tensor("x", values, "FP64"), "note": {"a": "]]}}[[{", "b": [[[1]]]}},
+        junk=[{"s": 'x"]'}, [[], {}]],
+    )
+    got = sliced(body)
+    assert got.header == {
+        "inputs": [{"name": "x", "shape": [3, 4], "datatype": "FP64", "parameters": {"binary_data_size": 96}}]
+    }
+    assert np.frombuffer(got.body[got.header_length :], np.float64).tolist() == values.ravel().tolist()
+
+
+@pytest.mark.parametrize(
+    ("body", "refusal"),
+    [
+        (b'{"inputs":[{"name":"x","shape":[2],"shape":[2],"datatype":"FP32","data":[1,2]}]}', "repeats the key"),
+        (b'{"inputs":[{"name":"x","shape":[2],"datatype":"FP32","data":[1,2],"data":[3,4]}]}', "repeats the key"),
+        (b'{"inputs":[{"name":"x","shape":[2],"datatype":"FP32","data":[1,NaN]}]}', "no array of numbers"),
+        (b'{"inputs":[{"name":"x","shape":[899970039,4],"datatype":"FP32","data":[1,2]}]}', "declares shape"),
+        (b'{"inputs":[{"name":"x","shape":[3],"datatype":"FP32","data":[1,2]}]}', r"2 values for its shape \[3\]"),
+        (b'{"inputs":[{"name":"x","shape":[1],"datatype":"FP32","data":[1,2]}]}', "more values than its shape"),
+        (b'{"inputs":[{"name":"x","shape":[1],"datatype":"INT32","data":[1.5]}]}', "INT32 data must be integers"),
+        (b'{"inputs":[{"name":"x","shape":[1],"datatype":"INT8","data":[300]}]}', "out of INT8's range"),
+        (b'{"inputs":[{"name":"x","shape":[1],"datatype":"FP32","data":[1]}]', "malformed"),
+        (b"[1,2]", "malformed"),
+    ],
+)
+def test_what_the_whole_reading_refuses_the_sliced_one_refuses(body, refusal):
+    with pytest.raises(BadRequest, match=refusal):
+        sliced(body)
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        {"name": "t", "shape": [2], "datatype": "BYTES", "data": ["a", "b"]},
+        {"name": "t", "shape": [2], "datatype": "BOOL", "data": [True, False]},
+        {"name": "t", "shape": [1], "datatype": "FP16", "data": [1.0]},
+        {"name": "t", "shape": [1], "datatype": "FP32", "parameters": {"binary_data_size": 4}},
+    ],
+    ids=["bytes", "bool", "fp16", "no-data"],
+)
+def test_a_request_this_large_must_carry_numbers_or_go_binary(spec):
+    with pytest.raises(PayloadTooLarge, match="send others this large as binary\\+json"):
+        sliced(request(spec))
+
+
+def test_a_request_that_cannot_fit_in_the_memory_left_is_413_before_anything_is_allocated(monkeypatch):
+    monkeypatch.setattr(large_json.cgroups, "available_memory", lambda group: 1000)
+    body = request(tensor("x", np.zeros(1000, np.float32), "FP32"))
+    with pytest.raises(PayloadTooLarge, match=r"needs about .* MiB of memory .* and the container has 0 MiB free"):
+        sliced(body)
+
+
+def test_the_event_loop_is_served_between_the_slices():
+    values = np.random.default_rng(1).standard_normal(4_000_000).astype(np.float32)
+    body = request(tensor("x", values.reshape(-1, 4), "FP32"))
+    assert len(body) > 4 * large_json.SLICED_JSON_BYTES
+    gaps: list[float] = []
+
+    async def scenario() -> None:
+        ticks = 0
+
+        async def tick() -> None:
+            nonlocal ticks
+            last = time.perf_counter()
+            while True:
+                await asyncio.sleep(0)
+                now = time.perf_counter()
+                gaps.append(now - last)
+                last = now
+                ticks += 1
+
+        ticker = asyncio.ensure_future(tick())
+        got = await large_json.read(body)
+        ticker.cancel()
+        assert np.array_equal(np.frombuffer(got.body[got.header_length :], np.float32), values)
+        assert ticks > 20  # the loop ran again and again while the request was read
+
+    asyncio.run(scenario())
+    assert sorted(gaps)[len(gaps) // 2] < 0.05  # most steps are short: no step holds the loop for the whole read
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    shape=st.lists(st.integers(0, 6), min_size=1, max_size=3),
+    datatype=st.sampled_from(["FP32", "FP64", "INT8", "INT32", "INT64", "UINT8", "UINT64"]),
+    nested=st.booleans(),
+    spaces=st.booleans(),
+)
+def test_any_numeric_request_reads_the_same_either_way(shape, datatype, nested, spaces):
+    count = int(np.prod(shape))
+    kinds = {"FP32": np.float32, "FP64": np.float64, "INT8": np.int8, "INT32": np.int32, "INT64": np.int64,
+             "UINT8": np.uint8, "UINT64": np.uint64}  # fmt: skip
+    values = np.arange(count).astype(kinds[datatype]).reshape(shape)
+    body = request(tensor("x", values, datatype, nested))
+    if spaces:
+        body = body.replace(b",", b" ,\n ").replace(b"[", b"[ ")
+    whole = read(body, None, transcode_min_bytes=1)
+    got = sliced(body)
+    assert bytes(got.body) == bytes(whole.body)
