@@ -63,8 +63,8 @@ class Conflict(ServeError):
 class PayloadTooLarge(ServeError):
     status = 413
 
-    def __init__(self, limit: int) -> None:
-        super().__init__(f"request body is larger than the limit of {limit} bytes")
+    def __init__(self, limit: int, why: str = "") -> None:
+        super().__init__(f"request body is larger than the limit of {limit} bytes{why}")
 
 
 class UnsupportedEncoding(ServeError):

@@ -14,7 +14,7 @@ import contextlib
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable
 from typing import TYPE_CHECKING, Any
 
-from smtriton.serve.dataplane import codec, images, reading
+from smtriton.serve.dataplane import codec, csvrows, images, reading
 from smtriton.serve.dataplane.mirror import EndpointMirror
 from smtriton.serve.dataplane.reading import Inference
 from smtriton.serve.errors import BadRequest, NotReady, ServeError, UnsupportedMediaType
@@ -43,12 +43,14 @@ class Upstream:
         self._stream_client: StreamClient | None = None
         self._pool_size = pool_size
         self._image_inputs: dict[str, images.ImageInput | ServeError] = {}  # Triton name -> where an image goes
+        self._csv_inputs: dict[str, csvrows.CsvInput | ServeError] = {}  # Triton name -> where CSV rows go
 
     def follow(self, old: EndpointState, state: EndpointState) -> Awaitable[None] | None:
         """New loopback ports (Triton restarted) mean new clients; the old ones close in what is returned."""
         closing: list[TritonClient | StreamClient] = []
         if state.http_port != old.http_port:
             self._image_inputs.clear()  # Triton restarted: models may have been loaded anew
+            self._csv_inputs.clear()
             if self.client is not None:
                 closing.append(self.client)
             self.client = None
@@ -63,6 +65,7 @@ class Upstream:
     def model_changed(self, triton_name: str) -> None:
         """A model was loaded or unloaded under ``triton_name``: what was learnt of it is forgotten."""
         self._image_inputs.pop(triton_name, None)
+        self._csv_inputs.pop(triton_name, None)
 
     async def close(self) -> None:
         if self.client is not None:
@@ -99,6 +102,19 @@ class Upstream:
             except UnsupportedMediaType as exc:
                 known = exc
             self._image_inputs[triton_name] = known
+        if isinstance(known, ServeError):
+            raise known
+        return known
+
+    async def csv_input(self, triton_name: str) -> csvrows.CsvInput:
+        """Where CSV rows go in ``triton_name`` (asked of Triton once, until the model changes)."""
+        known = self._csv_inputs.get(triton_name)
+        if known is None:
+            try:
+                known = csvrows.csv_input(triton_name, await self.ready().model_config(triton_name))
+            except UnsupportedMediaType as exc:
+                known = exc
+            self._csv_inputs[triton_name] = known
         if isinstance(known, ServeError):
             raise known
         return known
