@@ -264,7 +264,9 @@ def test_multi_record_with_line_is_allowed_and_the_default_for_json_lines_and_cs
     assert request["BatchStrategy"] == strategy
     assert request["TransformInput"]["ContentType"] == content_type
     assert request["TransformOutput"] == {
-        "S3OutputPath": "s3://out/results/", "AssembleWith": split_type, "Accept": "application/jsonlines"
+        "S3OutputPath": "s3://out/results/",
+        "AssembleWith": split_type,
+        "Accept": "application/jsonlines",
     }
 
 
