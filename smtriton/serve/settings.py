@@ -466,6 +466,20 @@ class Settings(BaseSettings):
         64 * 1024,
         ge=0,
     )
+    merge_requests: Boolean = _setting(
+        "SMTRITON_MERGE_REQUESTS",
+        "requests of one model that arrive while a worker's earlier ones are with Triton are merged into one "
+        "Triton request along the batch dimension, each client answered as alone; only where Triton would "
+        "batch them itself (`dynamic_batching`, `max_batch_size` > 0). `false`: every request goes alone",
+        True,
+    )
+    merge_in_flight: Integer = _setting(
+        "SMTRITON_MERGE_IN_FLIGHT",
+        "Triton requests a worker keeps in flight per instance of a model before it merges the next ones; "
+        "a request never waits while fewer are in flight",
+        2,
+        ge=1,
+    )
     tritonserver: Path | None = _setting(
         "TRITONSERVER",
         "tritonserver binary to use",

@@ -7,12 +7,15 @@ a body past MaxPayloadInMB refused with 413 naming the limit."""
 from __future__ import annotations
 
 import json
+import math
+from collections import Counter
 
 import numpy as np
 import pytest
 import requests
 
 from tests.integration.conftest import start_serve
+from tests.integration.harness import free_port, metric_samples
 
 pytestmark = pytest.mark.integration
 
@@ -29,7 +32,8 @@ def record(values: list[float]) -> bytes:
 @pytest.fixture(scope="module")
 def batch_server(tmp_path_factory, test_repository):
     """serve as a batch transform job starts it: SAGEMAKER_BATCH=true and nothing else the job did not set."""
-    server = start_serve(tmp_path_factory.mktemp("batch"), test_repository, "rows", env={"SAGEMAKER_BATCH": "true"})
+    env = {"SAGEMAKER_BATCH": "true", "SMTRITON_METRICS_PORT": str(free_port())}
+    server = start_serve(tmp_path_factory.mktemp("batch"), test_repository, "rows", env=env)
     yield server
     server.stop()
 
@@ -71,6 +75,30 @@ def test_a_multi_record_mini_batch_is_answered_a_line_a_record_in_order(batch_se
         values = json.loads(line)["inputs"][0]["data"]
         outputs = {o["name"]: o["data"] for o in got["outputs"]}
         assert outputs["OUTPUT0"] == pytest.approx([2 * v for v in values])
+
+
+def triton_counts(server) -> tuple[float, float]:
+    """Triton's own count of the rows model's requests and of the rows (inferences) in them."""
+    samples = metric_samples(server.metrics_url)
+
+    def total(name: str) -> float:
+        return sum(v for (n, labels), v in samples.items() if n == name and ("model", "rows") in labels)
+
+    return total("nv_inference_request_success_total"), total("nv_inference_count_total")
+
+
+@pytest.mark.parametrize("lengths", [[4] * 40, [1, 2, 2, 3, 1, 3, 3, 2] * 5], ids=["all-can-merge", "lengths-differ"])
+def test_records_that_agree_reach_triton_merged_as_max_batch_size_allows(batch_server, lengths):
+    requests_before, rows_before = triton_counts(batch_server)
+    r = post(batch_server, b"\n".join(record([float(i)] * n) for i, n in enumerate(lengths)))
+    assert r.status_code == 200, r.text[:300]
+    assert [json.loads(line)["outputs"][1]["data"] for line in r.text.splitlines()] == [
+        [float(i * n)] for i, n in enumerate(lengths)
+    ]
+    requests_after, rows_after = triton_counts(batch_server)
+    assert rows_after - rows_before == len(lengths)
+    # one Triton request per 8 records (max_batch_size) of one length: 5, or 2 + 2 + 2 of lengths 1, 2, 3
+    assert requests_after - requests_before == sum(math.ceil(n / 8) for n in Counter(lengths).values())
 
 
 def test_single_record_sends_a_line_a_request_and_gets_a_line(batch_server):

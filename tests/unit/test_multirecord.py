@@ -158,3 +158,23 @@ def test_records_run_alone_at_most_bound_at_once_and_answer_in_order():
     assert most == 4
     assert isinstance(outcomes[6], NotReady)
     assert [o.body for o in outcomes if isinstance(o, UpstreamResponse)] == [b for b in bodies if len(b) != 7]
+
+
+def test_through_a_merging_step_each_record_gets_its_answer_or_error_and_a_bug_is_raised():
+    seen: list[int] = []
+
+    async def infer_all(triton_name: str, inferences: Sequence[Inference], bound: int) -> list:
+        seen.append(bound)
+        return [answer_of(b"{}"), NotReady("restarting")][: len(inferences)]
+
+    run = multirecord.through(infer_all, 6)
+    outcomes = asyncio.run(run("m", [Inference(b"{}", None, {})] * 2))
+    assert seen == [6]
+    assert outcomes[0] == answer_of(b"{}")
+    assert isinstance(outcomes[1], NotReady)
+
+    async def broken(triton_name: str, inferences: Sequence[Inference], bound: int) -> list:
+        return [KeyError("a bug")]
+
+    with pytest.raises(KeyError, match="a bug"):
+        asyncio.run(multirecord.through(broken, 1)("m", [Inference(b"{}", None, {})]))

@@ -9,8 +9,9 @@ line per record, in order, each the record's KServe v2 response on one line (``a
 A trailing newline is not a record; an empty line between records is one, and fails.
 
 The records of a body go to Triton through one call, :data:`RunRecords`: the step that merges records of
-one model into fuller Triton requests and splits Triton's answers back. :func:`concurrently` runs them
-one by one, a bounded number at a time.
+one model into fuller Triton requests and splits Triton's answers back, each record answered as it
+would have been alone (:func:`through` the upstream's merge, :mod:`smtriton.serve.dataplane.coalescing`;
+:func:`concurrently` runs them one by one), a bounded number of Triton requests at a time.
 
 A record that fails fails the whole request with its status and an error naming its line (the job fails
 loudly, as SageMaker expects); with ``SMTRITON_FAILED_RECORD=error-line`` it becomes an ``{"error": ...}``
@@ -105,6 +106,24 @@ def split_lines(body: RequestBody) -> list[RequestBody]:
     while lines and not lines[-1].strip():
         lines.pop()
     return [line[:-1] if line.endswith(b"\r") else line for line in lines]
+
+
+def through(
+    infer_all: Callable[[str, Sequence[Inference], int], Awaitable[list[UpstreamResponse | Exception]]], bound: int
+) -> RunRecords:
+    """:data:`RunRecords` by a merging step (the upstream's ``infer_all``) that answers each record or the
+    error it met, ``bound`` Triton requests at a time; an error that is no request's failure (a bug) is
+    raised, as it would have been for the record alone."""
+
+    async def run(triton_name: str, inferences: Sequence[Inference]) -> list[Outcome]:
+        outcomes: list[Outcome] = []
+        for result in await infer_all(triton_name, inferences, bound):
+            if isinstance(result, Exception) and not isinstance(result, ServeError):
+                raise result
+            outcomes.append(result)
+        return outcomes
+
+    return run
 
 
 def concurrently(infer: Callable[[str, Inference], Awaitable[UpstreamResponse]], bound: int) -> RunRecords:

@@ -98,10 +98,10 @@ class DataPlane:
         self.upstream = Upstream(settings, metrics, self.mirror, pool_size)
         self.owner = OwnerLink(owner, self.multi_model)
         self.sessions = SessionSteps(self.owner)
-        # The records of a multi-record body, to Triton: one at a time (a bounded number at once) until
-        # they are merged into fuller requests.
-        self.run_records: multirecord.RunRecords = multirecord.concurrently(
-            self.upstream.infer, settings.records_in_flight
+        # The records of a multi-record body, to Triton: those that may merge in as few requests as the
+        # model allows, the others alone, a bounded number at once.
+        self.run_records: multirecord.RunRecords = multirecord.through(
+            self.upstream.infer_all, settings.records_in_flight
         )
 
     # ----- what the owner tells -------------------------------------------------------------------
@@ -321,8 +321,7 @@ class DataPlane:
         to = await self.upstream.csv_input(target.triton_name)
         parameters = {} if request.custom_attributes is None else {answers.CUSTOM_ATTRIBUTES: request.custom_attributes}
         batches = csvrows.requests(body, to, parameters)
-        run = multirecord.concurrently(self.upstream.infer, self.settings.records_in_flight)
-        outcomes = await run(target.triton_name, [batch.inference for batch in batches])
+        outcomes = await self.run_records(target.triton_name, [batch.inference for batch in batches])
         json_lines = csvrows.wants_json_lines(request.accept)
         shown = target.invoke.record.response_name if target.invoke is not None else target.triton_name
         lines = csvrows.lines(batches, outcomes, self._to_answer(target), json_lines, shown)
