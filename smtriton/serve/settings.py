@@ -438,8 +438,8 @@ class Settings(BaseSettings):
     )
     records_in_flight: Integer = _setting(
         "SMTRITON_RECORDS_IN_FLIGHT",
-        "Triton requests one multi-record body keeps in flight at once (its records, or its CSV rows in batches "
-        "of `max_batch_size`)",
+        "Triton requests one multi-record body keeps in flight at once (its records, merged as "
+        "`SMTRITON_MERGE_REQUESTS` allows or alone; its CSV rows, `max_batch_size` a request)",
         16,
         ge=1,
     )
