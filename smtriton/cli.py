@@ -39,13 +39,14 @@ HELP_OPTIONS = {"help_option_names": ["-h", "--help"]}
 # Commands whose modules are heavy to import (a web framework): loaded when run, listed from their docstring.
 LAZY_COMMANDS = {
     "local-endpoint": "smtriton.local.cli:local_endpoint",
+    "local-transform": "smtriton.local.transform_cli:local_transform",
     "perf": "smtriton.perf.cli:perf",
     "tune": "smtriton.tune.cli:tune",
 }
 # `smtriton --help` lists the commands in the order a model goes through them.
 WORKFLOW = (
     "convert", "build-repository", "config", "validate", "package", "build-image", "push-image", "deploy", "invoke",
-    "transform", "capture", "delete-endpoint", "local-endpoint", "perf", "tune",
+    "transform", "capture", "delete-endpoint", "local-endpoint", "local-transform", "perf", "tune",
 )  # fmt: skip
 
 

@@ -282,13 +282,27 @@ def transform_command(
         typer.Option(help="s3://.../model.tar.gz or an S3 prefix/ with the uncompressed repository"),
     ] = None,
     default_model: DefaultModelOpt = None,
-    content_type: Annotated[str, typer.Option(help="Content type of every record")] = "application/json",
+    content_type: Annotated[
+        str,
+        typer.Option(
+            help="Content type of every request: application/json, application/jsonlines (a KServe v2 request a "
+            "line), text/csv (a row a line, for a model with one [batch, n] numeric input) or binary+json"
+        ),
+    ] = "application/json",
     split_type: Annotated[
-        str, typer.Option(help="None: each object is one request; Line: each line is one (JSON Lines)")
+        str, typer.Option(help="None: each object is one request; Line: split by line (JSON Lines, CSV)")
     ] = "None",
     batch_strategy: Annotated[
-        str, typer.Option(help="SingleRecord or MultiRecord (whole objects only: the container reads one request)")
-    ] = "SingleRecord",
+        Optional[str],  # noqa: UP045
+        typer.Option(
+            help="SingleRecord (a line a request) or MultiRecord (as many lines as fit MaxPayloadInMB) "
+            "[default: MultiRecord for JSON Lines and CSV split by line, else SingleRecord]"
+        ),
+    ] = None,
+    accept: Annotated[
+        Optional[str],  # noqa: UP045
+        typer.Option(help="Accept of every request: application/jsonlines turns CSV rows' answers into JSON lines"),
+    ] = None,
     max_payload_mb: Annotated[
         Optional[int],  # noqa: UP045
         typer.Option(help="MaxPayloadInMB, 0-100 [default: the container's answer, 6]"),
@@ -318,23 +332,26 @@ def transform_command(
 
     Creates a model of the image and model data, and the job (a GPU instance type gets the AMI version
     its driver needs); with --wait prints its status until it ends, and a failure's reason in one line.
-    Every record is one KServe v2 request (JSON or binary+json).
+    Each line of JSON Lines is one KServe v2 request, each line of CSV one row; the answer has a line
+    per line. Try the job on this machine first: smtriton local-transform.
 
     \b
     Examples:
       smtriton transform nightly-2026-01-01 --image $IMAGE --role $ROLE --model-data s3://bucket/demo/model.tar.gz \\
-          --input s3://bucket/requests/ --output s3://bucket/results/ --split-type Line --wait
+          --input s3://bucket/requests/ --output s3://bucket/results/ --split-type Line \\
+          --content-type application/jsonlines --wait
     """
     from smtriton.aws.transform import TransformSpec, run_transform
 
     spec = TransformSpec(
         name=job_name, image=image, role_arn=role, model_data=model_data, input=input, output=output,
-        content_type=content_type, split_type=split_type, batch_strategy=batch_strategy,
+        content_type=content_type, split_type=split_type, batch_strategy=batch_strategy, accept=accept,
         max_payload_mb=max_payload_mb, max_concurrent=max_concurrent, instance_type=instance_type,
         instance_count=instance_count, ami_version=ami_version, environment=pairs(env, "--env"),
         default_model=default_model, hosting=_hosting(subnet, security_group, network_isolation, kms_key),
         tags=pairs(tag, "--tag"),
     )  # fmt: skip
+    spec.validate()  # the arguments, before anything asks for credentials
     session = open_session(region, profile)
     result = run_transform(session.client("sagemaker"), spec, wait=wait, progress=say, poll_s=poll)
     if result.status == "Completed":

@@ -4,7 +4,10 @@ One call creates a model of the image and the model data, and the job (tagged
 ``smtriton:transform-job=<job>``), with the AMI version a GPU instance type needs; with ``wait`` it
 shows the job's status until it ends, prints its ``FailureReason`` in one line when it fails, and
 deletes the model the job no longer needs. The container side (``/execution-parameters``, the limits
-``SAGEMAKER_BATCH`` sets) is serve's: each record SageMaker sends is one KServe v2 request.
+``SAGEMAKER_BATCH`` sets) is serve's: a body is one KServe v2 request, or with ``Line`` splitting a
+mini-batch of lines (JSON Lines, one request a line, or CSV rows) answered a line a record, so that
+``MultiRecord`` (the default for JSON Lines and CSV) packs as many lines as fit ``MaxPayloadInMB`` in one
+request. Arguments are checked before anything asks AWS.
 """
 
 from __future__ import annotations
@@ -24,7 +27,13 @@ Progress = Callable[[str], None]
 
 JOB_TAG = "smtriton:transform-job"
 SPLIT_TYPES = ("None", "Line")
+# SageMaker's record formats serve cannot read a record of.
+BINARY_SPLIT_TYPES = ("RecordIO", "TFRecord")
 BATCH_STRATEGIES = ("SingleRecord", "MultiRecord")
+# Bodies serve reads a line a record: with Line splitting, MultiRecord is their default.
+LINE_RECORD_TYPES = ("application/jsonlines", "application/x-ndjson", "text/csv")
+# Bodies that are no lines of text: one request a body, never split by line.
+WHOLE_BODY_TYPES = ("application/vnd.sagemaker-triton.binary+json", "image/jpeg", "image/png", "application/x-image")
 MAX_PAYLOAD_MB = 100  # SageMaker's limit for MaxPayloadInMB
 
 
@@ -41,7 +50,8 @@ class TransformSpec:
     output: str
     content_type: str = "application/json"
     split_type: str = "None"
-    batch_strategy: str = "SingleRecord"
+    batch_strategy: str | None = None  # default: MultiRecord for JSON Lines and CSV split by line, else SingleRecord
+    accept: str | None = None
     max_payload_mb: int | None = None
     max_concurrent: int | None = None
     instance_type: str = "ml.g5.xlarge"
@@ -65,17 +75,7 @@ class TransformSpec:
         for what, url in (("input", self.input), ("output", self.output)):
             if not is_s3(url):
                 raise DeployError(f"the transform {what} {url!r} must be an s3:// location")
-        if self.split_type not in SPLIT_TYPES:
-            raise DeployError(f"split type must be one of {', '.join(SPLIT_TYPES)}, not {self.split_type!r}")
-        if self.batch_strategy not in BATCH_STRATEGIES:
-            raise DeployError(
-                f"batch strategy must be one of {', '.join(BATCH_STRATEGIES)}, not {self.batch_strategy!r}"
-            )
-        if self.batch_strategy == "MultiRecord" and self.split_type == "Line":
-            raise DeployError(
-                "MultiRecord with Line splitting sends several lines in one body, and the container reads one "
-                "KServe v2 request per body: use SingleRecord (a line per request)"
-            )
+        check_records(self.split_type, self.batch_strategy, self.content_type)
         if self.max_payload_mb is not None and not 0 <= self.max_payload_mb <= MAX_PAYLOAD_MB:
             raise DeployError(f"the maximum payload must be 0-{MAX_PAYLOAD_MB} MB")
         if self.max_concurrent is not None and self.max_concurrent < 1:
@@ -86,6 +86,17 @@ class TransformSpec:
         if (note := ami.warning("transform", self.instance_type)) is not None:
             warnings.append(note)
         return warnings
+
+    @property
+    def strategy(self) -> str:
+        """The job's BatchStrategy: as given, else MultiRecord for JSON Lines and CSV split by line."""
+        if self.batch_strategy is not None:
+            return self.batch_strategy
+        return (
+            "MultiRecord"
+            if self.split_type == "Line" and _media(self.content_type) in LINE_RECORD_TYPES
+            else ("SingleRecord")
+        )
 
     def job_tags(self) -> list[dict[str, str]]:
         return tags(JOB_TAG, self.name, self.tags)
@@ -98,6 +109,8 @@ class TransformSpec:
             "SplitType": self.split_type,
         }
         output: dict[str, Any] = {"S3OutputPath": self.output, "AssembleWith": self.split_type}
+        if self.accept:
+            output["Accept"] = self.accept
         resources: dict[str, Any] = {"InstanceType": self.instance_type, "InstanceCount": self.instance_count}
         if self.hosting.kms_key:
             output["KmsKeyId"] = self.hosting.kms_key
@@ -108,7 +121,7 @@ class TransformSpec:
         request: dict[str, Any] = {
             "TransformJobName": self.name,
             "ModelName": model_name,
-            "BatchStrategy": self.batch_strategy,
+            "BatchStrategy": self.strategy,
             "TransformInput": transform_input,
             "TransformOutput": output,
             "TransformResources": resources,
@@ -119,6 +132,27 @@ class TransformSpec:
         if self.max_concurrent is not None:
             request["MaxConcurrentTransforms"] = self.max_concurrent
         return request
+
+
+def _media(content_type: str) -> str:
+    return content_type.partition(";")[0].strip().lower()
+
+
+def check_records(split_type: str, batch_strategy: str | None, content_type: str) -> None:
+    """Refuse (one line) the splitting and batching serve cannot answer: RecordIO and TFRecord records,
+    lines of a body that has none, several records of one that is a single request."""
+    if split_type in BINARY_SPLIT_TYPES:
+        raise DeployError(
+            f"{split_type} splitting sends binary records, and serve reads a body as one KServe v2 request "
+            "(JSON or binary+json) or as lines (JSON Lines, CSV): use Line with JSON Lines or CSV, or None"
+        )
+    if split_type not in SPLIT_TYPES:
+        raise DeployError(f"split type must be one of {', '.join(SPLIT_TYPES)}, not {split_type!r}")
+    if batch_strategy is not None and batch_strategy not in BATCH_STRATEGIES:
+        raise DeployError(f"batch strategy must be one of {', '.join(BATCH_STRATEGIES)}, not {batch_strategy!r}")
+    media = _media(content_type)
+    if split_type == "Line" and media in WHOLE_BODY_TYPES:
+        raise DeployError(f"{media} bodies are no lines of text: use --split-type None (one request an object)")
 
 
 def _describe(sm: Any, name: str) -> dict[str, Any] | None:

@@ -63,14 +63,15 @@ class Conflict(ServeError):
 class PayloadTooLarge(ServeError):
     status = 413
 
-    def __init__(self, limit: int, message: str | None = None) -> None:
-        """The body passes ``limit``; or, with ``message``, it is too large for another reason."""
-        super().__init__(message or f"request body is larger than the limit of {limit} bytes")
+    def __init__(self, limit: int, why: str = "") -> None:
+        super().__init__(f"request body is larger than the limit of {limit} bytes{why}")
 
     @classmethod
     def saying(cls, message: str) -> PayloadTooLarge:
         """A 413 for a reason other than the body limit."""
-        return cls(0, message)
+        error = cls(0)
+        ServeError.__init__(error, message)
+        return error
 
 
 class UnsupportedEncoding(ServeError):

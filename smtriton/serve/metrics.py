@@ -90,6 +90,17 @@ class Metrics:
         self.transcoded = Counter(
             "smtriton_transcoded_requests", "Large JSON requests re-encoded binary for Triton", registry=self.registry
         )
+        self.merged_requests = Counter(
+            "smtriton_merged_requests",
+            "Requests answered from a Triton request that merged them with others",
+            registry=self.registry,
+        )
+        self.merges = Counter("smtriton_merges", "Triton requests that merged several requests", registry=self.registry)
+        self.unmerged_again = Counter(
+            "smtriton_unmerged_again",
+            "Requests sent again alone because their merged request failed or its answer could not be split",
+            registry=self.registry,
+        )
         self._children: dict[tuple[str, str, int], tuple[Counter, Histogram]] = {}
 
     def serve(self, host: str, port: int, triton_url: Callable[[], str | None]) -> None:
@@ -122,6 +133,11 @@ class Metrics:
         children[0].inc()
         children[1].observe(time.perf_counter() - started)
         self._inflight.labels(route).dec()
+
+    def merged(self, requests: int) -> None:
+        """One Triton request carried ``requests`` requests."""
+        self.merges.inc()
+        self.merged_requests.inc(requests)
 
     def model_load(self, ok: bool, seconds: float) -> None:
         if self.enabled:

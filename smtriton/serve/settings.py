@@ -216,6 +216,24 @@ def _default_workers() -> int:
     return min(MAX_DEFAULT_WORKERS, max(1, available_cpus() // 2))
 
 
+# SageMaker's default MaxPayloadInMB: what `/execution-parameters` answers when the job sets none, and so
+# the body limit under batch transform.
+DEFAULT_BATCH_PAYLOAD_MB = 6
+REAL_TIME_PAYLOAD_MB = 1024  # asynchronous inference's largest body: the limit outside batch transform
+
+
+def _default_payload_mb(data: dict[str, Any]) -> int:
+    """The body limit in MiB when ``SMTRITON_MAX_PAYLOAD_BYTES`` is not set: batch transform's
+    MaxPayloadInMB under ``SAGEMAKER_BATCH`` (SageMaker's 6 when the job sets none; 0, "any size", keeps
+    the real-time limit), else the real-time limit."""
+    batch_mb = data.get("max_payload_in_mb")
+    if batch_mb:
+        return int(batch_mb)
+    if data.get("batch") and batch_mb is None:
+        return DEFAULT_BATCH_PAYLOAD_MB
+    return REAL_TIME_PAYLOAD_MB
+
+
 class TritonOptions(BaseModel):
     """What `serve` passes on to tritonserver (docs/contract.md §1.4 native variables)."""
 
@@ -398,8 +416,8 @@ class Settings(BaseSettings):
     )
     batch: Switch = _setting(
         "SAGEMAKER_BATCH",
-        "exactly `true` under batch transform: payload limit `SAGEMAKER_MAX_PAYLOAD_IN_MB` (the upstream timeout "
-        "is `SMTRITON_REQUEST_TIMEOUT_S`, as always)",
+        "exactly `true` under batch transform: the body limit is `SAGEMAKER_MAX_PAYLOAD_IN_MB` (6 MB when unset, "
+        "as `/execution-parameters` answers), and a JSON body of several lines is read as one record a line",
         False,
     )
     batch_strategy: Annotated[Literal["MULTI_RECORD", "SINGLE_RECORD"] | None, BeforeValidator(_word(str.upper))] = (
@@ -417,9 +435,10 @@ class Settings(BaseSettings):
     )
     max_payload_in_mb: Integer | None = _setting(
         "SAGEMAKER_MAX_PAYLOAD_IN_MB",
-        "batch transform's payload limit in MB, answered by `/execution-parameters`; 0 (SageMaker's 'any size, "
-        "chunked') is answered as 0, and bodies past `SMTRITON_MAX_PAYLOAD_BYTES` are still refused",
-        shown="unset: `/execution-parameters` answers 6",
+        "batch transform's payload limit in MB, answered by `/execution-parameters`: under `SAGEMAKER_BATCH=true` "
+        "a larger body is 413; 0 (SageMaker's 'any size, chunked') is answered as 0, and bodies past "
+        "`SMTRITON_MAX_PAYLOAD_BYTES` are still refused",
+        shown="unset: `/execution-parameters` answers 6, and 6 MB is the limit under `SAGEMAKER_BATCH=true`",
         ge=0,
     )
     max_payload_bytes: Integer = _setting(
@@ -427,8 +446,23 @@ class Settings(BaseSettings):
         "request body limit; larger → 413 before the body is read. The default admits what any SageMaker mode "
         "sends (asynchronous inference: up to 1 GB; real-time and serverless bodies are capped by the platform "
         "before they arrive). With `SAGEMAKER_BATCH=true`, a positive `SAGEMAKER_MAX_PAYLOAD_IN_MB` wins",
-        default_factory=lambda data: (data.get("max_payload_in_mb") or 1024) * MIB,
-        shown="1 GiB, or `SAGEMAKER_MAX_PAYLOAD_IN_MB`",
+        default_factory=lambda data: _default_payload_mb(data) * MIB,
+        shown="1 GiB; under `SAGEMAKER_BATCH=true`, `SAGEMAKER_MAX_PAYLOAD_IN_MB` MB (6 when unset)",
+        ge=1,
+    )
+    failed_record: Annotated[Literal["fail", "error-line"], BeforeValidator(_word(str.lower))] = _setting(
+        "SMTRITON_FAILED_RECORD",
+        "a record of a multi-record body (JSON Lines, CSV rows) that fails: `fail` answers the whole request with "
+        "its status and an error naming its line (the batch transform job fails, loudly); `error-line` writes "
+        '`{"error": ...}` in its place and goes on, so the output keeps one line per input line (503, 504 and 507 '
+        "still fail the request, so that SageMaker retries it)",
+        "fail",
+    )
+    records_in_flight: Integer = _setting(
+        "SMTRITON_RECORDS_IN_FLIGHT",
+        "Triton requests one multi-record body keeps in flight at once (its records, merged as "
+        "`SMTRITON_MERGE_REQUESTS` allows or alone; its CSV rows, `max_batch_size` a request)",
+        16,
         ge=1,
     )
     max_header_bytes: Integer = _setting(
@@ -461,6 +495,20 @@ class Settings(BaseSettings):
         "JSON requests this large are re-encoded binary before Triton sees them; 0: never",
         64 * 1024,
         ge=0,
+    )
+    merge_requests: Boolean = _setting(
+        "SMTRITON_MERGE_REQUESTS",
+        "requests of one model that arrive while a worker's earlier ones are with Triton are merged into one "
+        "Triton request along the batch dimension, each client answered as alone; only where Triton would "
+        "batch them itself (`dynamic_batching`, `max_batch_size` > 0). `false`: every request goes alone",
+        True,
+    )
+    merge_in_flight: Integer = _setting(
+        "SMTRITON_MERGE_IN_FLIGHT",
+        "Triton requests a worker keeps in flight per instance of a model before it merges the next ones; "
+        "a request never waits while fewer are in flight",
+        2,
+        ge=1,
     )
     tritonserver: Path | None = _setting(
         "TRITONSERVER",

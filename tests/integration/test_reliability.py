@@ -147,7 +147,16 @@ def test_request_bodies_never_reach_the_logs(addsub_server):
 
 _content_types = st.one_of(
     st.none(),
-    st.sampled_from(["application/json", "application/octet-stream", "text/csv", BJ, f"{BJ};json-header-size="]),
+    st.sampled_from(
+        [
+            "application/json",
+            "application/octet-stream",
+            "text/csv",
+            "application/jsonlines",
+            BJ,
+            f"{BJ};json-header-size=",
+        ]
+    ),
     st.builds(lambda n: f"{BJ};json-header-size={n}", st.integers(-(10**12), 10**12)),
     st.builds(lambda s: f"{BJ};json-header-size={s}", st.text(max_size=12)),
     st.text(max_size=60).filter(lambda s: "\n" not in s and "\r" not in s),

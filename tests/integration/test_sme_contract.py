@@ -142,12 +142,20 @@ def _bad_requests() -> list[tuple[str, bytes, str | None, int, str]]:
     return [
         ("malformed json", b"{not json", "application/json", 400, "failed to parse the request JSON buffer"),
         (
-            "a csv body",
+            "a csv body to a model of two inputs",
             b"1,2,3\n4,5,6\n",
             "text/csv",
+            415,
+            "does not take text/csv: that needs exactly one numeric input of shape [batch, n]",
+        ),
+        (
+            "a body that is no JSON",
+            b"1,2,3\n4,5,6\n",
+            "application/octet-stream",
             400,
-            "; serve takes KServe v2 JSON (application/json; a body of any other type is read as JSON too), "
-            "binary+json (application/vnd.sagemaker-triton.binary+json;json-header-size=N) or an encoded image",
+            "; serve takes KServe v2 JSON (application/json; a body of a type not named here is read as JSON too), "
+            "binary+json (application/vnd.sagemaker-triton.binary+json;json-header-size=N), JSON Lines of such "
+            "requests (application/jsonlines), CSV rows (text/csv) or an encoded image",
         ),
         ("no inputs", b"{}", "application/json", 400, "Unable to parse 'inputs'"),
         ("unknown input", json.dumps(wrong_name).encode(), None, 400, "unexpected inference input 'NOPE'"),

@@ -23,7 +23,8 @@ from tests.unit.test_repo_validate import tiny_onnx
 
 ROOT = Path(__file__).resolve().parents[2]
 WORKFLOW = ["convert", "build-repository", "config", "validate", "package", "build-image", "push-image", "deploy",
-            "invoke", "transform", "capture", "delete-endpoint", "local-endpoint", "perf", "tune"]  # fmt: skip
+            "invoke", "transform", "capture", "delete-endpoint", "local-endpoint", "local-transform", "perf",
+            "tune"]  # fmt: skip
 
 
 def smtriton(*args: object) -> typer.testing.Result:

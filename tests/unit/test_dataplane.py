@@ -536,3 +536,39 @@ def test_a_triton_stream_that_breaks_mid_stream_is_closed_and_the_owner_hears_on
         assert owner.said == heard(step)
 
     in_session(scenario)
+
+
+# ----- bodies of several records (batch transform's mini-batches) -------------------------------------------
+
+
+def test_an_mme_body_of_records_answers_a_line_each_with_the_callers_model_name_and_ends_the_invoke():
+    answer = b'{"model_name":"a.tar.gz","model_version":"1","outputs":[]}'
+    renamed = ModelRecord("shown", "/opt/ml/models/a", "a.tar.gz", "a.tar.gz", ["a.tar.gz"], "a")
+
+    async def scenario(triton: TritonStandIn, plane: DataPlane) -> None:
+        triton.models["a.tar.gz"] = "READY"
+        triton.answer = (200, answer)
+        plane.handle(ModelAdded(renamed))
+        body = b'{"inputs": []}\n{"inputs": [], "id": "2"}\n'
+        reply = await plane.invoke(request(body, "application/jsonlines", model="shown", target_model="a.tar.gz"))
+        assert (reply.status, reply.content_type) == (200, "application/jsonlines")
+        assert reply.body == b'{"model_name":"a","model_version":"1","outputs":[]}\n' * 2
+        assert [path for path, _, _ in triton.requests] == ["/v2/models/a.tar.gz/infer"] * 2
+        assert plane.mirror.models["shown"].inflight == 0
+
+    run(scenario, default_model=None)
+
+
+def test_records_are_neither_sent_in_a_session_nor_to_a_model_that_streams():
+    async def scenario(triton: TritonStandIn, plane: DataPlane) -> None:
+        lines = b'{"inputs": []}\n{"inputs": []}'
+        reply = await invoke(plane, lines, "application/jsonlines", session="s-1")
+        assert (reply.status, error_of(reply)) == (
+            400,
+            "a body of several records cannot be sent in a stateful session: send one request a session step",
+        )
+        reply = await invoke(plane, b"1,2\n", "text/csv", session="s-1")
+        assert reply.status == 400
+        assert triton.requests == []
+
+    run(scenario)

@@ -171,10 +171,12 @@ BOUNDS = [
     ("SAGEMAKER_MAX_PAYLOAD_IN_MB", "-1", "0"),
     ("SMTRITON_MAX_PAYLOAD_BYTES", "0", "1"),
     ("SMTRITON_MAX_HEADER_BYTES", "1023", "1024"),
+    ("SMTRITON_RECORDS_IN_FLIGHT", "0", "1"),
     ("SMTRITON_CLIENT_TIMEOUT_S", "0", "0.5"),
     ("SMTRITON_BODY_TIMEOUT_S", "0", "0.5"),
     ("SMTRITON_SESSION_TTL_S", "0", "0.5"),
     ("SMTRITON_TRANSCODE_JSON_MIN_BYTES", "-1", "0"),
+    ("SMTRITON_MERGE_IN_FLIGHT", "0", "1"),
     ("SMTRITON_METRICS_PORT", "0", "1"),
     ("SMTRITON_METRICS_PORT", "65536", "65535"),
     ("SMTRITON_STARTUP_TIMEOUT_S", "0", "0.5"),
@@ -227,6 +229,23 @@ def test_batch_transform_payload_limit_wins_only_when_positive():
     unbounded = Settings.from_env({"SAGEMAKER_BATCH": "true", "SAGEMAKER_MAX_PAYLOAD_IN_MB": "0"})
     assert (unbounded.max_payload_bytes, unbounded.max_payload_in_mb) == (1024 * MIB, 0)
     assert Settings.from_env({"SAGEMAKER_BATCH": "true", "SMTRITON_REQUEST_TIMEOUT_S": "5"}).request_timeout_s == 5
+
+
+def test_under_batch_transform_the_limit_is_what_execution_parameters_answers():
+    """A job that sets no MaxPayloadInMB takes the container's answer, 6: a larger body is refused (413)."""
+    batch = Settings.from_env({"SAGEMAKER_BATCH": "true"})
+    assert (batch.max_payload_in_mb, batch.max_payload_bytes) == (None, 6 * MIB)
+    assert (
+        Settings.from_env({"SAGEMAKER_BATCH": "true", "SMTRITON_MAX_PAYLOAD_BYTES": "1000"}).max_payload_bytes == 1000
+    )
+    assert Settings.from_env({}).max_payload_bytes == 1024 * MIB
+
+
+def test_a_failed_record_fails_the_request_unless_error_lines_are_asked_for():
+    assert Settings.from_env({}).failed_record == "fail"
+    assert Settings.from_env({"SMTRITON_FAILED_RECORD": " Error-Line"}).failed_record == "error-line"
+    with pytest.raises(SettingsError, match=r"^SMTRITON_FAILED_RECORD='skip': must be 'fail' or 'error-line'"):
+        Settings.from_env({"SMTRITON_FAILED_RECORD": "skip"})
 
 
 def test_settings_are_immutable_and_copied_with_changes():

@@ -200,8 +200,14 @@ def test_a_failed_job_is_one_line_with_its_reason_and_exit_1(clients, monkeypatc
 @pytest.mark.parametrize(
     ("change", "message"),
     [
-        ({"split_type": "Line", "batch_strategy": "MultiRecord"}, "use SingleRecord"),
+        ({"split_type": "RecordIO"}, "RecordIO splitting sends binary records"),
+        ({"split_type": "TFRecord", "content_type": "application/x-tfrecord"}, "TFRecord splitting sends binary"),
         ({"split_type": "Lines"}, "split type must be one of None, Line"),
+        ({"batch_strategy": "Multi"}, "batch strategy must be one of SingleRecord, MultiRecord"),
+        (
+            {"split_type": "Line", "content_type": "application/vnd.sagemaker-triton.binary+json;json-header-size=9"},
+            "are no lines of text",
+        ),
         ({"max_payload_mb": 200}, "0-100 MB"),
         ({"input": "/data/requests"}, "must be an s3:// location"),
         ({"ami_version": "al2-ami-sagemaker-batch-gpu-535", "instance_type": "ml.m5.xlarge"}, "has no GPU"),
@@ -235,3 +241,47 @@ def test_ami_versions_come_from_botocores_documentation():
     newest = max((v for v in ami.versions("endpoint") if v.driver), key=lambda v: v.driver or 0).name
     assert ami.choose("endpoint", "ml.g6.xlarge") == newest
     assert ami.choose("endpoint", "ml.inf2.xlarge") is None
+
+
+@pytest.mark.parametrize(
+    ("content_type", "split_type", "given", "strategy"),
+    [
+        ("application/jsonlines", "Line", None, "MultiRecord"),
+        ("application/x-ndjson", "Line", None, "MultiRecord"),
+        ("text/csv", "Line", None, "MultiRecord"),
+        ("application/json", "Line", None, "SingleRecord"),
+        ("text/csv", "None", None, "SingleRecord"),
+        ("application/jsonlines", "Line", "SingleRecord", "SingleRecord"),
+        ("application/json", "Line", "MultiRecord", "MultiRecord"),  # serve reads newline-separated JSON too
+    ],
+)
+def test_multi_record_with_line_is_allowed_and_the_default_for_json_lines_and_csv(
+    content_type, split_type, given, strategy
+):
+    s = spec(content_type=content_type, split_type=split_type, batch_strategy=given, accept="application/jsonlines")
+    s.validate()
+    request = valid("sagemaker", "CreateTransformJob", s.request("m"))
+    assert request["BatchStrategy"] == strategy
+    assert request["TransformInput"]["ContentType"] == content_type
+    assert request["TransformOutput"] == {
+        "S3OutputPath": "s3://out/results/",
+        "AssembleWith": split_type,
+        "Accept": "application/jsonlines",
+    }
+
+
+def test_the_command_checks_its_arguments_before_it_asks_for_credentials(monkeypatch):
+    def no_session(region: str | None, profile: str | None) -> Any:
+        raise AssertionError("credentials were asked for")
+
+    monkeypatch.setattr("smtriton.aws.endpoint_cli.open_session", no_session)
+    from smtriton.cli import app
+
+    args = ["transform", "nightly", "--image", IMAGE, "--role", ROLE, "--input", "s3://in/", "--output", "s3://out/",
+            "--split-type", "RecordIO"]  # fmt: skip
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 1
+    assert [line for line in result.stderr.splitlines() if line.strip()] == [
+        "error: RecordIO splitting sends binary records, and serve reads a body as one KServe v2 request (JSON or "
+        "binary+json) or as lines (JSON Lines, CSV): use Line with JSON Lines or CSV, or None"
+    ]

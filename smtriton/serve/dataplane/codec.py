@@ -17,11 +17,12 @@ from smtriton.serve.triton import client
 BINARY_JSON = "application/vnd.sagemaker-triton.binary+json"
 BINARY_JSON_PREFIX = f"{BINARY_JSON};json-header-size="
 JSON = "application/json"
-# What a body may be, said where Triton could not read one: a body of any other type (text/csv, say) is
-# read as JSON, as native does.
+# What a body may be, said where Triton could not read one: a body of another type (application/octet-
+# stream, say) is read as JSON, as native does.
 ACCEPTED_BODIES = (
-    f"serve takes KServe v2 JSON ({JSON}; a body of any other type is read as JSON too), binary+json "
-    f"({BINARY_JSON_PREFIX}N) or an encoded image (image/jpeg, image/png, application/x-image)"
+    f"serve takes KServe v2 JSON ({JSON}; a body of a type not named here is read as JSON too), binary+json "
+    f"({BINARY_JSON_PREFIX}N), JSON Lines of such requests (application/jsonlines), CSV rows (text/csv) "
+    "or an encoded image (image/jpeg, image/png, application/x-image)"
 )
 
 RequestBody = client.RequestBody

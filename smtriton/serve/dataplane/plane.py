@@ -6,7 +6,9 @@ the model (the single model of an SME, or an MME model through this worker's cop
 counting the invoke in flight so that an unload can wait for it), reads the body, takes the request's
 steps in its session, sends it to Triton, maps Triton's answer to SageMaker's
 (:mod:`smtriton.serve.dataplane.answers`), asks the owner whether a failed MME invoke ran out of memory,
-and counts and logs the request. The control routes make one call each too: load, unload, list and
+and counts and logs the request. A body of several records (batch transform's mini-batches: JSON Lines,
+CSV rows) is answered a line a record (:mod:`~smtriton.serve.dataplane.multirecord`,
+:mod:`~smtriton.serve.dataplane.csvrows`). The control routes make one call each too: load, unload, list and
 describe (the owner's to decide), and batch transform's execution parameters.
 
 The parts, each a job of its own: what the owner told this worker (:mod:`~smtriton.serve.dataplane.mirror`),
@@ -24,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from smtriton.serve import headers
-from smtriton.serve.dataplane import answers, codec, images, sessions
+from smtriton.serve.dataplane import answers, codec, csvrows, images, multirecord, sessions
 from smtriton.serve.dataplane.mirror import EndpointMirror, Invoke
 from smtriton.serve.dataplane.owner_link import OwnerLink
 from smtriton.serve.dataplane.reading import Inference
@@ -37,6 +39,7 @@ from smtriton.serve.errors import (
     BadRequest,
     KilledTriton,
     ModelNotFound,
+    PayloadTooLarge,
     ServeError,
     TritonUnavailable,
     UnsupportedMediaType,
@@ -54,14 +57,13 @@ from smtriton.serve.ipc.messages import (
 )
 from smtriton.serve.logs import log_failure
 from smtriton.serve.metrics import Metrics
-from smtriton.serve.settings import Settings
+from smtriton.serve.settings import DEFAULT_BATCH_PAYLOAD_MB, MIB, Settings
 from smtriton.serve.triton.client import RequestBody, UpstreamResponse
 
 log = logging.getLogger("serve")
 
 EMPTY_BODY = "the request body is empty: send the model's inputs as an inference request (JSON, or binary+json)"
 CLIENT_CLOSED = 499  # the status counted for a request whose client left before its answer (nginx's)
-DEFAULT_BATCH_PAYLOAD_MB = 6  # SageMaker's own default MaxPayloadInMB
 # Compressed bodies up to this size inflate on the event loop (a few milliseconds at most); larger ones
 # in a thread.
 INFLATE_ON_LOOP_BYTES = 8 * 1024
@@ -103,6 +105,11 @@ class DataPlane:
         self.owner = OwnerLink(owner, self.multi_model)
         self.sessions = SessionSteps(self.owner)
         self.waiting = Waiting(settings, self.mirror)
+        # The records of a multi-record body, to Triton: those that may merge in as few requests as the
+        # model allows, the others alone, a bounded number at once.
+        self.run_records: multirecord.RunRecords = multirecord.through(
+            self.upstream.infer_all, settings.records_in_flight
+        )
 
     # ----- what the owner tells -------------------------------------------------------------------
     def handle(self, message: Message) -> Awaitable[None] | None:
@@ -216,15 +223,32 @@ class DataPlane:
         return reply
 
     async def _body(self, request: Request) -> RequestBody:
-        body = await request.read_body()
-        if request.encoding is None:
-            return body
-        limit = self.settings.max_payload_bytes
-        if len(body) <= INFLATE_ON_LOOP_BYTES:
-            return codec.decompress(body, request.encoding, limit)
-        # zlib lets other threads run while it inflates: a large body inflates beside the event loop,
-        # bounded by the limit (a bomb stops there, 413)
-        return await asyncio.to_thread(codec.decompress, body, request.encoding, limit)
+        try:
+            body = await request.read_body()
+            if request.encoding is None:
+                return body
+            limit = self.settings.max_payload_bytes
+            if len(body) <= INFLATE_ON_LOOP_BYTES:
+                return codec.decompress(body, request.encoding, limit)
+            # zlib lets other threads run while it inflates: a large body inflates beside the event loop,
+            # bounded by the limit (a bomb stops there, 413)
+            return await asyncio.to_thread(codec.decompress, body, request.encoding, limit)
+        except PayloadTooLarge:
+            if not self.settings.batch:
+                raise
+            raise PayloadTooLarge(self.settings.max_payload_bytes, self._batch_limit()) from None
+
+    def _batch_limit(self) -> str:
+        """Where batch transform's body limit comes from, said in its 413."""
+        settings = self.settings
+        megabytes = settings.max_payload_in_mb
+        if megabytes:
+            source = f"SAGEMAKER_MAX_PAYLOAD_IN_MB={megabytes}, the job's"
+        elif megabytes is None and settings.max_payload_bytes == DEFAULT_BATCH_PAYLOAD_MB * MIB:
+            megabytes, source = DEFAULT_BATCH_PAYLOAD_MB, "SageMaker's default, which /execution-parameters answers"
+        else:
+            return " (SMTRITON_MAX_PAYLOAD_BYTES)"
+        return f": batch transform's MaxPayloadInMB of {megabytes} MB ({source}); send smaller mini-batches"
 
     async def _infer_or_explain(self, request: Request, body: RequestBody, target: _Target) -> Reply:
         """:meth:`_infer`, with an empty body's 400 said in words (Triton says nothing of it)."""
@@ -243,6 +267,10 @@ class DataPlane:
         deadline = asyncio.get_running_loop().time() + self.settings.request_timeout_s
         if target.decoupled and images.is_image(request.content_type):
             raise UnsupportedMediaType("a model that streams its answer takes JSON or binary+json, not an image body")
+        if csvrows.is_csv(request.content_type, body):
+            return await self._csv_rows(request, body, target)
+        if multirecord.holds_records(request.content_type, body, self.settings.batch):
+            return await self._records(request, body, target)
         inference = await self.upstream.read(target.triton_name, body, request.content_type)
         step = None
         if request.session is not None:
@@ -309,6 +337,51 @@ class DataPlane:
                     newer_than = generation
             finally:
                 self.owner.probation_over(token)
+
+    # ----- bodies of several records (batch transform's mini-batches) ------------------------------------
+    def _records_only(self, request: Request, target: _Target, what: str) -> None:
+        """Records are answered whole, each alone: neither in a session nor streamed."""
+        if request.session is not None:
+            raise BadRequest(f"{what} cannot be sent in a stateful session: send one request a session step")
+        if target.decoupled:
+            raise UnsupportedMediaType(f"a model that streams its answer takes JSON or binary+json, not {what}")
+
+    def _to_answer(self, target: _Target) -> Callable[[UpstreamResponse], answers.Answer]:
+        """How one record's Triton answer becomes SageMaker's (on an MME, with the caller's model name)."""
+        invoke = target.invoke
+        if invoke is None:
+            return answers.to_sagemaker
+        return lambda upstream: answers.to_mme_response(invoke.record, upstream)
+
+    async def _records(self, request: Request, body: RequestBody, target: _Target) -> Reply:
+        """A body of JSON Lines, one KServe v2 request a line (:mod:`~smtriton.serve.dataplane.multirecord`)."""
+        self._records_only(request, target, "a body of several records")
+
+        async def read(line: RequestBody) -> Inference:
+            inference = await self.upstream.read(target.triton_name, line, None)
+            return _with_front_parameters(inference, request.custom_attributes, None)
+
+        return await multirecord.answer(
+            multirecord.split_lines(body),
+            read,
+            self.run_records,
+            target.triton_name,
+            self._to_answer(target),
+            self.settings.failed_record == "error-line",
+        )
+
+    async def _csv_rows(self, request: Request, body: RequestBody, target: _Target) -> Reply:
+        """A text/csv body, a row a line (:mod:`~smtriton.serve.dataplane.csvrows`)."""
+        self._records_only(request, target, "a text/csv body")
+        to = await self.upstream.csv_input(target.triton_name)
+        parameters = {} if request.custom_attributes is None else {answers.CUSTOM_ATTRIBUTES: request.custom_attributes}
+        batches = csvrows.requests(body, to, parameters)
+        outcomes = await self.run_records(target.triton_name, [batch.inference for batch in batches])
+        json_lines = csvrows.wants_json_lines(request.accept)
+        shown = target.invoke.record.response_name if target.invoke is not None else target.triton_name
+        lines = csvrows.lines(batches, outcomes, self._to_answer(target), json_lines, shown)
+        error_lines = self.settings.failed_record == "error-line"
+        return multirecord.assemble(lines, error_lines, answers.JSON_LINES if json_lines else csvrows.CSV)
 
     async def _answer(self, target: _Target, upstream: UpstreamResponse) -> answers.Answer:
         """Triton's answer as SageMaker's: on an MME, with the caller's model name, and a failure judged

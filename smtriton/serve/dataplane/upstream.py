@@ -5,16 +5,21 @@ Requests go to Triton as SageMaker sent them: the body untouched, except that a 
 re-encoded binary (:mod:`smtriton.serve.dataplane.transcode`), an encoded image is wrapped as a BYTES
 input (:mod:`smtriton.serve.dataplane.images`), and parameters the front sets (custom attributes, a
 session's sequence) are added to the JSON part as read (:mod:`smtriton.serve.dataplane.reading`).
-Answers come back as Triton gave them.
+Answers come back as Triton gave them. Requests of one model that arrive while this worker's earlier
+ones are still with Triton may be merged into one Triton request and its answer split back, each
+client getting the answer it would have had alone (:mod:`smtriton.serve.dataplane.coalescing`); what
+that takes of a model's configuration is asked of Triton once per model, like where an image goes.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from smtriton.serve.dataplane import codec, images, large_json, reading
+from smtriton.serve.dataplane import batching, coalescing, codec, csvrows, images, large_json, reading
+from smtriton.serve.dataplane.batching import ModelBatching
 from smtriton.serve.dataplane.mirror import EndpointMirror
 from smtriton.serve.dataplane.reading import Inference
 from smtriton.serve.errors import BadRequest, NotReady, PayloadTooLarge, ServeError, UnsupportedMediaType
@@ -26,6 +31,8 @@ from smtriton.serve.triton.client import RequestBody, TritonClient, UpstreamResp
 
 if TYPE_CHECKING:
     from smtriton.serve.triton.streams import StreamClient
+
+_UNKNOWN: Any = object()  # a model whose configuration has not been asked for yet
 
 
 async def _close_all(clients: list[TritonClient | StreamClient]) -> None:
@@ -44,12 +51,20 @@ class Upstream:
         self._stream_client: StreamClient | None = None
         self._pool_size = pool_size
         self._image_inputs: dict[str, images.ImageInput | ServeError] = {}  # Triton name -> where an image goes
+        self._csv_inputs: dict[str, csvrows.CsvInput | ServeError] = {}  # Triton name -> where CSV rows go
+        self._batching: dict[str, ModelBatching | None] = {}  # Triton name -> how its requests merge (None: never)
+        self._asking: dict[str, asyncio.Task[None]] = {}  # Triton name -> its configuration being asked for
+        self.coalescer = (
+            coalescing.Coalescer(self._send, settings.merge_in_flight, metrics) if settings.merge_requests else None
+        )
 
     def follow(self, old: EndpointState, state: EndpointState) -> Awaitable[None] | None:
         """New loopback ports (Triton restarted) mean new clients; the old ones close in what is returned."""
         closing: list[TritonClient | StreamClient] = []
         if (state.http_port, state.triton_key) != (old.http_port, old.triton_key):
             self._image_inputs.clear()  # Triton restarted: models may have been loaded anew
+            self._csv_inputs.clear()
+            self._forget_batching()
             if self.client is not None:
                 closing.append(self.client)
             self.client = None
@@ -65,8 +80,15 @@ class Upstream:
     def model_changed(self, triton_name: str) -> None:
         """A model was loaded or unloaded under ``triton_name``: what was learnt of it is forgotten."""
         self._image_inputs.pop(triton_name, None)
+        self._csv_inputs.pop(triton_name, None)
+        self._forget_batching(triton_name)
+        if self.coalescer is not None:
+            self.coalescer.forget(triton_name)
 
     async def close(self) -> None:
+        self._forget_batching()
+        if self.coalescer is not None:
+            await self.coalescer.close()
         if self.client is not None:
             await self.client.close()
         if self._stream_client is not None:
@@ -114,9 +136,87 @@ class Upstream:
             raise known
         return known
 
+    async def csv_input(self, triton_name: str) -> csvrows.CsvInput:
+        """Where CSV rows go in ``triton_name`` (asked of Triton once, until the model changes)."""
+        known = self._csv_inputs.get(triton_name)
+        if known is None:
+            try:
+                known = csvrows.csv_input(triton_name, await self.ready().model_config(triton_name))
+            except UnsupportedMediaType as exc:
+                known = exc
+            self._csv_inputs[triton_name] = known
+        if isinstance(known, ServeError):
+            raise known
+        return known
+
     # ----- to Triton ----------------------------------------------------------------------------------------
     async def infer(self, triton_name: str, inference: Inference) -> UpstreamResponse:
+        """Triton's answer to ``inference``: sent at once, or merged with others of its model that wait
+        while this worker's earlier requests to it are in flight (module docstring)."""
+        coalescer = self.coalescer
+        if coalescer is not None:
+            model = self._batching.get(triton_name, _UNKNOWN)
+            if model is _UNKNOWN:
+                self._ask_batching(triton_name)  # meanwhile this request goes alone: nothing waits for it
+            elif model is not None:
+                assert isinstance(model, ModelBatching)
+                return await coalescer.infer(triton_name, inference, model)
+        return await self._send(triton_name, inference)
+
+    async def infer_all(
+        self, triton_name: str, inferences: Sequence[Inference], concurrency: int
+    ) -> list[UpstreamResponse | Exception]:
+        """Each request's answer (or the error it raised) as it would have had it alone, those that may
+        merge sent merged into as few Triton requests as the model allows, ``concurrency`` at a time:
+        for a body that holds several requests."""
+        model = await self.batching(triton_name) if self.coalescer is not None else None
+        return await coalescing.send_all(self._send, triton_name, inferences, model, concurrency)
+
+    async def _send(self, triton_name: str, inference: Inference) -> UpstreamResponse:
         return await self.ready().infer(triton_name, inference.body, inference.header_length)
+
+    async def batching(self, triton_name: str) -> ModelBatching | None:
+        """How ``triton_name``'s requests may be merged (None: they go alone), asked of Triton if need be."""
+        if triton_name not in self._batching:
+            self._ask_batching(triton_name)
+            asking = self._asking.get(triton_name)
+            if asking is not None:
+                await asyncio.shield(asking)
+        return self._batching.get(triton_name)
+
+    def _ask_batching(self, triton_name: str) -> None:
+        """Ask Triton for the model's configuration, once at a time, without making anyone wait for it."""
+        if triton_name not in self._asking and self.client is not None and self.mirror.state.serving:
+            task = asyncio.create_task(self._learn_batching(self.client, triton_name))
+            self._asking[triton_name] = task
+            task.add_done_callback(lambda done: self._asked(triton_name, done))
+
+    def _asked(self, triton_name: str, task: asyncio.Task[None]) -> None:
+        if self._asking.get(triton_name) is task:
+            del self._asking[triton_name]
+
+    async def _learn_batching(self, client: TritonClient, triton_name: str) -> None:
+        try:
+            config = await client.model_config(triton_name)
+        except NotReady:
+            return  # Triton is away: asked again by a later request
+        except ServeError:
+            self._batching[triton_name] = None  # not a model Triton knows: its requests fail alone anyway
+            return
+        self._batching[triton_name] = batching.model_batching(config)
+
+    def _forget_batching(self, triton_name: str | None = None) -> None:
+        """What was learnt of one model's (or, None, every model's) configuration is forgotten, and a
+        question still on its way is dropped: its answer could describe the model as it was."""
+        names = list(self._asking) if triton_name is None else [triton_name]
+        for name in names:
+            task = self._asking.pop(name, None)
+            if task is not None:
+                task.cancel()
+        if triton_name is None:
+            self._batching.clear()
+        else:
+            self._batching.pop(triton_name, None)
 
     async def generate(self, model: str, body: RequestBody) -> UpstreamResponse:
         client = self.ready()

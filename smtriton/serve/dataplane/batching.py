@@ -1,0 +1,536 @@
+"""Several inference requests of one model as one Triton request, and Triton's answer split back.
+
+Why: behind a front, Triton pays per HTTP request — it parses the request, schedules it and writes
+its answer — and a dynamic batcher fed one small request at a time forms small batches. Requests a
+worker holds for the same model at the same moment, merged along the batch dimension, cost Triton
+one request and one execution (:mod:`smtriton.serve.dataplane.coalescing` decides when; a batch
+transform body of several records can use the same merge).
+
+Only where Triton itself would batch them (:func:`model_batching`, :func:`part`): the model has
+``dynamic_batching`` and ``max_batch_size`` > 0, is not decoupled and has no sequence batcher; the
+requests agree on input names, datatypes, non-batch dimensions and encodings, on the outputs they ask
+for and on their parameters, carry no sequence, priority, timeout or custom-attribute parameter, and
+together fit ``max_batch_size``. Every size a request declares is checked here as Triton would check it
+alone (JSON element counts, binary byte counts, BYTES framing), so that two wrong requests can never
+add up to a right-looking merged one. Anything else goes alone.
+
+Exactly: a binary input is the concatenation of the requests' bytes; a JSON input's ``data`` is the
+requests' own text, joined, so Triton parses the very characters each client sent. The answer is split
+by rows: binary outputs are byte for byte what each request gets alone, JSON outputs the same values,
+datatypes and shapes; ``id`` is each request's own, ``model_name``, ``model_version`` and
+``parameters`` are Triton's. An answer that cannot be split that way (a failure, an output without the
+batch dimension) is None, and the requests are then sent alone.
+"""
+
+from __future__ import annotations
+
+import json
+import json.scanner
+import math
+import struct
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from smtriton.serve.dataplane.answers import CUSTOM_ATTRIBUTES
+from smtriton.serve.dataplane.codec import DATA_ELSEWHERE
+from smtriton.serve.dataplane.reading import Inference
+from smtriton.serve.triton.client import UpstreamResponse
+
+_scanstring: Callable[[str, int], tuple[str, int]] = json.decoder.scanstring  # type: ignore[attr-defined]
+
+# Request parameters that make a request its own: its place in a sequence, how Triton schedules it,
+# what the model reads for this client alone.
+ALONE_PARAMETERS = frozenset(
+    {"sequence_id", "sequence_start", "sequence_end", "priority", "timeout", CUSTOM_ATTRIBUTES}
+)
+# Parameters that put an input's data, or an output, in shared memory rather than the request or answer.
+_SHARED_MEMORY = frozenset(DATA_ELSEWHERE) - {"binary_data_size"}
+# Bytes of one element of each fixed-size datatype (BYTES elements carry their own length).
+ITEM_BYTES = {
+    "BOOL": 1, "UINT8": 1, "INT8": 1, "UINT16": 2, "INT16": 2, "FP16": 2, "BF16": 2,
+    "UINT32": 4, "INT32": 4, "FP32": 4, "UINT64": 8, "INT64": 8, "FP64": 8,
+}  # fmt: skip
+# A merged body stays below this: Triton refuses an HTTP body past its --http-max-input-size (64 MB).
+MERGED_BYTES_MAX = 32 * 1024 * 1024
+_LENGTH = struct.Struct("<I")
+
+
+@dataclass(frozen=True, slots=True)
+class ModelBatching:
+    """What Triton's configuration of a model says about merging its requests."""
+
+    max_batch_size: int
+    instances: int
+
+
+def model_batching(config: dict[str, Any]) -> ModelBatching | None:
+    """How a model's requests may be merged, from its configuration as Triton completed it; None when
+    Triton would not batch them itself."""
+    max_batch = config.get("max_batch_size")
+    if type(max_batch) is not int or max_batch <= 0 or not isinstance(config.get("dynamic_batching"), dict):
+        return None
+    if isinstance(config.get("sequence_batching"), dict) or config.get("batch_input") or config.get("batch_output"):
+        return None
+    policy = config.get("model_transaction_policy")
+    if isinstance(policy, dict) and policy.get("decoupled"):
+        return None
+    return ModelBatching(max_batch, _instances(config.get("instance_group")))
+
+
+def _instances(groups: Any) -> int:
+    total = 0
+    for group in groups if isinstance(groups, list) else []:
+        if isinstance(group, dict):
+            count = group.get("count", 1)
+            gpus = group.get("gpus")
+            devices = len(gpus) if isinstance(gpus, list) and gpus else 1  # the count is per GPU listed
+            total += (count if type(count) is int and count > 0 else 1) * devices
+    return max(1, total)
+
+
+# Per input of a part: the JSON data's text inside its brackets, or where its bytes lie in the body.
+Tensor = bytes | tuple[int, int]
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Part:
+    """One request as a merge takes it: ``key`` is equal for requests that may merge, ``batch`` is its
+    rows, ``tensors`` each input's data."""
+
+    inference: Inference
+    key: Hashable
+    batch: int
+    request_id: str | None
+    tensors: tuple[Tensor, ...]
+
+    @property
+    def size(self) -> int:
+        return len(self.inference.body)
+
+
+class _Alone(Exception):
+    """The request goes to Triton alone."""
+
+
+def part(inference: Inference, model: ModelBatching) -> Part | None:
+    """``inference`` ready to be merged with others of its model, or None when it goes alone."""
+    header = inference.header
+    if header is None or inference.header_length == 0 or not inference.complete:
+        return None
+    try:
+        return _part(inference, header, model)
+    except (_Alone, TypeError, ValueError, KeyError, IndexError, AttributeError):
+        return None  # anything unexpected: Triton answers the request alone, in its own words
+
+
+def _part(inference: Inference, header: dict[str, Any], model: ModelBatching) -> Part:
+    request_id = header.get("id")
+    if request_id is not None and not isinstance(request_id, str):
+        raise _Alone
+    parameters = header.get("parameters", {})
+    if not _plain(parameters) or not ALONE_PARAMETERS.isdisjoint(parameters):
+        raise _Alone
+    inputs = header["inputs"]
+    if not isinstance(inputs, list) or not inputs:
+        raise _Alone
+    binary = inference.header_length is not None
+    offset = inference.header_length or 0
+    signature: list[tuple[Any, ...]] = []
+    places: list[tuple[int, int] | None] = []
+    for spec in inputs:
+        name, shape, sent = _input(spec, inference, offset)
+        if sent is not None:
+            offset += sent[1]
+        if shape[0] != inputs[0]["shape"][0] or any(name == earlier[0] for earlier in signature):
+            raise _Alone
+        others = {key: value for key, value in spec.get("parameters", {}).items() if key != "binary_data_size"}
+        signature.append((name, spec["datatype"], tuple(shape[1:]), sent is not None, _canonical(others)))
+        places.append(sent)
+    batch = inputs[0]["shape"][0]
+    if not 0 < batch <= model.max_batch_size or offset != (len(inference.body) if binary else 0):
+        raise _Alone
+    outputs = _outputs(header["outputs"]) if "outputs" in header else None
+    tensors = _tensors(inference, places) if None in places else places
+    key = (binary, tuple(signature), _canonical(outputs), _canonical(parameters))
+    return Part(inference, key, batch, request_id or None, tuple(tensors))  # type: ignore[arg-type]
+
+
+def _input(spec: dict[str, Any], inference: Inference, offset: int) -> tuple[str, list[int], tuple[int, int] | None]:
+    """An input's name and shape, and where its bytes lie (None: its data is JSON), each checked as Triton
+    checks them alone."""
+    name, datatype, shape = spec["name"], spec["datatype"], spec["shape"]
+    if not isinstance(name, str) or not (datatype in ITEM_BYTES or datatype == "BYTES"):
+        raise _Alone
+    if not isinstance(shape, list) or not shape or not all(type(d) is int and d >= 0 for d in shape):
+        raise _Alone
+    parameters = spec.get("parameters", {})
+    if not _plain(parameters) or not _SHARED_MEMORY.isdisjoint(parameters):
+        raise _Alone
+    size = parameters.get("binary_data_size")
+    elements = math.prod(shape)
+    if size is None:
+        if datatype in ("FP16", "BF16") or _count(spec.get("data")) != elements:
+            raise _Alone  # Triton takes no half floats in JSON, and counts the elements itself
+        return name, shape, None
+    if inference.header_length is None or "data" in spec or type(size) is not int or size < 0:
+        raise _Alone
+    if not _fits(datatype, elements, inference.body, offset, size):
+        raise _Alone
+    return name, shape, (offset, size)
+
+
+def _plain(parameters: Any) -> bool:
+    """Parameters whose values are written back exactly: strings, integers and booleans (a float's text
+    could be read back otherwise by Triton's parser)."""
+    return isinstance(parameters, dict) and all(type(v) in (str, int, bool) for v in parameters.values())
+
+
+def _canonical(value: Any) -> bytes:
+    try:
+        return orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
+    except orjson.JSONEncodeError:  # a lone surrogate in a string, say
+        raise _Alone from None
+
+
+def _outputs(outputs: Any) -> list[dict[str, Any]]:
+    """The requested outputs as Triton reads them (name and parameters); one sent elsewhere than the
+    answer (shared memory) keeps the request alone."""
+    if not isinstance(outputs, list):
+        raise _Alone
+    read = []
+    for output in outputs:
+        if not isinstance(output, dict) or not isinstance(output.get("name"), str):
+            raise _Alone
+        entry = {"name": output["name"]}
+        if "parameters" in output:
+            parameters = output["parameters"]
+            if not _plain(parameters) or not _SHARED_MEMORY.isdisjoint(parameters):
+                raise _Alone
+            entry["parameters"] = parameters
+        read.append(entry)
+    return read
+
+
+def _count(data: Any) -> int:
+    """Elements of a JSON tensor's data as Triton counts them (nested lists flattened); -1 if it is no list."""
+    if not isinstance(data, list):
+        return -1
+    if not any(type(item) is list for item in data):
+        return len(data)
+    count = 0
+    for item in data:
+        inner = _count(item) if type(item) is list else 1
+        if inner < 0:
+            return -1
+        count += inner
+    return count
+
+
+def _fits(datatype: str, elements: int, body: Any, offset: int, size: int) -> bool:
+    """Whether ``size`` bytes at ``offset`` are exactly ``elements`` elements of ``datatype``."""
+    if offset + size > len(body):
+        return False
+    item = ITEM_BYTES.get(datatype)
+    if item is not None:
+        return size == elements * item
+    end, count = offset + size, 0
+    while offset < end:
+        if offset + 4 > end:
+            return False
+        offset += 4 + _LENGTH.unpack_from(body, offset)[0]
+        count += 1
+    return offset == end and count == elements
+
+
+# ----- the JSON data's own text --------------------------------------------------------------------------
+_SCANNER = json.scanner.make_scanner(json.JSONDecoder())  # type: ignore[arg-type]  # one JSON value at an index: (value, its end)
+_SPACE = " \t\n\r"
+
+
+def _tensors(inference: Inference, places: list[tuple[int, int] | None]) -> list[Tensor]:
+    """``places`` with each JSON input's ``data`` text, inside its brackets, in place of None."""
+    json_part = inference.body if inference.header_length is None else inference.body[: inference.header_length]
+    text = bytes(json_part).decode("utf-8", "surrogateescape")  # the reading checked that it is UTF-8
+    texts = _data_texts(text)
+    if len(texts) != len(places):
+        raise _Alone
+    tensors: list[Tensor] = []
+    for place, found in zip(places, texts, strict=True):
+        if place is not None:
+            tensors.append(place)
+        elif found is None or not (found.startswith("[") and found.endswith("]")):
+            raise _Alone
+        else:
+            tensors.append(found[1:-1].strip(_SPACE).encode("utf-8", "surrogateescape"))
+    return tensors
+
+
+def _skip(text: str, at: int) -> int:
+    while text[at] in _SPACE:
+        at += 1
+    return at
+
+
+def _value_end(text: str, at: int) -> int:
+    try:
+        return int(_SCANNER(text, at)[1])
+    except StopIteration:  # the scanner's way of saying "no value here"
+        raise _Alone from None
+
+
+def _object(text: str, at: int, member: Callable[[str, int], int]) -> int:
+    """Walk the JSON object at ``at``: ``member(key, value start)`` returns each value's end; the
+    object's end is returned."""
+    at = _skip(text, at)
+    if text[at] != "{":
+        raise _Alone
+    at = _skip(text, at + 1)
+    if text[at] == "}":
+        return at + 1
+    while True:
+        if text[at] != '"':
+            raise _Alone
+        key, at = _scanstring(text, at + 1)
+        at = _skip(text, at)
+        if text[at] != ":":
+            raise _Alone
+        at = _skip(text, member(key, _skip(text, at + 1)))
+        if text[at] == "}":
+            return at + 1
+        if text[at] != ",":
+            raise _Alone
+        at = _skip(text, at + 1)
+
+
+def _data_texts(text: str) -> list[str | None]:
+    """The text of each input's ``data`` value in a request's JSON (None for an input without): the
+    reading refused repeated keys, so each is the one Triton reads."""
+    found: list[str | None] = []
+
+    def data_of(key: str, start: int) -> int:
+        end = _value_end(text, start)
+        if key == "data":
+            found[-1] = text[start:end]
+        return end
+
+    def inputs(key: str, start: int) -> int:
+        if key != "inputs":
+            return _value_end(text, start)
+        if text[start] != "[":
+            raise _Alone
+        at = _skip(text, start + 1)
+        if text[at] == "]":
+            return at + 1
+        while True:
+            found.append(None)
+            at = _skip(text, _object(text, at, data_of))
+            if text[at] == "]":
+                return at + 1
+            if text[at] != ",":
+                raise _Alone
+            at = _skip(text, at + 1)
+
+    _object(text, 0, inputs)
+    return found
+
+
+# ----- merge and split ---------------------------------------------------------------------------------
+def groups(parts: Sequence[Part | None], max_batch_size: int) -> list[list[int]]:
+    """Which parts go together (their indices, in order; a None part alone): each group agrees on the
+    key and fits ``max_batch_size`` and :data:`MERGED_BYTES_MAX`; a part joins the latest group of its key."""
+    out: list[list[int]] = []
+    latest: dict[Hashable, tuple[list[int], list[int]]] = {}  # key -> (group, [rows, bytes])
+    for index, item in enumerate(parts):
+        if item is None:
+            out.append([index])
+            continue
+        found = latest.get(item.key)
+        if found is not None and fits(found[1][0], found[1][1], item, max_batch_size):
+            found[0].append(index)
+            found[1][0] += item.batch
+            found[1][1] += item.size
+            continue
+        group = [index]
+        out.append(group)
+        latest[item.key] = (group, [item.batch, item.size])
+    return out
+
+
+def fits(rows: int, size: int, item: Part, max_batch_size: int) -> bool:
+    """Whether ``item`` joins a group of ``rows`` rows and ``size`` bytes."""
+    return rows + item.batch <= max_batch_size and size + item.size <= MERGED_BYTES_MAX
+
+
+@dataclass(frozen=True, slots=True)
+class Merged:
+    """Requests merged into ``inference``, one Triton request; :meth:`split` gives each its answer."""
+
+    inference: Inference
+    parts: tuple[Part, ...]
+
+    def split(self, response: UpstreamResponse) -> list[UpstreamResponse] | None:
+        """Each part's answer as it would have had it alone, or None when Triton's answer cannot be split
+        (not a success, or an output without the batch dimension first)."""
+        if response.status != 200:
+            return None
+        try:
+            return _split(response, self.parts)
+        except (TypeError, ValueError, KeyError, IndexError, AttributeError, struct.error, orjson.JSONEncodeError):
+            return None
+
+
+def merge(parts: Sequence[Part]) -> Merged:
+    """One request of all ``parts`` (of one key, as :func:`groups` puts them), rows in their order."""
+    first = parts[0]
+    header = first.inference.header
+    assert header is not None
+    rows = sum(item.batch for item in parts)
+    pieces: list[bytes] = [b'{"inputs":[']
+    tensors: list[memoryview] = []
+    specs: list[dict[str, Any]] = []
+    for index, spec in enumerate(header["inputs"]):
+        entry: dict[str, Any] = {
+            "name": spec["name"],
+            "datatype": spec["datatype"],
+            "shape": [rows, *spec["shape"][1:]],
+        }
+        parameters = {key: value for key, value in spec.get("parameters", {}).items() if key != "binary_data_size"}
+        texts = []
+        for item in parts:
+            tensor = item.tensors[index]
+            if isinstance(tensor, tuple):
+                tensors.append(memoryview(item.inference.body)[tensor[0] : tensor[0] + tensor[1]])
+                parameters["binary_data_size"] = parameters.get("binary_data_size", 0) + tensor[1]
+            elif tensor:
+                texts.append(tensor)
+        if parameters:
+            entry["parameters"] = parameters
+        specs.append(entry)
+        pieces.append(b"," if index else b"")
+        if isinstance(first.tensors[index], tuple):
+            pieces.append(orjson.dumps(entry))
+        else:
+            pieces += [orjson.dumps(entry)[:-1], b',"data":[', b",".join(texts), b"]}"]
+    pieces.append(b"]")
+    merged: dict[str, Any] = {"inputs": specs}
+    if "outputs" in header:
+        merged["outputs"] = _outputs(header["outputs"])
+        pieces += [b',"outputs":', orjson.dumps(merged["outputs"])]
+    if header.get("parameters"):
+        merged["parameters"] = header["parameters"]
+        pieces += [b',"parameters":', orjson.dumps(header["parameters"])]
+    pieces.append(b"}")
+    head = b"".join(pieces)
+    if first.inference.header_length is None:
+        return Merged(Inference(head, None, merged, complete=False), tuple(parts))
+    return Merged(Inference(b"".join([head, *tensors]), len(head), merged, complete=False), tuple(parts))
+
+
+def _load(head: bytes) -> tuple[dict[str, Any], bool]:
+    """Triton's answer header, and whether orjson read it (else the standard library did: Triton writes
+    NaN and Infinity, which orjson does not read, and they must be written back the same way)."""
+    try:
+        value = orjson.loads(head)
+        exact = True
+    except orjson.JSONDecodeError:
+        value = json.loads(head)
+        exact = False
+    if not isinstance(value, dict):
+        raise ValueError("the answer is no JSON object")
+    return value, exact
+
+
+def _split(response: UpstreamResponse, parts: Sequence[Part]) -> list[UpstreamResponse] | None:
+    body = response.body
+    end = len(body) if response.header_length is None else response.header_length
+    header, exact = _load(body[:end])
+    rows = [item.batch for item in parts]
+    total = sum(rows)
+    outputs = header["outputs"]
+    offset = end
+    # per output: each part's JSON data or binary bytes
+    pieces: list[list[Any]] = []
+    for output in outputs:
+        shape = output["shape"]
+        if not isinstance(shape, list) or not shape or shape[0] != total:
+            return None
+        per_row = math.prod(shape[1:])
+        size = (output.get("parameters") or {}).get("binary_data_size")
+        if size is None:
+            data = output["data"]
+            if not isinstance(data, list) or len(data) != total * per_row:
+                return None
+            pieces.append(_cut(data, rows, per_row))
+        else:
+            chunk = memoryview(body)[offset : offset + size]
+            offset += size
+            if len(chunk) != size:
+                return None
+            cuts = _byte_cuts(output["datatype"], chunk, rows, per_row)
+            if cuts is None:
+                return None
+            pieces.append(cuts)
+    if offset != (len(body) if response.header_length is not None else end):
+        return None
+    answers = []
+    for index, item in enumerate(parts):
+        mine: dict[str, Any] = {"id": item.request_id} if item.request_id else {}
+        tensors: list[Any] = []
+        for key, value in header.items():
+            if key == "outputs":
+                mine[key] = [
+                    _output_of(output, rows[index], pieces[n][index], tensors) for n, output in enumerate(value)
+                ]
+            elif key != "id":
+                mine[key] = value
+        head = orjson.dumps(mine) if exact else json.dumps(mine, separators=(",", ":"), ensure_ascii=False).encode()
+        if response.header_length is None:
+            answers.append(UpstreamResponse(200, response.content_type, None, head))
+        else:
+            answers.append(UpstreamResponse(200, response.content_type, len(head), b"".join([head, *tensors])))
+    return answers
+
+
+def _output_of(output: dict[str, Any], rows: int, piece: Any, tensors: list[Any]) -> dict[str, Any]:
+    mine = dict(output)
+    mine["shape"] = [rows, *output["shape"][1:]]
+    if isinstance(piece, list):
+        mine["data"] = piece
+    else:
+        mine["parameters"] = {**output["parameters"], "binary_data_size": len(piece)}
+        tensors.append(piece)
+    return mine
+
+
+def _cut(data: list[Any], rows: list[int], per_row: int) -> list[list[Any]]:
+    out, at = [], 0
+    for count in rows:
+        out.append(data[at : at + count * per_row])
+        at += count * per_row
+    return out
+
+
+def _byte_cuts(datatype: str, chunk: memoryview, rows: list[int], per_row: int) -> list[memoryview] | None:
+    """A binary output's bytes cut at the parts' rows."""
+    item = ITEM_BYTES.get(datatype)
+    out, at = [], 0
+    if item is not None:
+        if len(chunk) != sum(rows) * per_row * item:
+            return None
+        for count in rows:
+            out.append(chunk[at : at + count * per_row * item])
+            at += count * per_row * item
+        return out
+    if datatype != "BYTES":
+        return None
+    for count in rows:
+        start = at
+        for _ in range(count * per_row):
+            if at + 4 > len(chunk):
+                return None
+            at += 4 + _LENGTH.unpack_from(chunk, at)[0]
+        out.append(chunk[start:at])
+    return out if at == len(chunk) else None

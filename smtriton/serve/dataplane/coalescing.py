@@ -1,0 +1,237 @@
+"""A worker's requests to one model, merged while that model's earlier requests are still with Triton.
+
+Never waits to fill a batch: a request goes to Triton at once while fewer than a bound of the model's
+requests from this worker are in flight there (a request alone, at c=1, goes at once). Only requests
+that arrive while the bound is reached wait, and only until one of those in flight comes back: then
+the requests waiting that may merge (:mod:`smtriton.serve.dataplane.batching`) go as one Triton
+request, as many rows as the model's ``max_batch_size`` takes, and the answer is split back. The bound
+is a few requests per model instance (``SMTRITON_MERGE_IN_FLIGHT`` each): enough for every instance to
+have one executing and one queued, so Triton never idles for want of work, and no more, so that what
+arrives meanwhile is merged rather than queued inside Triton one request at a time.
+
+A merged request Triton fails, or answers in a way that cannot be split, is sent again unmerged: each
+client gets the answer it would have got alone, its own error included. A transport failure (Triton
+unreachable, out of time) is each client's own such failure.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import copy
+import logging
+from collections import deque
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+from smtriton.serve.dataplane import batching
+from smtriton.serve.dataplane.batching import ModelBatching, Part
+from smtriton.serve.dataplane.reading import Inference
+from smtriton.serve.metrics import Metrics
+from smtriton.serve.triton.client import UpstreamResponse
+
+log = logging.getLogger("serve")
+
+# Sends one request to one Triton model and returns Triton's answer.
+Send = Callable[[str, Inference], Awaitable[UpstreamResponse]]
+
+_SLOT = object()  # a waiting request's answer: a place in flight is yours, send your request
+_ALONE = object()  # a waiting request's answer: the merged request failed, send yours alone
+
+
+class _Waiting:
+    __slots__ = ("answer", "part")
+
+    def __init__(self, part: Part) -> None:
+        self.part = part
+        self.answer: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+
+
+class _Lane:
+    """One model's requests from this worker: how many are with Triton, and those waiting to go."""
+
+    __slots__ = ("in_flight", "model", "waiting")
+
+    def __init__(self, model: ModelBatching) -> None:
+        self.model = model
+        self.in_flight = 0
+        self.waiting: deque[_Waiting] = deque()
+
+
+class Coalescer:
+    """Requests to Triton through ``send``, merged per model while its bound of requests is in flight."""
+
+    def __init__(self, send: Send, in_flight_per_instance: int, metrics: Metrics) -> None:
+        self._send = send
+        self._per_instance = in_flight_per_instance
+        self._metrics = metrics
+        self._lanes: dict[str, _Lane] = {}
+        self._sending: set[asyncio.Task[None]] = set()
+
+    def bound(self, model: ModelBatching) -> int:
+        """Requests of a model this worker keeps in flight before it merges the next ones."""
+        return model.instances * self._per_instance
+
+    async def infer(self, triton_name: str, inference: Inference, model: ModelBatching) -> UpstreamResponse:
+        """Triton's answer to ``inference``, as it would have been alone."""
+        lane = self._lanes.get(triton_name)
+        if lane is None:
+            lane = self._lanes[triton_name] = _Lane(model)
+        lane.model = model
+        if lane.in_flight < self.bound(model):
+            lane.in_flight += 1
+            return await self._send_in_lane(lane, triton_name, inference)
+        item = batching.part(inference, model)
+        if item is None:
+            return await self._send(triton_name, inference)
+        waiting = _Waiting(item)
+        lane.waiting.append(waiting)
+        try:
+            answer = await waiting.answer
+        except asyncio.CancelledError:
+            if _given_a_slot(waiting.answer):  # handed a place just as the client left: pass it on
+                self._release(lane, triton_name)
+            raise
+        if answer is _SLOT:
+            return await self._send_in_lane(lane, triton_name, inference)
+        if answer is _ALONE:
+            return await self._send(triton_name, inference)
+        assert isinstance(answer, UpstreamResponse)
+        return answer
+
+    async def _send_in_lane(self, lane: _Lane, triton_name: str, inference: Inference) -> UpstreamResponse:
+        try:
+            return await self._send(triton_name, inference)
+        finally:
+            self._release(lane, triton_name)
+
+    def _release(self, lane: _Lane, triton_name: str) -> None:
+        """A request of the lane came back: what waits goes, merged, as far as the bound allows."""
+        lane.in_flight -= 1
+        while lane.in_flight < self.bound(lane.model):
+            group = _next_group(lane)
+            if not group:
+                break
+            lane.in_flight += 1
+            if len(group) == 1:
+                group[0].answer.set_result(_SLOT)  # alone: the client's own coroutine sends it
+                continue
+            task = asyncio.create_task(self._send_group(lane, triton_name, group))
+            self._sending.add(task)
+            task.add_done_callback(self._sending.discard)
+
+    async def _send_group(self, lane: _Lane, triton_name: str, group: list[_Waiting]) -> None:
+        """Send ``group`` merged; each waiting client gets its part of the answer (or sends alone)."""
+        try:
+            answers = await self._merged(triton_name, group)
+        except asyncio.CancelledError:
+            for waiting in group:
+                waiting.answer.cancel()
+            raise
+        except Exception as exc:  # each client's own failure, as alone (its own copy: tracebacks differ)
+            for waiting in group:
+                if not waiting.answer.done():
+                    waiting.answer.set_exception(copy.copy(exc))
+            return
+        finally:
+            self._release(lane, triton_name)
+        if answers is None:
+            self._metrics.unmerged_again.inc(len(group))
+        for index, waiting in enumerate(group):
+            if not waiting.answer.done():
+                waiting.answer.set_result(_ALONE if answers is None else answers[index])
+
+    async def _merged(self, triton_name: str, group: list[_Waiting]) -> list[UpstreamResponse] | None:
+        try:
+            merged = batching.merge([waiting.part for waiting in group])
+        except Exception:  # a bug in the merge: the requests still go, alone
+            log.exception("merging %d requests to %s failed; sent alone", len(group), triton_name)
+            return None
+        response = await self._send(triton_name, merged.inference)
+        self._metrics.merged(len(group))
+        return merged.split(response)
+
+    def forget(self, triton_name: str) -> None:
+        """The model was loaded or unloaded: its lane goes once nothing is in it (an MME loads many)."""
+        lane = self._lanes.get(triton_name)
+        if lane is not None and not lane.in_flight and not lane.waiting:
+            del self._lanes[triton_name]
+
+    async def close(self) -> None:
+        """Stop the merged requests still in flight (their clients are told they were cancelled)."""
+        for task in list(self._sending):
+            task.cancel()
+        for task in list(self._sending):
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+
+def _given_a_slot(answer: asyncio.Future[Any]) -> bool:
+    return answer.done() and not answer.cancelled() and answer.exception() is None and answer.result() is _SLOT
+
+
+def _next_group(lane: _Lane) -> list[_Waiting]:
+    """The first request waiting (whose client is still there), and after it every later one that may
+    merge with it, while the rows fit the model's ``max_batch_size``."""
+    waiting = lane.waiting
+    while waiting and waiting[0].answer.done():
+        waiting.popleft()  # its client left
+    if not waiting:
+        return []
+    first = waiting.popleft()
+    group = [first]
+    rows, size = first.part.batch, first.part.size
+    kept: deque[_Waiting] = deque()
+    limit = lane.model.max_batch_size
+    while waiting:
+        item = waiting.popleft()
+        if item.answer.done():
+            continue
+        if rows < limit and item.part.key == first.part.key and batching.fits(rows, size, item.part, limit):
+            group.append(item)
+            rows += item.part.batch
+            size += item.part.size
+        else:
+            kept.append(item)
+    lane.waiting = kept
+    return group
+
+
+async def send_all(
+    send: Send, triton_name: str, inferences: Sequence[Inference], model: ModelBatching | None, concurrency: int
+) -> list[UpstreamResponse | Exception]:
+    """Each of ``inferences``' answers (or the error it raised), as it would have had it alone: those
+    that may merge are sent in as few Triton requests as ``max_batch_size`` allows, the others alone,
+    ``concurrency`` Triton requests at a time. For a body that holds several requests at once."""
+    parts = [batching.part(inference, model) if model is not None else None for inference in inferences]
+    groups = batching.groups(parts, model.max_batch_size if model is not None else 1)
+    results: list[UpstreamResponse | Exception | None] = [None] * len(inferences)
+    gate = asyncio.Semaphore(concurrency)
+
+    async def alone(index: int) -> None:
+        async with gate:
+            try:
+                results[index] = await send(triton_name, inferences[index])
+            except Exception as exc:
+                results[index] = exc
+
+    async def together(indices: list[int]) -> None:
+        answers = None
+        try:
+            merged = batching.merge([part for index in indices if (part := parts[index]) is not None])
+            async with gate:
+                answers = merged.split(await send(triton_name, merged.inference))
+        except Exception:  # sent again alone below: each record gets its own answer or error
+            answers = None
+        if answers is None:
+            await asyncio.gather(*(alone(index) for index in indices))
+            return
+        for index, answer in zip(indices, answers, strict=True):
+            results[index] = answer
+
+    await asyncio.gather(*(alone(group[0]) if len(group) == 1 else together(group) for group in groups))
+    done: list[UpstreamResponse | Exception] = []
+    for result in results:
+        assert result is not None
+        done.append(result)
+    return done

@@ -1,0 +1,303 @@
+"""Requests merged along the batch dimension and Triton's answer split back
+(smtriton/serve/dataplane/batching.py): when requests may merge, what the merged request is, and that
+each part's answer is what Triton's answer holds for its rows. tests/integration/test_batching.py
+compares merged against unmerged answers on the real Triton."""
+
+from __future__ import annotations
+
+import json
+import struct
+from typing import Any
+
+import numpy as np
+import orjson
+import pytest
+
+from smtriton.serve.dataplane import batching
+from smtriton.serve.dataplane.batching import ModelBatching, Part
+from smtriton.serve.dataplane.reading import Inference, read
+from smtriton.serve.triton.client import UpstreamResponse
+
+MODEL = ModelBatching(max_batch_size=8, instances=1)
+CONFIG = {"max_batch_size": 8, "dynamic_batching": {}, "instance_group": [{"count": 2, "gpus": []}]}
+
+
+def json_request(rows: list[list[Any]], **extra: Any) -> Inference:
+    header = {"inputs": [{"name": "X", "datatype": "INT32", "shape": [len(rows), 2], "data": rows}], **extra}
+    body = orjson.dumps(header)
+    return read(body, None)
+
+
+def binary_request(*tensors: tuple[str, str, np.ndarray], **extra: Any) -> Inference:
+    """A binary+json request of numpy tensors (BYTES: an object array of bytes)."""
+    inputs, chunks = [], []
+    for name, datatype, array in tensors:
+        raw = _serialized(datatype, array)
+        inputs.append(
+            {
+                "name": name,
+                "datatype": datatype,
+                "shape": list(array.shape),
+                "parameters": {"binary_data_size": len(raw)},
+            }
+        )
+        chunks.append(raw)
+    head = orjson.dumps({"inputs": inputs, **extra})
+    return read(head + b"".join(chunks), len(head))
+
+
+def _serialized(datatype: str, array: np.ndarray) -> bytes:
+    if datatype == "BYTES":
+        return b"".join(struct.pack("<I", len(item)) + item for item in array.ravel())
+    return array.tobytes()
+
+
+def part_of(inference: Inference) -> Part:
+    found = batching.part(inference, MODEL)
+    assert found is not None
+    return found
+
+
+# ----- which models, which requests --------------------------------------------------------------------
+def test_a_model_merges_where_triton_batches_it_and_counts_its_instances_per_gpu():
+    assert batching.model_batching(CONFIG) == ModelBatching(8, 2)
+    on_gpus = {**CONFIG, "instance_group": [{"count": 2, "gpus": [0, 1]}, {"count": 1}]}
+    assert batching.model_batching(on_gpus) == ModelBatching(8, 5)
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"max_batch_size": 0},
+        {"dynamic_batching": None},
+        {"model_transaction_policy": {"decoupled": True}},
+        {"sequence_batching": {}},
+        {"batch_input": [{"kind": "BATCH_ELEMENT_COUNT"}]},
+    ],
+)
+def test_a_model_triton_would_not_batch_never_merges(change):
+    config = {key: value for key, value in {**CONFIG, **change}.items() if value is not None}
+    assert batching.model_batching(config) is None
+
+
+def test_requests_that_agree_but_on_the_batch_dimension_share_a_key():
+    one, two = part_of(json_request([[1, 2]])), part_of(json_request([[3, 4], [5, 6]]))
+    assert one.key == two.key
+    assert (one.batch, two.batch) == (1, 2)
+    assert part_of(json_request([[1, 2]], id="a")).key == one.key  # ids differ per request
+    assert part_of(json_request([[1, 2]], parameters={"k": "v"})).key != one.key
+    assert part_of(json_request([[1, 2]], outputs=[{"name": "Y"}])).key != one.key
+    binary = part_of(binary_request(("X", "INT32", np.zeros((1, 2), np.int32))))
+    assert binary.key != one.key  # encodings do not mix
+
+
+def _json(header: dict[str, Any]) -> Inference:
+    return read(orjson.dumps(header), None)
+
+
+def _x(**spec: Any) -> dict[str, Any]:
+    """An input of one request (``data=None``: none)."""
+    fields = {"name": "X", "datatype": "INT32", "shape": [1, 2], "data": [1, 2], **spec}
+    return {key: value for key, value in fields.items() if value is not None}
+
+
+@pytest.mark.parametrize(
+    ("why", "inference"),
+    [
+        ("a sequence", _json({"inputs": [_x()], "parameters": {"sequence_id": 3}})),
+        ("a priority", _json({"inputs": [_x()], "parameters": {"priority": 1}})),
+        ("a timeout", _json({"inputs": [_x()], "parameters": {"timeout": 100}})),
+        ("custom attributes", _json({"inputs": [_x()], "parameters": {"sagemaker_custom_attributes": "a"}})),
+        ("a float parameter", _json({"inputs": [_x()], "parameters": {"t": 0.5}})),
+        ("an id that is no string", _json({"inputs": [_x()], "id": 7})),
+        ("too few elements", _json({"inputs": [_x(data=[1])]})),
+        ("too many elements", _json({"inputs": [_x(data=[[1, 2], [3]])]})),
+        ("rows disagree between inputs", _json({"inputs": [_x(), _x(name="Y", shape=[2, 1])]})),
+        ("an input twice", _json({"inputs": [_x(), _x()]})),
+        ("no batch dimension", _json({"inputs": [_x(shape=[], data=[])]})),
+        ("more rows than the model takes", _json({"inputs": [_x(shape=[9, 1], data=[1] * 9)]})),
+        ("no rows", _json({"inputs": [_x(shape=[0, 2], data=[])]})),
+        ("half floats in JSON", _json({"inputs": [_x(datatype="FP16")]})),
+        ("an unknown datatype", _json({"inputs": [_x(datatype="FP8")]})),
+        ("shared memory", _json({"inputs": [_x(data=None, parameters={"shared_memory_region": "r"})]})),
+        (
+            "an output in shared memory",
+            _json({"inputs": [_x()], "outputs": [{"name": "Y", "parameters": {"shared_memory_region": "r"}}]}),
+        ),
+        ("no inputs", _json({"inputs": []})),
+        ("raw binary", Inference(b"\x00" * 8, 0, None)),
+    ],
+)
+def test_requests_triton_could_answer_otherwise_merged_go_alone(why, inference):
+    assert batching.part(inference, MODEL) is None, why
+
+
+def _with_sizes(inference: Inference, size: int, extra: bytes = b"") -> Inference:
+    """The binary request with its one input's binary_data_size set to ``size`` and ``extra`` bytes after."""
+    assert inference.header is not None
+    assert inference.header_length is not None
+    header = json.loads(bytes(inference.body[: inference.header_length]))
+    header["inputs"][0]["parameters"]["binary_data_size"] = size
+    head = orjson.dumps(header)
+    return read(head + bytes(inference.body[inference.header_length :]) + extra, len(head))
+
+
+@pytest.mark.parametrize(
+    ("why", "change"),
+    [
+        ("bytes past the last input", lambda r: _with_sizes(r, 8, b"\x00")),
+        ("fewer bytes than the shape", lambda r: _with_sizes(r, 4)),
+    ],
+)
+def test_binary_requests_whose_bytes_disagree_with_their_shape_go_alone(why, change):
+    good = binary_request(("X", "INT32", np.array([[1, 2]], np.int32)))
+    assert batching.part(good, MODEL) is not None
+    assert batching.part(change(good), MODEL) is None, why
+
+
+def test_bytes_elements_are_counted_by_their_lengths():
+    good = binary_request(("S", "BYTES", np.array([[b"ab", b""]], dtype=object)))
+    assert batching.part(good, MODEL) is not None
+    one_element = binary_request(("S", "BYTES", np.array([[b"ab\x00\x00\x00\x00"]], dtype=object)))
+    assert one_element.header is not None
+    one_element.header["inputs"][0]["shape"] = [1, 2]  # two elements declared, one sent
+    assert batching.part(one_element, MODEL) is None
+
+
+# ----- the merged request ------------------------------------------------------------------------------------
+def test_json_data_is_merged_as_the_clients_wrote_it():
+    """Triton parses the very characters each client sent (its parser rounds some numbers otherwise
+    than a re-encoding would)."""
+    first = read(
+        b'{"inputs":[{"name":"X","datatype":"FP64","shape":[1,2],'
+        b'"data":[ 0.1000000000000000055511151231257827 , 2E0 ]}]}',
+        None,
+    )
+    second = read(
+        b'{"id":"b","inputs":[{"name":"X","datatype":"FP64","shape":[2,2],"data":[[1e-7,-0],[3,4.50]]}]}', None
+    )
+    merged = batching.merge([part_of(first), part_of(second)])
+    assert merged.inference.header_length is None
+    assert merged.inference.body == (
+        b'{"inputs":[{"name":"X","datatype":"FP64","shape":[3,2],'
+        b'"data":[0.1000000000000000055511151231257827 , 2E0,[1e-7,-0],[3,4.50]]}]}'
+    )
+
+
+def test_binary_tensors_are_concatenated_input_by_input():
+    a = binary_request(("X", "INT32", np.array([[1, 2]], np.int32)), ("S", "BYTES", np.array([[b"x"]], dtype=object)))
+    b = binary_request(
+        ("X", "INT32", np.array([[3, 4], [5, 6]], np.int32)),
+        ("S", "BYTES", np.array([[b"yy"], [b""]], dtype=object)),
+    )
+    merged = batching.merge([part_of(a), part_of(b)]).inference
+    assert merged.header_length is not None
+    header = orjson.loads(merged.body[: merged.header_length])
+    assert header["inputs"] == [
+        {"name": "X", "datatype": "INT32", "shape": [3, 2], "parameters": {"binary_data_size": 24}},
+        {"name": "S", "datatype": "BYTES", "shape": [3, 1], "parameters": {"binary_data_size": 15}},
+    ]
+    assert merged.body[merged.header_length :] == (
+        np.array([1, 2, 3, 4, 5, 6], np.int32).tobytes() + b"\x01\x00\x00\x00x\x02\x00\x00\x00yy\x00\x00\x00\x00"
+    )
+
+
+def test_the_outputs_and_parameters_the_requests_agree_on_are_asked_once():
+    outputs = [{"name": "Y", "parameters": {"binary_data": True}}]
+    parts = [part_of(json_request([[1, 2]], outputs=outputs, parameters={"k": "v"})) for _ in range(2)]
+    header = orjson.loads(batching.merge(parts).inference.body)
+    assert (header["outputs"], header["parameters"]) == (outputs, {"k": "v"})
+    assert "id" not in header
+
+
+def test_groups_keep_order_key_and_the_models_batch_size():
+    a = [part_of(json_request([[1, 2]] * rows)) for rows in (3, 4, 2, 1)]
+    other = part_of(json_request([[1, 2]], parameters={"k": "v"}))
+    assert batching.groups([a[0], other, a[1], None, a[2], a[3]], 8) == [[0, 2], [1], [3], [4, 5]]
+
+
+# ----- the answer split ---------------------------------------------------------------------------------------
+def triton_answer(outputs: list[dict[str, Any]], binary: list[bytes] | None = None, **extra: Any) -> UpstreamResponse:
+    head = orjson.dumps({"model_name": "m", "model_version": "1", **extra, "outputs": outputs})
+    if binary is None:
+        return UpstreamResponse(200, "application/json", None, head)
+    return UpstreamResponse(200, "application/octet-stream", len(head), head + b"".join(binary))
+
+
+def test_each_part_gets_its_rows_its_id_and_tritons_other_fields():
+    parts = [part_of(json_request([[1, 2]], id="first")), part_of(json_request([[3, 4], [5, 6]]))]
+    merged = batching.merge(parts)
+    answer = triton_answer(
+        [
+            {"name": "Y", "datatype": "FP32", "shape": [3, 2], "data": [0.5, 1.0, 1.5, 2.0, 2.5, 3.0]},
+            {"name": "Z", "datatype": "INT32", "shape": [3], "data": [7, 8, 9]},
+        ],
+        parameters={"p": "q"},
+    )
+    first, second = merged.split(answer) or []
+    assert first.header_length is None
+    assert first.body == (
+        b'{"id":"first","model_name":"m","model_version":"1","parameters":{"p":"q"},"outputs":['
+        b'{"name":"Y","datatype":"FP32","shape":[1,2],"data":[0.5,1.0]},{"name":"Z","datatype":"INT32","shape":[1],"data":[7]}]}'
+    )
+    assert orjson.loads(second.body) == {
+        "model_name": "m",
+        "model_version": "1",
+        "parameters": {"p": "q"},
+        "outputs": [
+            {"name": "Y", "datatype": "FP32", "shape": [2, 2], "data": [1.5, 2.0, 2.5, 3.0]},
+            {"name": "Z", "datatype": "INT32", "shape": [2], "data": [8, 9]},
+        ],
+    }
+
+
+def test_binary_outputs_are_cut_at_the_rows_bytes_elements_by_their_lengths():
+    parts = [part_of(json_request([[1, 2]] * rows)) for rows in (2, 1)]
+    y = np.arange(6, dtype=np.int64)
+    s = b"".join(struct.pack("<I", len(x)) + x for x in (b"a", b"bc", b""))
+    answer = triton_answer(
+        [
+            {"name": "Y", "datatype": "INT64", "shape": [3, 2], "parameters": {"binary_data_size": 48}},
+            {"name": "S", "datatype": "BYTES", "shape": [3], "parameters": {"binary_data_size": len(s)}},
+        ],
+        [y.tobytes(), s],
+    )
+    first, second = batching.merge(parts).split(answer) or []
+    for answer_part, rows, y_rows, s_rows in ((first, 2, y[:4], s[:11]), (second, 1, y[4:], s[11:])):
+        assert answer_part.header_length is not None
+        header = orjson.loads(answer_part.body[: answer_part.header_length])
+        assert [o["shape"] for o in header["outputs"]] == [[rows, 2], [rows]]
+        assert [o["parameters"]["binary_data_size"] for o in header["outputs"]] == [len(y_rows.tobytes()), len(s_rows)]
+        assert answer_part.body[answer_part.header_length :] == y_rows.tobytes() + s_rows
+
+
+def test_nan_and_infinity_are_written_back_as_triton_writes_them():
+    parts = [part_of(json_request([[1, 2]])) for _ in range(2)]
+    answer = UpstreamResponse(
+        200,
+        "application/json",
+        None,
+        b'{"model_name":"m","model_version":"1","outputs":[{"name":"Y","datatype":"FP32","shape":[2],"data":[NaN,-Infinity]}]}',
+    )
+    first, second = batching.merge(parts).split(answer) or []
+    assert first.body.endswith(b'"shape":[1],"data":[NaN]}]}')
+    assert second.body.endswith(b'"shape":[1],"data":[-Infinity]}]}')
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        UpstreamResponse(400, "application/json", None, b'{"error":"a row was refused"}'),
+        triton_answer([{"name": "Y", "datatype": "INT32", "shape": [2], "data": [1, 2]}]),  # not 3 rows
+        triton_answer([{"name": "Y", "datatype": "INT32", "shape": [3], "data": [1, 2]}]),  # too few elements
+        triton_answer(
+            [{"name": "Y", "datatype": "INT32", "shape": [3], "parameters": {"binary_data_size": 8}}], [b"\x00" * 8]
+        ),
+        triton_answer(
+            [{"name": "Y", "datatype": "INT32", "shape": [3], "parameters": {"binary_data_size": 12}}], [b"\x00" * 13]
+        ),
+    ],
+)
+def test_an_answer_that_cannot_be_split_by_rows_is_none(answer):
+    parts = [part_of(json_request([[1, 2]] * rows)) for rows in (1, 2)]
+    assert batching.merge(parts).split(answer) is None

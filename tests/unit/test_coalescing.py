@@ -1,0 +1,256 @@
+"""A worker's requests to one model, merged while its earlier ones are with Triton
+(smtriton/serve/dataplane/coalescing.py), in front of a stand-in ``send`` that answers each request
+row by row, as a batching model does, and is held or failed by the test."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import orjson
+import pytest
+
+from smtriton.serve.dataplane import coalescing
+from smtriton.serve.dataplane.batching import ModelBatching
+from smtriton.serve.dataplane.coalescing import Coalescer
+from smtriton.serve.dataplane.reading import Inference, read
+from smtriton.serve.errors import TritonUnavailable
+from smtriton.serve.metrics import Metrics
+from smtriton.serve.triton.client import UpstreamResponse
+
+MODEL = ModelBatching(max_batch_size=4, instances=1)
+
+
+def request(*values: int, **extra: Any) -> Inference:
+    """A request of one row per value; the model answers each row with its value doubled, and fails a
+    request holding 13."""
+    header = {"inputs": [{"name": "X", "datatype": "INT32", "shape": [len(values), 1], "data": list(values)}]}
+    return read(orjson.dumps({**header, **extra}), None)
+
+
+def doubled(answer: UpstreamResponse) -> list[int]:
+    assert answer.status == 200, answer.body
+    return list(orjson.loads(answer.body)["outputs"][0]["data"])
+
+
+class Triton:
+    """The stand-in: records each request it is sent (its values), and holds it while ``gate`` is shut."""
+
+    def __init__(self) -> None:
+        self.sent: list[list[int]] = []
+        self.gate = asyncio.Event()
+        self.gate.set()
+        self.failure: Exception | None = None
+
+    async def send(self, triton_name: str, inference: Inference) -> UpstreamResponse:
+        values = list(orjson.loads(inference.body)["inputs"][0]["data"])
+        self.sent.append(values)
+        await self.gate.wait()
+        if self.failure is not None:
+            raise self.failure
+        if 13 in values:
+            return UpstreamResponse(400, "application/json", None, orjson.dumps({"error": f"13 among {values}"}))
+        output = {"name": "Y", "datatype": "INT32", "shape": [len(values), 1], "data": [2 * v for v in values]}
+        body = orjson.dumps({"model_name": triton_name, "model_version": "1", "outputs": [output]})
+        return UpstreamResponse(200, "application/json", None, body)
+
+
+def run(scenario, per_instance: int = 1) -> Metrics:
+    metrics = Metrics(enabled=False)
+
+    async def main() -> None:
+        triton = Triton()
+        coalescer = Coalescer(triton.send, per_instance, metrics)
+        try:
+            await scenario(triton, coalescer)
+        finally:
+            await coalescer.close()
+
+    asyncio.run(main())
+    return metrics
+
+
+async def settle() -> None:
+    for _ in range(5):
+        await asyncio.sleep(0)
+
+
+def test_a_request_alone_is_sent_at_once():
+    async def scenario(triton: Triton, coalescer: Coalescer) -> None:
+        triton.gate.clear()
+        first = asyncio.ensure_future(coalescer.infer("m", request(1), MODEL))
+        await asyncio.sleep(0)  # one step of the event loop: nothing waits to fill a batch
+        assert triton.sent == [[1]]
+        triton.gate.set()
+        assert doubled(await first) == [2]
+        assert doubled(await coalescer.infer("m", request(2), MODEL)) == [4]
+        assert triton.sent == [[1], [2]]
+
+    run(scenario)
+
+
+def test_below_the_bound_requests_go_at_once_and_only_later_ones_merge():
+    """The bound is per model instance: two instances at one request each keep two in flight."""
+
+    async def scenario(triton: Triton, coalescer: Coalescer) -> None:
+        triton.gate.clear()
+        model = ModelBatching(max_batch_size=4, instances=2)
+        calls = [asyncio.ensure_future(coalescer.infer("m", request(v), model)) for v in (1, 2, 3, 4, 5)]
+        await settle()
+        assert triton.sent == [[1], [2]]
+        triton.gate.set()
+        answers = [doubled(a) for a in await asyncio.gather(*calls)]
+        assert answers == [[2], [4], [6], [8], [10]]
+        assert triton.sent[2:] == [[3, 4, 5]]
+
+    metrics = run(scenario)
+    assert (metrics.merges._value.get(), metrics.merged_requests._value.get()) == (1, 3)
+
+
+def test_what_waits_goes_in_groups_of_the_models_batch_size_and_by_key():
+    async def scenario(triton: Triton, coalescer: Coalescer) -> None:
+        triton.gate.clear()
+        first = asyncio.ensure_future(coalescer.infer("m", request(1), MODEL))
+        await settle()
+        inferences = [request(2, 3), request(4), request(5, parameters={"k": "v"}), request(6), request(7, 8)]
+        calls = [asyncio.ensure_future(coalescer.infer("m", i, MODEL)) for i in inferences]
+        await settle()
+        assert triton.sent == [[1]]
+        triton.gate.set()
+        answers = [doubled(a) for a in await asyncio.gather(first, *calls)]
+        assert answers == [[2], [4, 6], [8], [10], [12], [14, 16]]
+        # one in flight at a time: 4 rows of the first key, then the other key, then what is left
+        assert triton.sent == [[1], [2, 3, 4, 6], [5], [7, 8]]
+
+    run(scenario)
+
+
+def test_other_models_have_their_own_bound():
+    async def scenario(triton: Triton, coalescer: Coalescer) -> None:
+        triton.gate.clear()
+        calls = [asyncio.ensure_future(coalescer.infer(name, request(1), MODEL)) for name in ("a", "b")]
+        await settle()
+        assert triton.sent == [[1], [1]]
+        triton.gate.set()
+        await asyncio.gather(*calls)
+
+    run(scenario)
+
+
+def test_an_error_in_a_merged_request_is_each_clients_own():
+    async def scenario(triton: Triton, coalescer: Coalescer) -> None:
+        triton.gate.clear()
+        first = asyncio.ensure_future(coalescer.infer("m", request(1), MODEL))
+        await settle()
+        calls = [asyncio.ensure_future(coalescer.infer("m", request(v), MODEL)) for v in (2, 13, 4)]
+        await settle()
+        triton.gate.set()
+        answers = await asyncio.gather(first, *calls)
+        assert triton.sent == [[1], [2, 13, 4], [2], [13], [4]]  # the merge failed: each sent again alone
+        assert [a.status for a in answers] == [200, 200, 400, 200]
+        assert orjson.loads(answers[2].body) == {"error": "13 among [13]"}
+        assert doubled(answers[3]) == [8]
+
+    metrics = run(scenario)
+    assert metrics.unmerged_again._value.get() == 3
+
+
+def test_a_transport_failure_of_a_merged_request_is_each_clients_own():
+    async def scenario(triton: Triton, coalescer: Coalescer) -> None:
+        triton.gate.clear()
+        first = asyncio.ensure_future(coalescer.infer("m", request(1), MODEL))
+        await settle()
+        calls = [asyncio.ensure_future(coalescer.infer("m", request(v), MODEL)) for v in (2, 3)]
+        await settle()
+        triton.failure = TritonUnavailable("Triton is not reachable: ClientOSError")
+        triton.gate.set()
+        results = await asyncio.gather(first, *calls, return_exceptions=True)
+        assert all(isinstance(r, TritonUnavailable) for r in results)
+        assert results[1] is not results[2]  # each its own exception
+        assert triton.sent == [[1], [2, 3]]
+
+    run(scenario)
+
+
+def test_a_client_that_leaves_while_waiting_is_left_out_and_the_others_are_answered():
+    async def scenario(triton: Triton, coalescer: Coalescer) -> None:
+        triton.gate.clear()
+        first = asyncio.ensure_future(coalescer.infer("m", request(1), MODEL))
+        await settle()
+        calls = [asyncio.ensure_future(coalescer.infer("m", request(v), MODEL)) for v in (2, 3, 4)]
+        await settle()
+        calls[1].cancel()
+        await settle()
+        triton.gate.set()
+        assert doubled(await first) == [2]
+        assert [doubled(a) for a in await asyncio.gather(calls[0], calls[2])] == [[4], [8]]
+        assert triton.sent == [[1], [2, 4]]
+
+    run(scenario)
+
+
+class LeavingWhenHandedItsPlace(coalescing._Waiting):
+    """A waiting request whose client leaves the moment it is handed its place in flight, before its
+    coroutine runs again."""
+
+    def __init__(self, part: Any) -> None:
+        super().__init__(part)
+        client = asyncio.current_task()
+        assert client is not None
+
+        class Answer(asyncio.Future):  # type: ignore[type-arg]
+            def set_result(self, result: Any) -> None:
+                super().set_result(result)
+                if result is coalescing._SLOT:
+                    client.cancel()
+
+        self.answer = Answer()
+
+
+def test_a_client_handed_the_place_in_flight_as_it_leaves_passes_it_on(monkeypatch):
+    async def scenario(triton: Triton, coalescer: Coalescer) -> None:
+        triton.gate.clear()
+        first = asyncio.ensure_future(coalescer.infer("m", request(1), MODEL))
+        await settle()
+        with monkeypatch.context() as patched:
+            patched.setattr(coalescing, "_Waiting", LeavingWhenHandedItsPlace)
+            second = asyncio.ensure_future(coalescer.infer("m", request(2), MODEL))
+            await settle()
+        third = asyncio.ensure_future(coalescer.infer("m", request(3, parameters={"k": "v"}), MODEL))
+        await settle()
+        triton.gate.set()
+        assert doubled(await first) == [2]
+        with pytest.raises(asyncio.CancelledError):
+            await second
+        assert doubled(await asyncio.wait_for(third, 5)) == [6]  # the place went on to the next waiting
+        assert triton.sent == [[1], [3]]
+
+    run(scenario)
+
+
+def test_requests_that_cannot_merge_do_not_wait():
+    async def scenario(triton: Triton, coalescer: Coalescer) -> None:
+        triton.gate.clear()
+        first = asyncio.ensure_future(coalescer.infer("m", request(1), MODEL))
+        alone = asyncio.ensure_future(coalescer.infer("m", request(2, parameters={"priority": 1}), MODEL))
+        await settle()
+        assert triton.sent == [[1], [2]]
+        triton.gate.set()
+        await asyncio.gather(first, alone)
+
+    run(scenario)
+
+
+def test_send_all_merges_what_it_may_and_answers_each_as_alone():
+    async def scenario(triton: Triton, coalescer: Coalescer) -> None:
+        inferences = [request(1), request(2, 3), request(4, parameters={"k": "v"}), request(13), request(5, 6, 7)]
+        results = await coalescing.send_all(triton.send, "m", inferences, MODEL, concurrency=2)
+        assert [doubled(r) for r in results[:3] if isinstance(r, UpstreamResponse)] == [[2], [4, 6], [8]]
+        assert isinstance(results[3], UpstreamResponse)
+        assert results[3].status == 400
+        assert isinstance(results[4], UpstreamResponse)
+        assert doubled(results[4]) == [10, 12, 14]
+        # [1, 2, 3, 13] failed merged, each sent again; [5, 6, 7] did not fit beside them
+        assert sorted(triton.sent) == sorted([[1, 2, 3, 13], [4], [5, 6, 7], [1], [2, 3], [13]])
+
+    run(scenario)
