@@ -68,7 +68,8 @@ class ServingModel:
             )
         env = self.container_environment()
         # Imported here: the runtime's settings schema (pydantic) is needed only once a deployment is checked.
-        from smtriton.serve.settings import Settings, SettingsError, known_variables, variables_without_effect
+        from smtriton.serve.setting_types import SettingsError
+        from smtriton.serve.settings import Settings, known_variables, variables_without_effect
 
         known = known_variables()
         for key in env:

@@ -1,7 +1,8 @@
 """Every setting `serve` reads, declared once: variable, default, bounds and meaning, then one typed object.
 
-The schema below (`Settings` and its `TritonOptions`) is the only place a setting is named. From it
-come the object built once at start-up (`Settings.from_env`), the reference in docs/settings.md
+The schema below (`Settings`, its `TritonOptions` in :mod:`smtriton.serve.triton_options`, both built of
+:mod:`smtriton.serve.setting_types`) is the only place a setting is named. From it come the object built once
+at start-up (`Settings.from_env`), the reference in docs/settings.md
 (:mod:`smtriton.serve.settings_reference`) and the variables a deployment is checked against
 (`known_variables`).
 
@@ -15,20 +16,15 @@ the variable; an empty value means the variable is not set, as in SageMaker's ow
 from __future__ import annotations
 
 import logging
-import shlex
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-import annotated_types
 from pydantic import (
-    AfterValidator,
     BaseModel,
     BeforeValidator,
-    ConfigDict,
     Field,
-    JsonValue,
     ValidationError,
     ValidationInfo,
     field_validator,
@@ -37,16 +33,29 @@ from pydantic.fields import FieldInfo
 from pydantic_core import ErrorDetails
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
-from smtriton.serve.errors import StartupError
+from smtriton.serve.setting_types import (
+    MIB,
+    PORT_MAX,
+    PORT_MIN,
+    Boolean,
+    Integer,
+    Number,
+    PortRange,
+    SettingsError,
+    Switch,
+    parse_names,
+    parse_ping_mode,
+    parse_word,
+    setting,
+)
+from smtriton.serve.triton_options import TritonOptions
 
 SME_MODEL_DIR = Path("/opt/ml/model")
 MME_MODEL_ROOT = Path("/opt/ml/models")
 DEFAULT_PORT = 8080
-MIB = 1024 * 1024
 # The slowest a body of the largest size may arrive at by default (SMTRITON_BODY_TIMEOUT_S): far below
 # any network a SageMaker request crosses, far above a trickle that holds a connection open for long.
 BODY_RATE = 4 * MIB
-PORT_MIN, PORT_MAX = 1, 65535
 
 InferenceType = Literal["infer", "generate", "generate_stream"]
 LogLevel = Literal["debug", "info", "warning", "error"]
@@ -61,145 +70,6 @@ WITHOUT_EFFECT: dict[str, str] = {
 }
 
 log = logging.getLogger("serve.settings")
-
-
-class SettingsError(StartupError):
-    """A setting has a value that cannot be used; `serve` exits with this message."""
-
-
-# ----- how an environment string becomes a value (other values, from flags or code, pass through) -----
-
-
-def _boolean(value: object) -> object:
-    if not isinstance(value, str):
-        return value
-    word = value.strip().lower()
-    if word in ("1", "true", "yes", "on"):
-        return True
-    if word in ("0", "false", "no", "off"):
-        return False
-    if "--" in word:  # native's word-splitting let such a value smuggle flags in (docs/contract.md §6 B17)
-        loads = [arg.split("=", 1)[1] for arg in value.split() if arg.startswith("--load-model=")]
-        if loads:
-            raise ValueError(
-                f"is not a boolean: to load {', '.join(loads)} beside the default model, set "
-                f"SMTRITON_LOAD_MODELS={','.join(loads)} (or SAGEMAKER_TRITON_ADDITIONAL_ARGS='--load-model=...')"
-            )
-        raise ValueError("is not a boolean: tritonserver flags go in SAGEMAKER_TRITON_ADDITIONAL_ARGS")
-    raise ValueError("is not a boolean (use true or false)")
-
-
-def _names(value: object) -> object:
-    """A comma-separated list of names (``*``: every one)."""
-    if not isinstance(value, str):
-        return value
-    return tuple(name.strip() for name in value.split(",") if name.strip())
-
-
-def _exactly_true(value: object) -> object:
-    """SageMaker's switches (docs/contract.md §1.3): on iff the value is exactly ``true``; anything else is off."""
-    return value == "true" if isinstance(value, str) else value
-
-
-def _integer(value: object) -> object:
-    if not isinstance(value, str):
-        return value
-    try:
-        return int(value.strip())
-    except ValueError:
-        raise ValueError("is not an integer") from None
-
-
-def _number(value: object) -> object:
-    if not isinstance(value, str):
-        return value
-    try:
-        return float(value.strip())
-    except ValueError:
-        raise ValueError("is not a number") from None
-
-
-def _word(change: Callable[[str], str]) -> Callable[[object], object]:
-    def convert(value: object) -> object:
-        return change(value.strip()) if isinstance(value, str) else value
-
-    return convert
-
-
-def _port_range(value: object) -> object:
-    if not isinstance(value, str):
-        return value
-    low, sep, high = value.strip().partition("-")
-    if not sep:
-        raise ValueError("must look like LOW-HIGH")
-    return (_integer(low), _integer(high))
-
-
-def _ordered(value: tuple[int, int] | None) -> tuple[int, int] | None:
-    if value is not None and value[0] > value[1]:
-        raise ValueError("LOW is above HIGH")
-    return value
-
-
-def _verbosity(value: object) -> object:
-    """Native passes the value to ``--log-verbose``, which takes true, false or a level."""
-    if isinstance(value, str) and value.strip().lower() in ("true", "false"):
-        return int(value.strip().lower() == "true")
-    return _integer(value)
-
-
-def _ping_mode(value: object) -> object:
-    """``live`` (any case) selects live mode; any other value means ``ready``, the mode that asks more of
-    Triton, so a misspelt value can never make `/ping` report healthy sooner."""
-    if isinstance(value, str):
-        return "live" if value.strip().lower() == "live" else "ready"
-    return value
-
-
-def _shell_words(value: object) -> object:
-    if not isinstance(value, str):
-        return value
-    try:
-        return tuple(shlex.split(value))
-    except ValueError as exc:
-        raise ValueError(f"cannot be split shell-style: {exc}") from None
-
-
-Boolean = Annotated[bool, BeforeValidator(_boolean)]
-Switch = Annotated[bool, BeforeValidator(_exactly_true)]
-Integer = Annotated[int, BeforeValidator(_integer)]
-Number = Annotated[float, BeforeValidator(_number)]
-PortNumber = Annotated[int, annotated_types.Interval(ge=PORT_MIN, le=PORT_MAX)]
-PortRange = Annotated[tuple[PortNumber, PortNumber], BeforeValidator(_port_range), AfterValidator(_ordered)]
-
-
-def _setting(
-    env: str | tuple[str, ...],
-    doc: str,
-    default: Any = None,
-    *,
-    default_factory: Callable[[dict[str, Any]], Any] | None = None,
-    shown: str | None = None,
-    flag: bool = False,
-    refusal: str | None = None,
-    ge: int | None = None,
-    gt: float | None = None,
-    le: int | None = None,
-) -> Any:
-    """One setting: its variable (several: the first one set wins), meaning, default and bounds.
-
-    ``shown`` is the default as the docs state it, where the value alone would not say it; ``flag``: a
-    `serve` option of the same name overrides it; ``refusal`` words the start of the error for a bad
-    value (``{variable}`` and ``{value}`` are filled in).
-    """
-    extra: dict[str, JsonValue] = {"env": [env] if isinstance(env, str) else list(env), "flag": flag}
-    if shown is not None:
-        extra["shown"] = shown
-    if refusal is not None:
-        extra["refusal"] = refusal
-    if default_factory is not None:
-        return Field(default_factory=default_factory, description=doc, json_schema_extra=extra, ge=ge, gt=gt, le=le)
-    return Field(default, description=doc, json_schema_extra=extra, ge=ge, gt=gt, le=le)
 
 
 # The default worker count stops here: on a 16-core host 12 and 16 workers answered no more than 8 (the
@@ -232,73 +102,6 @@ def _default_payload_mb(data: dict[str, Any]) -> int:
     if data.get("batch") and batch_mb is None:
         return DEFAULT_BATCH_PAYLOAD_MB
     return REAL_TIME_PAYLOAD_MB
-
-
-class TritonOptions(BaseModel):
-    """What `serve` passes on to tritonserver (docs/contract.md §1.4 native variables)."""
-
-    # Frozen: the settings are built once and shared.
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    model_namespacing: Boolean | None = _setting(
-        "SAGEMAKER_TRITON_DISABLE_MODEL_NAMESPACING",
-        # Native passes the value straight to --model-namespacing, so "false" disables it.
-        "`--model-namespacing=<value>` (as native: `false` turns namespacing off)",
-        shown="Triton's",
-    )
-    grpc_port: Integer | None = _setting(
-        "SAGEMAKER_TRITON_GRPC_PORT",
-        "Triton's gRPC port, always on and loopback only (streaming goes through it)",
-        shown="picked",
-        ge=PORT_MIN,
-        le=PORT_MAX,
-    )
-    allow_metrics: Boolean = _setting(
-        "SAGEMAKER_TRITON_ALLOW_METRICS", "Triton's metrics endpoint, loopback only", False
-    )
-    metrics_port: Integer | None = _setting(
-        "SAGEMAKER_TRITON_METRICS_PORT", "port of Triton's metrics endpoint", shown="picked", ge=PORT_MIN, le=PORT_MAX
-    )
-    buffer_manager_thread_count: Integer | None = _setting(
-        "SAGEMAKER_TRITON_BUFFER_MANAGER_THREAD_COUNT", "`--buffer-manager-thread-count`", shown="Triton's", ge=0
-    )
-    # Native's `--sagemaker-thread-count` sized Triton's own SageMaker listener; ours is uvicorn, so the value
-    # is kept for compatibility and sizes Triton's loopback HTTP threads instead.
-    thread_count: Integer | None = _setting(
-        "SAGEMAKER_TRITON_THREAD_COUNT",
-        "sizes Triton's loopback HTTP threads",
-        shown="Triton's 8, or one a front worker past 8",
-        ge=1,
-    )
-    log_verbose: Annotated[int, BeforeValidator(_verbosity)] = _setting(
-        "SAGEMAKER_TRITON_LOG_VERBOSE",
-        # docs/contract.md §6 B18: native turns verbose on by default (a log line per request).
-        "Triton `--log-verbose`: `true`, `false` or a level (native's default is on: a line per request)",
-        0,
-        ge=0,
-    )
-    log_info: Boolean | None = _setting(
-        "SAGEMAKER_TRITON_LOG_INFO", "Triton `--log-info`", shown="from `SMTRITON_LOG_LEVEL`"
-    )
-    log_warning: Boolean | None = _setting(
-        "SAGEMAKER_TRITON_LOG_WARNING", "Triton `--log-warning`", shown="from `SMTRITON_LOG_LEVEL`"
-    )
-    log_error: Boolean | None = _setting("SAGEMAKER_TRITON_LOG_ERROR", "Triton `--log-error`", shown="Triton's")
-    shm_default_byte_size: Integer = _setting(
-        "SAGEMAKER_TRITON_SHM_DEFAULT_BYTE_SIZE", "Python backend shared memory: initial size", 16 * MIB, ge=1
-    )
-    shm_growth_byte_size: Integer = _setting(
-        "SAGEMAKER_TRITON_SHM_GROWTH_BYTE_SIZE", "Python backend shared memory: growth step", 1 * MIB, ge=1
-    )
-    tensorflow_version: Annotated[str | None, BeforeValidator(_word(str))] = _setting(
-        "SAGEMAKER_TRITON_TENSORFLOW_VERSION", "`--backend-config=tensorflow,version=<value>`"
-    )
-    model_load_gpu_limit: Number | None = _setting(
-        "SAGEMAKER_TRITON_MODEL_LOAD_GPU_LIMIT", "`--model-load-gpu-limit` for every GPU (a fraction)", gt=0
-    )
-    additional_args: Annotated[tuple[str, ...], BeforeValidator(_shell_words)] = _setting(
-        "SAGEMAKER_TRITON_ADDITIONAL_ARGS", "extra tritonserver flags, split shell-style", ()
-    )
 
 
 # A front worker's stop after its SIGTERM, part by part (StopBudget shares its drain between them):
@@ -340,11 +143,11 @@ class Settings(BaseSettings):
 
     model_config = SettingsConfigDict(frozen=True, extra="forbid")
 
-    host: str = _setting("SMTRITON_HOST", "address `serve` binds", "0.0.0.0", flag=True)
-    port: Integer = _setting(
+    host: str = setting("SMTRITON_HOST", "address `serve` binds", "0.0.0.0", flag=True)
+    port: Integer = setting(
         "SAGEMAKER_BIND_TO_PORT", "port `serve` listens on", DEFAULT_PORT, flag=True, ge=PORT_MIN, le=PORT_MAX
     )
-    workers: Integer = _setting(
+    workers: Integer = setting(
         "SAGEMAKER_MODEL_SERVER_WORKERS",
         "front worker processes accepting on the port, all in front of the one Triton",
         default_factory=lambda data: _default_workers(),
@@ -352,43 +155,43 @@ class Settings(BaseSettings):
         flag=True,
         ge=1,
     )
-    multi_model: Switch = _setting(
+    multi_model: Switch = setting(
         "SAGEMAKER_MULTI_MODEL", "exactly `true` selects a multi-model endpoint", False, flag=True
     )
-    model_repository: Path = _setting(
+    model_repository: Path = setting(
         "SMTRITON_MODEL_REPOSITORY", "model repository a single-model endpoint serves", SME_MODEL_DIR, flag=True
     )
-    model_root: Path = _setting(
+    model_root: Path = setting(
         "SMTRITON_MODEL_ROOT", "multi-model endpoints: load urls must lie under it", MME_MODEL_ROOT, flag=True
     )
-    memory_reserve_bytes: Integer = _setting(
+    memory_reserve_bytes: Integer = setting(
         "SMTRITON_MEMORY_RESERVE_BYTES",
         "multi-model: a load that would leave less host memory than this gets 507",
         512 * MIB,
         ge=0,
     )
-    gpu_memory_reserve_bytes: Integer = _setting(
+    gpu_memory_reserve_bytes: Integer = setting(
         "SMTRITON_GPU_MEMORY_RESERVE_BYTES",
         "multi-model, on GPU hosts: a load gets 507 when no GPU has this much free (NVML)",
         1024 * MIB,
         ge=0,
     )
-    model_memory_factor: Number = _setting(
+    model_memory_factor: Number = setting(
         "SMTRITON_MODEL_MEMORY_FACTOR", "multi-model: memory a load needs = archive size times factor", 1.0, gt=0
     )
-    model_memory_budget_bytes: Integer | None = _setting(
+    model_memory_budget_bytes: Integer | None = setting(
         "SMTRITON_MODEL_MEMORY_BUDGET_BYTES",
         "multi-model: a load gets 507 when the estimates of the models loaded and loading would pass this",
         shown="off",
         ge=1,
     )
-    max_concurrent_loads: Integer = _setting(
+    max_concurrent_loads: Integer = setting(
         "SMTRITON_MAX_CONCURRENT_LOADS", "multi-model: loads running at once (others wait)", 2, ge=1
     )
-    default_model: str | None = _setting(
+    default_model: str | None = setting(
         "SAGEMAKER_TRITON_DEFAULT_MODEL_NAME", "model `/invocations` serves", shown="the only model", flag=True
     )
-    load_models: Annotated[tuple[str, ...], BeforeValidator(_names)] = _setting(
+    load_models: Annotated[tuple[str, ...], BeforeValidator(parse_names)] = setting(
         "SMTRITON_LOAD_MODELS",
         "single-model endpoints: models loaded beside the default one (comma-separated; `*`: every model of the "
         "repository), such as those a Python (BLS) model calls; `/ping` waits for all of them. "
@@ -396,44 +199,44 @@ class Settings(BaseSettings):
         (),
         shown="none",
     )
-    ping_mode: Annotated[Literal["ready", "live"], BeforeValidator(_ping_mode)] = _setting(
+    ping_mode: Annotated[Literal["ready", "live"], BeforeValidator(parse_ping_mode)] = setting(
         # docs/contract.md §6 B1: native `serve` never exported the mode; both variables are honoured here.
         ("SAGEMAKER_TRITON_OVERRIDE_PING_MODE", "SAGEMAKER_TRITON_PING_MODE"),
         "`live`: `/ping` needs Triton live only; any other value means `ready`",
         "ready",
     )
-    inference_type: Annotated[InferenceType, BeforeValidator(_word(str))] = _setting(
+    inference_type: Annotated[InferenceType, BeforeValidator(parse_word(str))] = setting(
         "SAGEMAKER_TRITON_INFERENCE_TYPE",
         "`infer`, `generate` or `generate_stream`: what `/invocations` calls",
         "infer",
         # NVIDIA's `serve` words this refusal so; their tests look for it.
         refusal="ERROR: Invalid {variable} '{value}'",
     )
-    safe_port_range: PortRange | None = _setting(
+    safe_port_range: PortRange | None = setting(
         "SAGEMAKER_SAFE_PORT_RANGE",
         "`LOW-HIGH` (ports 1 to 65535): Triton's loopback ports are picked inside it",
         shown="any free port",
     )
-    batch: Switch = _setting(
+    batch: Switch = setting(
         "SAGEMAKER_BATCH",
         "exactly `true` under batch transform: the body limit is `SAGEMAKER_MAX_PAYLOAD_IN_MB` (6 MB when unset, "
         "as `/execution-parameters` answers), and a JSON body of several lines is read as one record a line",
         False,
     )
-    batch_strategy: Annotated[Literal["MULTI_RECORD", "SINGLE_RECORD"] | None, BeforeValidator(_word(str.upper))] = (
-        _setting(
-            "SAGEMAKER_BATCH_STRATEGY",
-            "`MULTI_RECORD` or `SINGLE_RECORD`, answered by `/execution-parameters`",
-            shown="`MULTI_RECORD`",
-        )
+    batch_strategy: Annotated[
+        Literal["MULTI_RECORD", "SINGLE_RECORD"] | None, BeforeValidator(parse_word(str.upper))
+    ] = setting(
+        "SAGEMAKER_BATCH_STRATEGY",
+        "`MULTI_RECORD` or `SINGLE_RECORD`, answered by `/execution-parameters`",
+        shown="`MULTI_RECORD`",
     )
-    max_concurrent_transforms: Integer | None = _setting(
+    max_concurrent_transforms: Integer | None = setting(
         "SAGEMAKER_MAX_CONCURRENT_TRANSFORMS",
         "answered by `/execution-parameters`",
         shown="the model's instance count",
         ge=1,
     )
-    max_payload_in_mb: Integer | None = _setting(
+    max_payload_in_mb: Integer | None = setting(
         "SAGEMAKER_MAX_PAYLOAD_IN_MB",
         "batch transform's payload limit in MB, answered by `/execution-parameters`: under `SAGEMAKER_BATCH=true` "
         "a larger body is 413; 0 (SageMaker's 'any size, chunked') is answered as 0, and bodies past "
@@ -441,7 +244,7 @@ class Settings(BaseSettings):
         shown="unset: `/execution-parameters` answers 6, and 6 MB is the limit under `SAGEMAKER_BATCH=true`",
         ge=0,
     )
-    max_payload_bytes: Integer = _setting(
+    max_payload_bytes: Integer = setting(
         "SMTRITON_MAX_PAYLOAD_BYTES",
         "request body limit; larger → 413 before the body is read. The default admits what any SageMaker mode "
         "sends (asynchronous inference: up to 1 GB; real-time and serverless bodies are capped by the platform "
@@ -450,7 +253,7 @@ class Settings(BaseSettings):
         shown="1 GiB; under `SAGEMAKER_BATCH=true`, `SAGEMAKER_MAX_PAYLOAD_IN_MB` MB (6 when unset)",
         ge=1,
     )
-    failed_record: Annotated[Literal["fail", "error-line"], BeforeValidator(_word(str.lower))] = _setting(
+    failed_record: Annotated[Literal["fail", "error-line"], BeforeValidator(parse_word(str.lower))] = setting(
         "SMTRITON_FAILED_RECORD",
         "a record of a multi-record body (JSON Lines, CSV rows) that fails: `fail` answers the whole request with "
         "its status and an error naming its line (the batch transform job fails, loudly); `error-line` writes "
@@ -458,24 +261,24 @@ class Settings(BaseSettings):
         "still fail the request, so that SageMaker retries it)",
         "fail",
     )
-    records_in_flight: Integer = _setting(
+    records_in_flight: Integer = setting(
         "SMTRITON_RECORDS_IN_FLIGHT",
         "Triton requests one multi-record body keeps in flight at once (its records, merged as "
         "`SMTRITON_MERGE_REQUESTS` allows or alone; its CSV rows, `max_batch_size` a request)",
         16,
         ge=1,
     )
-    max_header_bytes: Integer = _setting(
+    max_header_bytes: Integer = setting(
         "SMTRITON_MAX_HEADER_BYTES", "request headers larger than this → 431 (a longer URL → 414)", 64 * 1024, ge=1024
     )
-    client_timeout_s: Number = _setting(
+    client_timeout_s: Number = setting(
         "SMTRITON_CLIENT_TIMEOUT_S",
         "seconds a client may take to send a request's headers, or pause in its body, before a 408; "
         "a connection silent that long is closed",
         30.0,
         gt=0,
     )
-    body_timeout_s: Number = _setting(
+    body_timeout_s: Number = setting(
         "SMTRITON_BODY_TIMEOUT_S",
         "seconds a request's whole body may take to arrive after its headers, however steadily it trickles, "
         "before a 408",
@@ -483,65 +286,65 @@ class Settings(BaseSettings):
         shown="`SMTRITON_CLIENT_TIMEOUT_S` + the body limit at 4 MiB/s (286 s for 1 GiB)",
         gt=0,
     )
-    session_ttl_s: Number = _setting(
+    session_ttl_s: Number = setting(
         "SMTRITON_SESSION_TTL_S",
         "seconds a stateful session lives after it opens (it ends sooner once idle past its model's "
         "`max_sequence_idle_microseconds`)",
         1200.0,
         gt=0,
     )
-    transcode_json_min_bytes: Integer = _setting(
+    transcode_json_min_bytes: Integer = setting(
         "SMTRITON_TRANSCODE_JSON_MIN_BYTES",
         "JSON requests this large are re-encoded binary before Triton sees them; 0: never",
         64 * 1024,
         ge=0,
     )
-    merge_requests: Boolean = _setting(
+    merge_requests: Boolean = setting(
         "SMTRITON_MERGE_REQUESTS",
         "requests of one model that arrive while a worker's earlier ones are with Triton are merged into one "
         "Triton request along the batch dimension, each client answered as alone; only where Triton would "
         "batch them itself (`dynamic_batching`, `max_batch_size` > 0). `false`: every request goes alone",
         True,
     )
-    merge_in_flight: Integer = _setting(
+    merge_in_flight: Integer = setting(
         "SMTRITON_MERGE_IN_FLIGHT",
         "Triton requests a worker keeps in flight per instance of a model before it merges the next ones; "
         "a request never waits while fewer are in flight",
         2,
         ge=1,
     )
-    tritonserver: Path | None = _setting(
+    tritonserver: Path | None = setting(
         "TRITONSERVER",
         "tritonserver binary to use",
         shown="`/opt/tritonserver/bin/tritonserver`, else the wheel's",
     )
     triton: TritonOptions = Field(default_factory=TritonOptions)
-    work_dir: Path | None = _setting(
+    work_dir: Path | None = setting(
         "SMTRITON_WORK_DIR", "where `serve` keeps its scratch (backend directory, MME repository)", shown="system temp"
     )
-    metrics_port: Integer | None = _setting(
+    metrics_port: Integer | None = setting(
         "SMTRITON_METRICS_PORT",
         "Prometheus `/metrics` on this port (front metrics and Triton's, re-exported)",
         shown="off",
         ge=PORT_MIN,
         le=PORT_MAX,
     )
-    metrics_host: str = _setting("SMTRITON_METRICS_HOST", "address of the metrics port", "127.0.0.1")
-    log_level: Annotated[LogLevel, BeforeValidator(_word(str.lower))] = _setting(
+    metrics_host: str = setting("SMTRITON_METRICS_HOST", "address of the metrics port", "127.0.0.1")
+    log_level: Annotated[LogLevel, BeforeValidator(parse_word(str.lower))] = setting(
         "SMTRITON_LOG_LEVEL", "`debug`, `info`, `warning` or `error`; Triton's too", "info", flag=True
     )
-    log_format: Annotated[Literal["json", "text"], BeforeValidator(_word(str.lower))] = _setting(
+    log_format: Annotated[Literal["json", "text"], BeforeValidator(parse_word(str.lower))] = setting(
         "SMTRITON_LOG_FORMAT", "`json`: one JSON object per line (CloudWatch); `text` for humans", "json"
     )
-    access_log: Boolean = _setting("SMTRITON_ACCESS_LOG", "access log (never `/ping`)", False)
-    startup_timeout_s: Number = _setting(
+    access_log: Boolean = setting("SMTRITON_ACCESS_LOG", "access log (never `/ping`)", False)
+    startup_timeout_s: Number = setting(
         "SMTRITON_STARTUP_TIMEOUT_S",
         "seconds Triton's start and a model load may take: the most SageMaker waits for a container "
         "(`ContainerStartupHealthCheckTimeoutInSeconds` up to 3600)",
         3600.0,
         gt=0,
     )
-    request_timeout_s: Number = _setting(
+    request_timeout_s: Number = setting(
         "SMTRITON_REQUEST_TIMEOUT_S",
         "seconds an inference may take upstream, then 504; the default admits the longest any SageMaker mode "
         "waits (asynchronous inference and batch transform: up to 3600 s; real-time ones are cut at 60 s by the "
@@ -549,32 +352,32 @@ class Settings(BaseSettings):
         3600.0,
         gt=0,
     )
-    wait_for_triton: Boolean = _setting(
+    wait_for_triton: Boolean = setting(
         "SMTRITON_WAIT_FOR_TRITON",
         "an inference that meets Triton down or restarting waits for it (within its own timeout) and one in "
         "flight when Triton died is sent again once, instead of a 503; `false`: 503 at once",
         True,
     )
-    triton_wait_queue: Integer = _setting(
+    triton_wait_queue: Integer = setting(
         "SMTRITON_TRITON_WAIT_QUEUE",
         "inferences one front worker holds while Triton restarts; past it, 503 at once",
         1024,
         ge=1,
     )
-    shutdown_timeout_s: Number = _setting(
+    shutdown_timeout_s: Number = setting(
         "SMTRITON_SHUTDOWN_TIMEOUT_S",
         "seconds the whole stop may take after SIGTERM, inside SageMaker's 30: the workers drain, then "
         "Triton gets the rest (at least `SMTRITON_TRITON_EXIT_TIMEOUT_S`, or half)",
         25.0,
         gt=0,
     )
-    triton_exit_timeout_s: Number = _setting(
+    triton_exit_timeout_s: Number = setting(
         "SMTRITON_TRITON_EXIT_TIMEOUT_S",
         "seconds of the stop kept for Triton's own exit (at most half of it); then its process group gets SIGKILL",
         5.0,
         gt=0,
     )
-    worker_heartbeat_timeout_s: Number = _setting(
+    worker_heartbeat_timeout_s: Number = setting(
         "SMTRITON_WORKER_HEARTBEAT_TIMEOUT_S",
         "a front worker that does not answer the main process's heartbeat this long (stopped, or its event "
         "loop stuck) is killed and replaced",
@@ -680,9 +483,9 @@ def _detail(error: ErrorDetails) -> str:
         return str(ctx["error"])
     if kind == "literal_error":
         return f"must be {ctx['expected']}"
-    for bound, word in (("ge", ">="), ("gt", ">"), ("le", "<=")):
+    for bound, relation in (("ge", ">="), ("gt", ">"), ("le", "<=")):
         if bound in ctx:
-            return f"must be {word} {ctx[bound]:g}"
+            return f"must be {relation} {ctx[bound]:g}"
     return error["msg"]
 
 

@@ -10,11 +10,10 @@ import pytest
 from pydantic import ValidationError
 
 from smtriton.serve.owner import cli
+from smtriton.serve.setting_types import MIB, SettingsError
 from smtriton.serve.settings import (
-    MIB,
     WITHOUT_EFFECT,
     Settings,
-    SettingsError,
     known_variables,
     setting_fields,
     variables_of,

@@ -57,7 +57,8 @@ from smtriton.serve.ipc.messages import (
 )
 from smtriton.serve.logs import log_failure
 from smtriton.serve.metrics import Metrics
-from smtriton.serve.settings import DEFAULT_BATCH_PAYLOAD_MB, MIB, Settings
+from smtriton.serve.setting_types import MIB
+from smtriton.serve.settings import DEFAULT_BATCH_PAYLOAD_MB, Settings
 from smtriton.serve.triton.client import RequestBody, UpstreamResponse
 
 log = logging.getLogger("serve")
