@@ -34,7 +34,12 @@ def binary_request(*tensors: tuple[str, str, np.ndarray], **extra: Any) -> Infer
     for name, datatype, array in tensors:
         raw = _serialized(datatype, array)
         inputs.append(
-            {"name": name, "datatype": datatype, "shape": list(array.shape), "parameters": {"binary_data_size": len(raw)}}
+            {
+                "name": name,
+                "datatype": datatype,
+                "shape": list(array.shape),
+                "parameters": {"binary_data_size": len(raw)},
+            }
         )
         chunks.append(raw)
     head = orjson.dumps({"inputs": inputs, **extra})
@@ -115,7 +120,10 @@ def _x(**spec: Any) -> dict[str, Any]:
         ("half floats in JSON", _json({"inputs": [_x(datatype="FP16")]})),
         ("an unknown datatype", _json({"inputs": [_x(datatype="FP8")]})),
         ("shared memory", _json({"inputs": [_x(data=None, parameters={"shared_memory_region": "r"})]})),
-        ("an output in shared memory", _json({"inputs": [_x()], "outputs": [{"name": "Y", "parameters": {"shared_memory_region": "r"}}]})),  # fmt: skip
+        (
+            "an output in shared memory",
+            _json({"inputs": [_x()], "outputs": [{"name": "Y", "parameters": {"shared_memory_region": "r"}}]}),
+        ),
         ("no inputs", _json({"inputs": []})),
         ("raw binary", Inference(b"\x00" * 8, 0, None)),
     ],
@@ -126,7 +134,8 @@ def test_requests_triton_could_answer_otherwise_merged_go_alone(why, inference):
 
 def _with_sizes(inference: Inference, size: int, extra: bytes = b"") -> Inference:
     """The binary request with its one input's binary_data_size set to ``size`` and ``extra`` bytes after."""
-    assert inference.header is not None and inference.header_length is not None
+    assert inference.header is not None
+    assert inference.header_length is not None
     header = json.loads(bytes(inference.body[: inference.header_length]))
     header["inputs"][0]["parameters"]["binary_data_size"] = size
     head = orjson.dumps(header)
@@ -159,8 +168,9 @@ def test_bytes_elements_are_counted_by_their_lengths():
 def test_json_data_is_merged_as_the_clients_wrote_it():
     """Triton parses the very characters each client sent (its parser rounds some numbers otherwise
     than a re-encoding would)."""
-    first = read(b'{"inputs":[{"name":"X","datatype":"FP64","shape":[1,2],"data":[ 0.1000000000000000055511151231257827 , 2E0 ]}]}', None)  # fmt: skip
-    second = read(b'{"id":"b","inputs":[{"name":"X","datatype":"FP64","shape":[2,2],"data":[[1e-7,-0],[3,4.50]]}]}', None)  # fmt: skip
+    spec = b'{"name":"X","datatype":"FP64","shape":'
+    first = read(b'{"inputs":[' + spec + b'[1,2],"data":[ 0.1000000000000000055511151231257827 , 2E0 ]}]}', None)
+    second = read(b'{"id":"b","inputs":[' + spec + b'[2,2],"data":[[1e-7,-0],[3,4.50]]}]}', None)
     merged = batching.merge([part_of(first), part_of(second)])
     assert merged.inference.header_length is None
     assert merged.inference.body == (
@@ -220,7 +230,8 @@ def test_each_part_gets_its_rows_its_id_and_tritons_other_fields():
         parameters={"p": "q"},
     )
     first, second = merged.split(answer) or []
-    assert first.header_length is None and first.body == (
+    assert first.header_length is None
+    assert first.body == (
         b'{"id":"first","model_name":"m","model_version":"1","parameters":{"p":"q"},"outputs":['
         b'{"name":"Y","datatype":"FP32","shape":[1,2],"data":[0.5,1.0]},{"name":"Z","datatype":"INT32","shape":[1],"data":[7]}]}'
     )
@@ -274,8 +285,12 @@ def test_nan_and_infinity_are_written_back_as_triton_writes_them():
         UpstreamResponse(400, "application/json", None, b'{"error":"a row was refused"}'),
         triton_answer([{"name": "Y", "datatype": "INT32", "shape": [2], "data": [1, 2]}]),  # not 3 rows
         triton_answer([{"name": "Y", "datatype": "INT32", "shape": [3], "data": [1, 2]}]),  # too few elements
-        triton_answer([{"name": "Y", "datatype": "INT32", "shape": [3], "parameters": {"binary_data_size": 8}}], [b"\x00" * 8]),  # fmt: skip
-        triton_answer([{"name": "Y", "datatype": "INT32", "shape": [3], "parameters": {"binary_data_size": 12}}], [b"\x00" * 13]),  # fmt: skip
+        triton_answer(
+            [{"name": "Y", "datatype": "INT32", "shape": [3], "parameters": {"binary_data_size": 8}}], [b"\x00" * 8]
+        ),
+        triton_answer(
+            [{"name": "Y", "datatype": "INT32", "shape": [3], "parameters": {"binary_data_size": 12}}], [b"\x00" * 13]
+        ),
     ],
 )
 def test_an_answer_that_cannot_be_split_by_rows_is_none(answer):

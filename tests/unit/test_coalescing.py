@@ -246,8 +246,10 @@ def test_send_all_merges_what_it_may_and_answers_each_as_alone():
         inferences = [request(1), request(2, 3), request(4, parameters={"k": "v"}), request(13), request(5, 6, 7)]
         results = await coalescing.send_all(triton.send, "m", inferences, MODEL, concurrency=2)
         assert [doubled(r) for r in results[:3] if isinstance(r, UpstreamResponse)] == [[2], [4, 6], [8]]
-        assert isinstance(results[3], UpstreamResponse) and results[3].status == 400
-        assert isinstance(results[4], UpstreamResponse) and doubled(results[4]) == [10, 12, 14]
+        assert isinstance(results[3], UpstreamResponse)
+        assert results[3].status == 400
+        assert isinstance(results[4], UpstreamResponse)
+        assert doubled(results[4]) == [10, 12, 14]
         # [1, 2, 3, 13] failed merged, each sent again; [5, 6, 7] did not fit beside them
         assert sorted(triton.sent) == sorted([[1, 2, 3, 13], [4], [5, 6, 7], [1], [2, 3], [13]])
 

@@ -430,23 +430,30 @@ def merge(parts: Sequence[Part]) -> Merged:
 
 
 def _load(head: bytes) -> tuple[dict[str, Any], bool]:
-    """Triton's answer header, and whether orjson read it (else the standard library did: Triton writes
-    NaN and Infinity, which orjson does not read, and they must be written back the same way)."""
+    """Triton's answer header, and whether orjson read it. Else the standard library did, from the text
+    with any byte that is not UTF-8 kept as it was: Triton writes NaN and Infinity, and a BYTES output
+    as the model made it, neither of which orjson reads; they are written back the same way."""
     try:
         value = orjson.loads(head)
         exact = True
     except orjson.JSONDecodeError:
-        value = json.loads(head)
+        value = json.loads(head.decode("utf-8", "surrogateescape"))
         exact = False
     if not isinstance(value, dict):
         raise ValueError("the answer is no JSON object")
     return value, exact
 
 
+def _dump(header: dict[str, Any], exact: bool) -> bytes:
+    if exact:
+        return orjson.dumps(header)
+    return json.dumps(header, separators=(",", ":"), ensure_ascii=False).encode("utf-8", "surrogateescape")
+
+
 def _split(response: UpstreamResponse, parts: Sequence[Part]) -> list[UpstreamResponse] | None:
     body = response.body
     end = len(body) if response.header_length is None else response.header_length
-    header, exact = _load(body[:end])
+    header, exact = _load(bytes(body[:end]))
     rows = [item.batch for item in parts]
     total = sum(rows)
     outputs = header["outputs"]
@@ -486,7 +493,7 @@ def _split(response: UpstreamResponse, parts: Sequence[Part]) -> list[UpstreamRe
                 ]
             elif key != "id":
                 mine[key] = value
-        head = orjson.dumps(mine) if exact else json.dumps(mine, separators=(",", ":"), ensure_ascii=False).encode()
+        head = _dump(mine, exact)
         if response.header_length is None:
             answers.append(UpstreamResponse(200, response.content_type, None, head))
         else:
