@@ -69,6 +69,7 @@ def test_a_model_merges_where_triton_batches_it_and_counts_its_instances_per_gpu
     "change",
     [
         {"max_batch_size": 0},
+        {"max_batch_size": 1},
         {"dynamic_batching": None},
         {"model_transaction_policy": {"decoupled": True}},
         {"sequence_batching": {}},

@@ -70,8 +70,8 @@ def model_batching(config: dict[str, Any]) -> ModelBatching | None:
     """How a model's requests may be merged, from its configuration as Triton completed it; None when
     Triton would not batch them itself."""
     max_batch = config.get("max_batch_size")
-    if type(max_batch) is not int or max_batch <= 0 or not isinstance(config.get("dynamic_batching"), dict):
-        return None
+    if type(max_batch) is not int or max_batch < 2 or not isinstance(config.get("dynamic_batching"), dict):
+        return None  # (a batch of one row merges with nothing)
     if isinstance(config.get("sequence_batching"), dict) or config.get("batch_input") or config.get("batch_output"):
         return None
     policy = config.get("model_transaction_policy")
