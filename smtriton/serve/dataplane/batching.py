@@ -27,6 +27,7 @@ from __future__ import annotations
 import json
 import json.scanner
 import math
+import re
 import struct
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
@@ -218,7 +219,7 @@ def _count(data: Any) -> int:
     """Elements of a JSON tensor's data as Triton counts them (nested lists flattened); -1 if it is no list."""
     if not isinstance(data, list):
         return -1
-    if not any(type(item) is list for item in data):
+    if list not in map(type, data):  # flat, as clients mostly send it
         return len(data)
     count = 0
     for item in data:
@@ -248,6 +249,7 @@ def _fits(datatype: str, elements: int, body: Any, offset: int, size: int) -> bo
 # ----- the JSON data's own text --------------------------------------------------------------------------
 _SCANNER = json.scanner.make_scanner(json.JSONDecoder())  # type: ignore[arg-type]  # one JSON value at an index: (value, its end)
 _SPACE = " \t\n\r"
+_SPACE_RUN = re.compile("[ \t\n\r]*")
 
 
 def _tensors(inference: Inference, places: list[tuple[int, int] | None]) -> list[Tensor]:
@@ -269,9 +271,8 @@ def _tensors(inference: Inference, places: list[tuple[int, int] | None]) -> list
 
 
 def _skip(text: str, at: int) -> int:
-    while text[at] in _SPACE:
-        at += 1
-    return at
+    """The first index from ``at`` on that is not white space (compact JSON: ``at`` itself)."""
+    return at if text[at] not in _SPACE else _SPACE_RUN.match(text, at).end()  # type: ignore[union-attr]
 
 
 def _value_end(text: str, at: int) -> int:
