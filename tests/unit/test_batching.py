@@ -74,6 +74,7 @@ def test_a_model_merges_where_triton_batches_it_and_counts_its_instances_per_gpu
         {"model_transaction_policy": {"decoupled": True}},
         {"sequence_batching": {}},
         {"batch_input": [{"kind": "BATCH_ELEMENT_COUNT"}]},
+        {"input": [{"name": "X", "allow_ragged_batch": False}, {"name": "Y", "allow_ragged_batch": True}]},
     ],
 )
 def test_a_model_triton_would_not_batch_never_merges(change):

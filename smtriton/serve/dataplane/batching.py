@@ -7,7 +7,8 @@ one request and one execution (:mod:`smtriton.serve.dataplane.coalescing` decide
 transform body of several records can use the same merge).
 
 Only where Triton itself would batch them (:func:`model_batching`, :func:`part`): the model has
-``dynamic_batching`` and ``max_batch_size`` > 0, is not decoupled and has no sequence batcher; the
+``dynamic_batching`` and ``max_batch_size`` ≥ 2, is not decoupled, has no sequence batcher and no
+ragged inputs (Triton's batches of those are no plain concatenation along the batch dimension); the
 requests agree on input names, datatypes, non-batch dimensions and encodings, on the outputs they ask
 for and on their parameters, carry no sequence, priority, timeout or custom-attribute parameter, and
 together fit ``max_batch_size``. Every size a request declares is checked here as Triton would check it
@@ -74,6 +75,9 @@ def model_batching(config: dict[str, Any]) -> ModelBatching | None:
     if type(max_batch) is not int or max_batch < 2 or not isinstance(config.get("dynamic_batching"), dict):
         return None  # (a batch of one row merges with nothing)
     if isinstance(config.get("sequence_batching"), dict) or config.get("batch_input") or config.get("batch_output"):
+        return None
+    inputs = config.get("input")
+    if any(isinstance(spec, dict) and spec.get("allow_ragged_batch") for spec in inputs or []):
         return None
     policy = config.get("model_transaction_policy")
     if isinstance(policy, dict) and policy.get("decoupled"):
