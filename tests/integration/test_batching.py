@@ -27,7 +27,7 @@ from smtriton.serve.dataplane import batching
 from smtriton.serve.dataplane.reading import read
 from smtriton.serve.triton.client import UpstreamResponse
 from tests.integration.conftest import start_serve
-from tests.integration.harness import ServeProcess, free_port, metric_samples, triton_url
+from tests.integration.harness import ServeProcess, free_port, metric_samples, triton_url, wait_for
 
 MODELS = Path(__file__).parent / "models_batching"
 HEADER_LENGTH = "Inference-Header-Content-Length"
@@ -334,6 +334,8 @@ def test_an_error_in_a_merged_request_is_answered_to_each_client_as_its_own(serv
     retried_before = merged_so_far(server)[1]
     slow = threading.Thread(target=invoke, args=(server, rows_request(1, parameters={"delay_ms": 400})))
     slow.start()  # in flight: the next ones wait, and go merged when it is back
+    in_flight = ("smtriton_inflight_requests", (("route", "invocations"),))
+    assert wait_for(lambda: metric_samples(server.metrics_url).get(in_flight) == 1, 10)
     try:
         answers = at_once(server, [rows_request(v) for v in (2, 13, 4, 6)])
     finally:
