@@ -65,6 +65,13 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--mme-trials", type=int, default=3, help="multi-model load/unload trials per server (0: skip) [3]")
     p.add_argument("--profile", action="store_true", help="then py-spy `serve` under load at the top concurrency")
     p.add_argument("--profile-server", default="ours", help="the front --profile samples: ours or ours-w<N> [ours]")
+    p.add_argument(
+        "--serve-env",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a setting of serve for every ours* server (repeatable), e.g. SMTRITON_MERGE_IN_FLIGHT=4",
+    )
     p.add_argument("--output", type=Path, default=RESULTS, help=f"results directory [{RESULTS}]")
     p.add_argument("--keep-logs", action="store_true", help="keep the servers' logs (kept anyway on failure)")
     args = p.parse_args(argv)
@@ -75,6 +82,9 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
         p.error(f"unknown scenarios: {', '.join(sorted(unknown))}")
     args.scenarios = [s for s in build_scenarios() if s.name in wanted]
     args.servers = [k for k in args.servers.split(",") if k]
+    if any("=" not in pair for pair in args.serve_env):
+        p.error("--serve-env takes NAME=VALUE")
+    args.serve_env = dict(pair.split("=", 1) for pair in args.serve_env)
     unknown = [k for k in args.servers if not known(k)]
     if unknown:
         p.error(f"unknown servers: {', '.join(unknown)} (known: {', '.join(KINDS)}, ours-w<N>)")
@@ -180,6 +190,7 @@ def main(argv: list[str] | None = None) -> int:
             "max_other_cpu": args.max_other_cpu,
             "retries": args.retries,
             "model_instances": args.instances or "as in the repository",
+            "serve_env": args.serve_env,
         },
     }
     rows: list[dict[str, object]] = []
@@ -198,7 +209,7 @@ def main(argv: list[str] | None = None) -> int:
                 bodies[s.name] = work / f"{s.name}.body"
                 bodies[s.name].write_bytes(s.body)
             for kind in args.servers:
-                server = Server(kind, setup, repository, model, work)
+                server = Server(kind, setup, repository, model, work, serve_env=args.serve_env)
                 with running(server) as ready_s:
                     starts.append({"server": kind, "model": model, "ready_s": ready_s, "first_start": True})
                     report.console.print(
@@ -351,7 +362,7 @@ def _profile(setup: TritonSetup, args: argparse.Namespace, work: Path) -> list[d
     out = []
     c = max(args.connections)
     for model, repository, group in _by_model(args.scenarios):
-        server = Server(args.profile_server, setup, repository, model, work)
+        server = Server(args.profile_server, setup, repository, model, work, serve_env=args.serve_env)
         with running(server):
             front = server.front_pid
             for s in group:

@@ -12,7 +12,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from bench.servers import LOOPBACK, Server, cpu_seconds, loadavg, machine_busy_seconds
+from bench.servers import LOOPBACK, Server, cpu_seconds, loadavg, machine_busy_seconds, triton_stats
 
 LUA = Path(__file__).with_name("post.lua")
 WRK_TIMEOUT = "10s"  # a request slower than this counts as an error
@@ -46,6 +46,9 @@ class Measurement:
     triton_cpu_ms: float  # per request: tritonserver + its Python backend stubs
     other_cpu: float  # cores busy with anything else on the machine (other users), on average
     loadavg_before: tuple[float, float, float]
+    # Triton's statistics over the run (None where it has none: /ping, or a model it does not report):
+    triton_batch: float | None = None  # mean rows an execution of the model ran (inferences / executions)
+    triton_requests: float | None = None  # requests Triton answered per request the client sent
 
     def to_dict(self) -> dict[str, object]:
         return asdict(self)
@@ -65,6 +68,8 @@ def run_wrk(
     cmd = [wrk_binary(), "-t1", f"-c{connections}", f"-d{max(1, round(duration))}s", f"--timeout={WRK_TIMEOUT}"]
     cmd += ["-s", str(LUA), f"http://{LOOPBACK}:{server.port}{path}"]
     load_before = loadavg()
+    stats_port = server.triton_port() if path == "/invocations" else None
+    stats_before = triton_stats(stats_port, server.model) if stats_port is not None else None
     roles = server.pids()
     cpu_before = cpu_seconds(roles["front"] + roles["triton"])
     busy_before, wall_before = machine_busy_seconds(), time.monotonic()
@@ -83,6 +88,7 @@ def run_wrk(
         cpu_after = cpu_seconds(roles_after["front"] + roles_after["triton"])
         out.seek(0)
         text = out.read().decode("utf-8", errors="replace")
+    stats_after = triton_stats(stats_port, server.model) if stats_port is not None else None
     line = next((ln for ln in text.splitlines() if ln.startswith("BENCH_RESULT ")), None)
     if proc.returncode != 0 or line is None:
         raise RuntimeError(f"wrk failed ({proc.returncode}): {text[-2000:]}")
@@ -99,6 +105,11 @@ def run_wrk(
     seconds = raw["duration_us"] / 1e6
     per = 1000.0 / max(requests, 1)
     detail = {k: int(raw[k]) for k in ("connect", "read", "write", "status", "timeout")}
+    batch = triton_requests = None
+    if stats_before is not None and stats_after is not None:
+        executions = stats_after["executions"] - stats_before["executions"]
+        batch = (stats_after["inferences"] - stats_before["inferences"]) / executions if executions else None
+        triton_requests = (stats_after["requests"] - stats_before["requests"]) / max(requests, 1)
     return Measurement(
         requests=requests,
         seconds=seconds,
@@ -115,4 +126,6 @@ def run_wrk(
         triton_cpu_ms=triton * per,
         other_cpu=max(0.0, busy - front - triton - wrk_cpu) / wall,
         loadavg_before=load_before,
+        triton_batch=batch,
+        triton_requests=triton_requests,
     )

@@ -23,7 +23,7 @@ THROUGHPUT_TARGETS = {
 # docs/design.md §6: ours' p50 over the anchor's at c=1, per scenario that has a budget.
 P50_BUDGETS_MS = {"tiny_json": 0.3, "tiny_octet": 0.3, "tiny_binary": 0.3, "image_binary": 0.5}
 COLD_BUDGET_S = 0.5
-SERVER_ORDER = {"anchor": 0, "ours": 1, "proxy": 2}
+SERVER_ORDER = {"anchor": 0, "ours": 1, "ours-unmerged": 2, "proxy": 3}
 # The front workers' targets (docs/design.md §6): on a small host, the default count is never more than
 # 5 % below one worker; on a host with this many CPUs, tiny tensors scale to 4x one worker and the anchor.
 WORKERS_SMALL_FLOOR = 0.95
@@ -43,7 +43,9 @@ LEGEND = (
     "CPU ms/req: CPU time per request of the Python front (serve / the proxy; - for the anchor, whose front is "
     "inside Triton) and of tritonserver with its Python backend stubs. wrk CPU: the load generator's share of one "
     "core. others' CPU: cores other processes on the machine kept busy during the row (* = still above the "
-    "threshold after the re-measurements)."
+    "threshold after the re-measurements). Triton batch: the mean rows an execution of the model ran, from "
+    "Triton's statistics over the row (inferences / executions), and after the slash the requests Triton "
+    "answered per client request (below 1 where the front merged requests)."
 )
 
 
@@ -52,8 +54,16 @@ def progress(row: dict[str, object]) -> None:
         f"  {row['server']:>6} {row['scenario']:<13} c={row['connections']:<3} {row['throughput']:>9,.0f} req/s  "
         f"p50 {row['p50_ms']:.2f} ms  p99 {row['p99_ms']:.2f} ms  errors {row['errors']}  "
         f"wrk CPU {row['wrk_cpu']:.0%}  others' CPU {row['other_cpu']:.2f} cores  load {row['loadavg_before'][0]:.2f}"
-        f"  (attempt {row['attempts']})"
+        f"  Triton batch {triton_batch(row)}  (attempt {row['attempts']})"
     )
+
+
+def triton_batch(row: dict) -> str:
+    """The mean rows an execution ran behind this server, and Triton requests per client request."""
+    batch, requests = row.get("triton_batch"), row.get("triton_requests")
+    if batch is None:
+        return "—"
+    return f"{batch:.2f} / {_fmt(requests, '.2f')}"
 
 
 def _index(rows: Iterable[dict]) -> dict[tuple[str, int, str], dict]:
@@ -81,9 +91,9 @@ def table_rows(results: dict) -> list[list[str]]:
             if r is None:
                 continue
             if "wrong_answer" in r:
-                out.append([scenario, str(c), server, "wrong answer", "", "", "", "", "", "", "", "", "", ""])
+                out.append([scenario, str(c), server, "wrong answer", "", "", "", "", "", "", "", "", "", "", ""])
                 continue
-            ours = server not in ("anchor", "proxy")  # ours, and ours-w<N>
+            ours = server not in ("anchor", "proxy")  # ours, ours-unmerged and ours-w<N>
             anchor = index.get((scenario, c, "anchor"))
             dp50 = r["p50_ms"] - anchor["p50_ms"] if ours and anchor and "p50_ms" in anchor else None
             out.append(
@@ -100,6 +110,7 @@ def table_rows(results: dict) -> list[list[str]]:
                     _fmt(_ratio(r, index.get((scenario, c, "proxy"))) if ours else None, ".1f"),
                     _fmt(dp50, "+.2f"),
                     f"{_fmt(r['front_cpu_ms'], '.2f', '-')} / {r['triton_cpu_ms']:.2f}",
+                    triton_batch(r),
                     f"{r['wrk_cpu']:.0%}",
                     f"{r['other_cpu']:.2f}" + ("*" if r.get("noisy") else ""),
                 ]
@@ -120,6 +131,7 @@ HEADERS = [
     "xproxy",
     "p50 -anchor",
     "CPU ms/req front/Triton",
+    "Triton batch / req per req",
     "wrk CPU",
     "others' CPU",
 ]

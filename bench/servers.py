@@ -2,14 +2,18 @@
 
 - ``anchor``: tritonserver's own C++ SageMaker front end (``--allow-sagemaker=true``).
 - ``ours``: ``serve`` (FastAPI front + embedded loopback Triton), with its default number of front
-  workers; ``ours-w<N>``: the same with N front workers (``SAGEMAKER_MODEL_SERVER_WORKERS``).
+  workers; ``ours-w<N>``: the same with N front workers (``SAGEMAKER_MODEL_SERVER_WORKERS``);
+  ``ours-unmerged``: the same with every request sent alone (``SMTRITON_MERGE_REQUESTS=false``), the
+  A/B of merging requests in one run.
 - ``proxy``: the hand-written FastAPI + tritonclient proxy (``bench/proxy_app.py``) in front of a
   loopback Triton.
 
 All three run the same binary, backend directory and environment (``find_triton`` +
 ``assemble_backends``, as ``serve`` does) and the same Triton argv (``build_command``): only the front
-differs. Every process gets ``PR_SET_PDEATHSIG`` so nothing outlives the benchmark, and ``stop`` kills
-the whole tree (Triton's Python backend stubs included).
+differs, except that the anchor's Triton also listens for HTTP on a loopback port, idle but for the
+statistics the benchmark reads between runs (``triton_stats``). Every process gets
+``PR_SET_PDEATHSIG`` so nothing outlives the benchmark, and ``stop`` kills the whole tree (Triton's
+Python backend stubs included).
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import http.client
+import json
 import os
 import shutil
 import signal
@@ -36,7 +41,8 @@ LOOPBACK = "127.0.0.1"
 START_TIMEOUT_S = 180.0
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 PROXY = ("uvicorn", "bench.proxy_app:app", 1)
-KINDS = ("anchor", "ours", "proxy")  # and ours-w<N>: serve with N front workers
+KINDS = ("anchor", "ours", "proxy")  # and ours-w<N>: serve with N front workers; ours-unmerged
+UNMERGED = "ours-unmerged"  # serve with SMTRITON_MERGE_REQUESTS=false
 
 
 def ours_workers(kind: str) -> int | None:
@@ -46,7 +52,7 @@ def ours_workers(kind: str) -> int | None:
 
 
 def known(kind: str) -> bool:
-    return kind in KINDS or ours_workers(kind) is not None
+    return kind in KINDS or kind == UNMERGED or ours_workers(kind) is not None
 
 
 def _die_with_parent(sig: int) -> None:  # pragma: no cover - runs between fork and exec
@@ -145,6 +151,28 @@ def http_status(port: int, method: str, path: str, timeout: float = 2.0) -> int 
         conn.close()
 
 
+def triton_stats(port: int, model: str) -> dict[str, int] | None:
+    """Triton's statistics of ``model`` so far (every version summed): requests it answered, inferences
+    (rows) and executions; None when Triton does not answer them."""
+    conn = http.client.HTTPConnection(LOOPBACK, port, timeout=5)
+    try:
+        conn.request("GET", f"/v2/models/{model}/stats")
+        resp = conn.getresponse()
+        body = resp.read()
+        if resp.status != 200:
+            return None
+    except OSError:
+        return None
+    finally:
+        conn.close()
+    totals = {"requests": 0, "inferences": 0, "executions": 0}
+    for stats in json.loads(body).get("model_stats", []):
+        totals["requests"] += int(stats["inference_stats"]["success"]["count"])
+        totals["inferences"] += int(stats["inference_count"])
+        totals["executions"] += int(stats["execution_count"])
+    return totals
+
+
 def post(port: int, path: str, body: bytes, content_type: str, timeout: float = 60.0) -> tuple[int, str, bytes]:
     conn = http.client.HTTPConnection(LOOPBACK, port, timeout=timeout)
     try:
@@ -176,18 +204,20 @@ class TritonSetup:
         cmd = build_command(self.installation, Settings(), repository, self.backend_dir, Ports(http=http_port))
         return [*cmd, f"--load-model={model}"] if model else cmd
 
-    def sagemaker_command(self, repository: Path, model: str | None, sagemaker_port: int) -> list[str]:
+    def sagemaker_command(
+        self, repository: Path, model: str | None, sagemaker_port: int, stats_port: int | None = None
+    ) -> list[str]:
         """The same argv with Triton's SageMaker front end instead of its HTTP one (native serve's flags);
-        ``model`` None: a multi-model endpoint (nothing loaded at start, models namespaced per url)."""
+        ``model`` None: a multi-model endpoint (nothing loaded at start, models namespaced per url).
+        ``stats_port``: Triton's HTTP endpoint stays on, on this loopback port, for its statistics."""
         cmd = []
-        for arg in self.command(repository, model, 0):
-            if arg.startswith(("--http-address=", "--http-port=")):
+        for arg in self.command(repository, model, stats_port or 0):
+            if stats_port is None and arg.startswith(("--http-address=", "--http-port=")):
                 continue
-            cmd.append(
-                {"--allow-sagemaker=false": "--allow-sagemaker=true", "--allow-http=true": "--allow-http=false"}.get(
-                    arg, arg
-                )
-            )
+            switch = {"--allow-sagemaker=false": "--allow-sagemaker=true"}
+            if stats_port is None:
+                switch["--allow-http=true"] = "--allow-http=false"
+            cmd.append(switch.get(arg, arg))
         namespacing = [] if model is not None else ["--model-namespacing=true"]
         return [*cmd, *namespacing, f"--sagemaker-port={sagemaker_port}"]
 
@@ -202,16 +232,25 @@ class Server:
     """One server under test; ``start`` returns launch → ``/ping`` 200 in seconds."""
 
     def __init__(
-        self, kind: str, setup: TritonSetup, repository: Path, model: str, log_dir: Path, mme: bool = False
+        self,
+        kind: str,
+        setup: TritonSetup,
+        repository: Path,
+        model: str,
+        log_dir: Path,
+        mme: bool = False,
+        serve_env: dict[str, str] | None = None,
     ) -> None:
         """``mme``: a multi-model endpoint (anchor or ours only) whose models are loaded from under
-        ``repository`` (the model root) with ``POST /models``; ``model`` is then only a label."""
+        ``repository`` (the model root) with ``POST /models``; ``model`` is then only a label.
+        ``serve_env``: settings of serve (ours and its variants only)."""
         if not known(kind):
             raise ValueError(f"unknown server {kind!r}: {', '.join(KINDS)} or ours-w<N>")
         if mme and kind not in ("anchor", "ours"):
             raise ValueError(f"{kind}: only anchor and ours serve multi-model endpoints")
         self.mme = mme
         self.kind = kind
+        self.serve_env = serve_env or {}
         self.setup = setup
         self.repository = repository.resolve()
         self.model = model
@@ -219,6 +258,7 @@ class Server:
         self.port = free_port()
         self.procs: list[subprocess.Popen[bytes]] = []  # Triton and the front, for anchor and proxy
         self.serve: ServeProcess | None = None  # for ours and serve's variants
+        self._triton_port: int | None = None  # Triton's loopback HTTP port (anchor, proxy; ours: read from /proc)
         self._logs: list[object] = []
         self._work = log_dir / f"{kind}-work"
 
@@ -261,14 +301,18 @@ class Server:
                 self._wait(self.port, "/ping", deadline)
             elif self.kind == "anchor":
                 env = {**self.setup.env, "SAGEMAKER_TRITON_DEFAULT_MODEL_NAME": self.model}
-                self._spawn("triton", self.setup.sagemaker_command(self.repository, self.model, self.port), env, 9)
+                self._triton_port = free_port()
+                cmd = self.setup.sagemaker_command(self.repository, self.model, self.port, self._triton_port)
+                self._spawn("triton", cmd, env, 9)
                 self._wait(self.port, "/ping", deadline)
             elif self.ours:
                 self._work.mkdir(parents=True, exist_ok=True)
-                env = {**self.setup.env, "SMTRITON_WORK_DIR": str(self._work)}
+                env = {**self.setup.env, **self.serve_env, "SMTRITON_WORK_DIR": str(self._work)}
                 workers = ours_workers(self.kind)
                 if workers is not None:
                     env["SAGEMAKER_MODEL_SERVER_WORKERS"] = str(workers)
+                if self.kind == UNMERGED:
+                    env["SMTRITON_MERGE_REQUESTS"] = "false"
                 if self.mme:
                     args = ["--multi-model", "--model-root", str(self.repository)]
                 else:
@@ -277,7 +321,7 @@ class Server:
                 self.serve = ServeProcess(args, log, env=env, port=self.port, append_log=True, die_with_parent=True)
                 self.serve.wait_healthy(deadline - time.monotonic(), interval=0.02)
             else:  # the proxy: a loopback Triton, then the front
-                triton_port = free_port()
+                triton_port = self._triton_port = free_port()
                 cmd = self.setup.command(self.repository, self.model, triton_port)
                 self._spawn("triton", cmd, self.setup.env, 9)
                 self._wait(triton_port, f"/v2/models/{self.model}/ready", deadline)
@@ -298,7 +342,21 @@ class Server:
     @property
     def ours(self) -> bool:
         """``serve`` itself, with its default number of front workers or another."""
-        return self.kind == "ours" or ours_workers(self.kind) is not None
+        return self.kind in ("ours", UNMERGED) or ours_workers(self.kind) is not None
+
+    def triton_port(self) -> int | None:
+        """The loopback HTTP port of this server's Triton (ours: from its command line), for its statistics."""
+        if self._triton_port is not None or not self.ours:
+            return self._triton_port
+        for pid in self.pids()["triton"]:
+            try:
+                args = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
+            except OSError:
+                continue
+            for arg in args:
+                if arg.startswith("--http-port="):
+                    return int(arg.split("=", 1)[1])
+        return None
 
     def memory(self) -> dict[str, object]:
         """Resident memory of the Python front's processes now (serve: its main process and workers)."""

@@ -31,6 +31,7 @@ __all__ = [
     "post_on",
     "triton_has",
     "triton_pids",
+    "triton_url",
     "wait_for",
     "worker_pids",
     "workers_that_answered",
@@ -181,15 +182,19 @@ def post_on(connection: socket.socket, path: str, body: bytes) -> int:
     return status
 
 
-def triton_has(server: ServeProcess, triton_name: str) -> bool:
-    """Whether Triton has loaded ``triton_name`` (asked on its own loopback port, as serve does)."""
+def triton_url(server: ServeProcess) -> str:
+    """The loopback HTTP endpoint of ``server``'s Triton (from its command line), as serve reaches it."""
     (pid,) = triton_pids(server.marker)
     for arg in Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0"):
         if arg.startswith("--http-port="):
-            port = arg.split("=", 1)[1]
-            ready = requests.get(f"http://127.0.0.1:{port}/v2/models/{triton_name}/ready", timeout=5)
-            return ready.status_code == 200
-    return False
+            return f"http://127.0.0.1:{arg.split('=', 1)[1]}"
+    raise AssertionError("Triton has no --http-port")
+
+
+def triton_has(server: ServeProcess, triton_name: str) -> bool:
+    """Whether Triton has loaded ``triton_name`` (asked on its own loopback port, as serve does)."""
+    ready = requests.get(f"{triton_url(server)}/v2/models/{triton_name}/ready", timeout=5)
+    return ready.status_code == 200
 
 
 def alive(pids: list[int]) -> list[int]:

@@ -69,10 +69,12 @@ def test_a_model_merges_where_triton_batches_it_and_counts_its_instances_per_gpu
     "change",
     [
         {"max_batch_size": 0},
+        {"max_batch_size": 1},
         {"dynamic_batching": None},
         {"model_transaction_policy": {"decoupled": True}},
         {"sequence_batching": {}},
         {"batch_input": [{"kind": "BATCH_ELEMENT_COUNT"}]},
+        {"input": [{"name": "X", "allow_ragged_batch": False}, {"name": "Y", "allow_ragged_batch": True}]},
     ],
 )
 def test_a_model_triton_would_not_batch_never_merges(change):
@@ -168,14 +170,9 @@ def test_bytes_elements_are_counted_by_their_lengths():
 def test_json_data_is_merged_as_the_clients_wrote_it():
     """Triton parses the very characters each client sent (its parser rounds some numbers otherwise
     than a re-encoding would)."""
-    first = read(
-        b'{"inputs":[{"name":"X","datatype":"FP64","shape":[1,2],'
-        b'"data":[ 0.1000000000000000055511151231257827 , 2E0 ]}]}',
-        None,
-    )
-    second = read(
-        b'{"id":"b","inputs":[{"name":"X","datatype":"FP64","shape":[2,2],"data":[[1e-7,-0],[3,4.50]]}]}', None
-    )
+    spec = b'{"name":"X","datatype":"FP64","shape":'
+    first = read(b'{"inputs":[' + spec + b'[1,2],"data":[ 0.1000000000000000055511151231257827 , 2E0 ]}]}', None)
+    second = read(b'{"id":"b","inputs":[' + spec + b'[2,2],"data":[[1e-7,-0],[3,4.50]]}]}', None)
     merged = batching.merge([part_of(first), part_of(second)])
     assert merged.inference.header_length is None
     assert merged.inference.body == (

@@ -11,6 +11,7 @@ from typing import Any, Literal
 import orjson
 import pytest
 
+from smtriton.serve.dataplane.batching import ModelBatching
 from smtriton.serve.dataplane.plane import DataPlane
 from smtriton.serve.dataplane.request import Reply, Request
 from smtriton.serve.dataplane.sessions import SessionStep
@@ -246,6 +247,42 @@ def test_execution_parameters_take_the_instance_count_from_the_models_config():
         assert (await plane.execution_parameters())["MaxConcurrentTransforms"] == 2
 
     run(scenario)
+
+
+def test_how_a_model_merges_is_asked_once_without_holding_its_first_request_and_forgotten_when_it_changes():
+    triton = TritonStandIn()
+    triton.max_batch_size["m"] = 4
+    triton.config_delay_s = 0.3
+
+    async def main() -> None:
+        async with triton.running():
+            plane = serving_plane(triton, Settings())
+            try:
+                assert (await invoke(plane, b"{}")).status == 200
+                assert (triton.configs_asked, triton.configs_answered) == (1, 0)  # the request did not wait
+                assert await plane.upstream.batching("m") == ModelBatching(max_batch_size=4, instances=2)
+                for _ in range(3):
+                    assert (await invoke(plane, b"{}")).status == 200
+                assert triton.configs_asked == 1
+                plane.upstream.model_changed("m")
+                triton.max_batch_size["m"] = 2
+                assert (await invoke(plane, b"{}")).status == 200
+                assert await plane.upstream.batching("m") == ModelBatching(max_batch_size=2, instances=2)
+                assert triton.configs_asked == 2
+            finally:
+                await plane.close()
+
+    asyncio.run(main())
+
+
+def test_with_merging_off_no_request_waits_and_no_configuration_is_asked():
+    async def scenario(triton: TritonStandIn, plane: DataPlane) -> None:
+        assert plane.upstream.coalescer is None
+        triton.max_batch_size["m"] = 4
+        assert (await invoke(plane, b"{}")).status == 200
+        assert triton.configs_asked == 0
+
+    run(scenario, settings=Settings(merge_requests=False))
 
 
 class WatchedEvent(asyncio.Event):

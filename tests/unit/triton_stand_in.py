@@ -44,6 +44,10 @@ class TritonStandIn:
             "m": [{"name": "INPUT0", "datatype": "INT32", "shape": [-1, 16]}]
         }
         self.decoupled: set[str] = set()
+        self.max_batch_size: dict[str, int] = {}  # config: models Triton batches (dynamic_batching on)
+        self.config_delay_s = 0.0  # config: how long Triton takes to answer
+        self.configs_asked = 0
+        self.configs_answered = 0
         self.port = 0
         self._runner: web.AppRunner | None = None
 
@@ -131,11 +135,16 @@ class TritonStandIn:
 
     async def _config(self, request: web.Request) -> web.Response:
         model = request.match_info["model"]
+        self.configs_asked += 1
+        await asyncio.sleep(self.config_delay_s)
+        self.configs_answered += 1
         if model not in self.models:
             return web.json_response({"error": f"Request for unknown model: '{model}' is not found"}, status=400)
         config: dict[str, object] = {"name": model, "instance_group": [{"count": 2, "kind": "KIND_CPU"}]}
         if model in self.decoupled:
             config["model_transaction_policy"] = {"decoupled": True}
+        if model in self.max_batch_size:
+            config.update(max_batch_size=self.max_batch_size[model], dynamic_batching={})
         return web.json_response(config)
 
     async def _metadata(self, request: web.Request) -> web.Response:

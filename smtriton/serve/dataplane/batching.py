@@ -7,7 +7,8 @@ one request and one execution (:mod:`smtriton.serve.dataplane.coalescing` decide
 transform body of several records can use the same merge).
 
 Only where Triton itself would batch them (:func:`model_batching`, :func:`part`): the model has
-``dynamic_batching`` and ``max_batch_size`` > 0, is not decoupled and has no sequence batcher; the
+``dynamic_batching`` and ``max_batch_size`` ≥ 2, is not decoupled, has no sequence batcher and no
+ragged inputs (Triton's batches of those are no plain concatenation along the batch dimension); the
 requests agree on input names, datatypes, non-batch dimensions and encodings, on the outputs they ask
 for and on their parameters, carry no sequence, priority, timeout or custom-attribute parameter, and
 together fit ``max_batch_size``. Every size a request declares is checked here as Triton would check it
@@ -27,6 +28,7 @@ from __future__ import annotations
 import json
 import json.scanner
 import math
+import re
 import struct
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
@@ -70,9 +72,12 @@ def model_batching(config: dict[str, Any]) -> ModelBatching | None:
     """How a model's requests may be merged, from its configuration as Triton completed it; None when
     Triton would not batch them itself."""
     max_batch = config.get("max_batch_size")
-    if type(max_batch) is not int or max_batch <= 0 or not isinstance(config.get("dynamic_batching"), dict):
-        return None
+    if type(max_batch) is not int or max_batch < 2 or not isinstance(config.get("dynamic_batching"), dict):
+        return None  # (a batch of one row merges with nothing)
     if isinstance(config.get("sequence_batching"), dict) or config.get("batch_input") or config.get("batch_output"):
+        return None
+    inputs = config.get("input")
+    if any(isinstance(spec, dict) and spec.get("allow_ragged_batch") for spec in inputs or []):
         return None
     policy = config.get("model_transaction_policy")
     if isinstance(policy, dict) and policy.get("decoupled"):
@@ -218,7 +223,7 @@ def _count(data: Any) -> int:
     """Elements of a JSON tensor's data as Triton counts them (nested lists flattened); -1 if it is no list."""
     if not isinstance(data, list):
         return -1
-    if not any(type(item) is list for item in data):
+    if list not in map(type, data):  # flat, as clients mostly send it
         return len(data)
     count = 0
     for item in data:
@@ -248,6 +253,7 @@ def _fits(datatype: str, elements: int, body: Any, offset: int, size: int) -> bo
 # ----- the JSON data's own text --------------------------------------------------------------------------
 _SCANNER = json.scanner.make_scanner(json.JSONDecoder())  # type: ignore[arg-type]  # one JSON value at an index: (value, its end)
 _SPACE = " \t\n\r"
+_SPACE_RUN = re.compile("[ \t\n\r]*")
 
 
 def _tensors(inference: Inference, places: list[tuple[int, int] | None]) -> list[Tensor]:
@@ -269,9 +275,8 @@ def _tensors(inference: Inference, places: list[tuple[int, int] | None]) -> list
 
 
 def _skip(text: str, at: int) -> int:
-    while text[at] in _SPACE:
-        at += 1
-    return at
+    """The first index from ``at`` on that is not white space (compact JSON: ``at`` itself)."""
+    return at if text[at] not in _SPACE else _SPACE_RUN.match(text, at).end()  # type: ignore[union-attr]
 
 
 def _value_end(text: str, at: int) -> int:
@@ -430,23 +435,30 @@ def merge(parts: Sequence[Part]) -> Merged:
 
 
 def _load(head: bytes) -> tuple[dict[str, Any], bool]:
-    """Triton's answer header, and whether orjson read it (else the standard library did: Triton writes
-    NaN and Infinity, which orjson does not read, and they must be written back the same way)."""
+    """Triton's answer header, and whether orjson read it. Else the standard library did, from the text
+    with any byte that is not UTF-8 kept as it was: Triton writes NaN and Infinity, and a BYTES output
+    as the model made it, neither of which orjson reads; they are written back the same way."""
     try:
         value = orjson.loads(head)
         exact = True
     except orjson.JSONDecodeError:
-        value = json.loads(head)
+        value = json.loads(head.decode("utf-8", "surrogateescape"))
         exact = False
     if not isinstance(value, dict):
         raise ValueError("the answer is no JSON object")
     return value, exact
 
 
+def _dump(header: dict[str, Any], exact: bool) -> bytes:
+    if exact:
+        return orjson.dumps(header)
+    return json.dumps(header, separators=(",", ":"), ensure_ascii=False).encode("utf-8", "surrogateescape")
+
+
 def _split(response: UpstreamResponse, parts: Sequence[Part]) -> list[UpstreamResponse] | None:
     body = response.body
     end = len(body) if response.header_length is None else response.header_length
-    header, exact = _load(body[:end])
+    header, exact = _load(bytes(body[:end]))
     rows = [item.batch for item in parts]
     total = sum(rows)
     outputs = header["outputs"]
@@ -486,7 +498,7 @@ def _split(response: UpstreamResponse, parts: Sequence[Part]) -> list[UpstreamRe
                 ]
             elif key != "id":
                 mine[key] = value
-        head = orjson.dumps(mine) if exact else json.dumps(mine, separators=(",", ":"), ensure_ascii=False).encode()
+        head = _dump(mine, exact)
         if response.header_length is None:
             answers.append(UpstreamResponse(200, response.content_type, None, head))
         else:
