@@ -23,6 +23,8 @@ import numpy as np
 import pytest
 import requests
 import tritonclient.http as httpclient
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tests.integration.conftest import TEST_MODELS, start_serve
 from tests.integration.contract_client import BJ, json_request, parse
@@ -563,5 +565,86 @@ def test_the_largest_json_request_is_answered_while_ping_stays_quick_and_no_work
         assert max(pings) < 0.1, sorted(pings)[-5:]
         assert worker_pids(server) == [worker]  # the same worker throughout: never taken for a frozen one
         assert "did not answer its heartbeat" not in server.log_text()
+    finally:
+        server.stop()
+
+
+# ----- one reading of a request: generated requests that repeat keys, against the real Triton ----------------
+_HONEST_INPUTS = [
+    {"name": "INPUT0", "shape": [1, 16], "datatype": "INT32", "data": A.ravel().tolist()},
+    {"name": "INPUT1", "shape": [1, 16], "datatype": "INT32", "data": B.ravel().tolist()},
+]
+# The values a repeated key may carry: lies Triton would allocate by, or honest ones.
+_OTHER_VALUES = {
+    "name": ["INPUT1", "OTHER"],
+    "shape": [[899970039, 4], [1, 16], [62500000, 4]],
+    "datatype": ["FP64", "INT32"],
+    "data": [[1], A.ravel().tolist()],
+    "parameters": [{"binary_data_size": 8}, {}],
+}
+
+
+def _members(pairs: list[tuple[str, object]]) -> str:
+    return "{" + ",".join(f"{json.dumps(key)}:{json.dumps(value)}" for key, value in pairs) + "}"
+
+
+@st.composite
+def _requests_repeating_a_key(draw: st.DrawFn) -> bytes:
+    """The addsub request with one key repeated at one level Triton reads, either value first."""
+    level = draw(st.sampled_from(["input", "request", "parameters", "output"]))
+    first = draw(st.booleans())
+    specs = [list(spec.items()) for spec in _HONEST_INPUTS]
+    outputs: list[tuple[str, object]] = [("name", "OUTPUT0")]
+    parameters: list[tuple[str, object]] = [("p", 1)]
+    top_extra: list[str] = []
+    if level == "input":
+        key = draw(st.sampled_from(sorted(_OTHER_VALUES)))
+        extra = (key, draw(st.sampled_from(_OTHER_VALUES[key])))
+        which = draw(st.sampled_from([0, 1]))
+        specs[which] = [extra, *specs[which]] if first else [*specs[which], extra]
+        if key == "parameters":  # a key the honest spec has too
+            specs[which] = [("parameters", {}), *specs[which]] if not first else [*specs[which], ("parameters", {})]
+    elif level == "parameters":
+        parameters = [("p", 2**62), *parameters] if first else [*parameters, ("p", 2**62)]
+    elif level == "output":
+        outputs = [("name", "OUTPUT1"), *outputs] if first else [*outputs, ("name", "OUTPUT1")]
+    else:
+        lying = '"inputs":[' + _members([("name", "INPUT0"), ("shape", [899970039, 4]), ("datatype", "INT32"),
+                                         ("data", [1])]) + "]"  # fmt: skip
+        top_extra = [lying]
+    members = [
+        '"inputs":[' + ",".join(_members(spec) for spec in specs) + "]",
+        f'"outputs":[{_members(outputs)}]',
+        f'"parameters":{_members(parameters)}',
+    ]
+    members = [*top_extra, *members] if first else [*members, *top_extra]
+    return ("{" + ",".join(members) + "}").encode()
+
+
+def test_generated_requests_with_repeated_keys_never_reach_triton(tmp_path, test_repository):
+    """Whatever key is repeated, at whatever level, lying value first or last: 4xx or a right 200, and
+    Triton neither died nor allocated what a lie declared."""
+    server = start_serve(tmp_path, test_repository, "addsub", env=WORKERS)
+    (triton,) = triton_pids(server.marker)
+    before = _triton_peak_rss(server)
+    seen: list[int] = []
+
+    @settings(max_examples=150, deadline=None, database=None)
+    @given(body=_requests_repeating_a_key(), padded=st.booleans())
+    def answer(body: bytes, padded: bool) -> None:
+        if padded:  # past the size where the large reader and the re-encoding take it
+            body = body[:-1] + b" " * (70 * 1024) + body[-1:]
+        r = requests.post(
+            f"{server.url}/invocations", data=body, headers={"Content-Type": "application/json"}, timeout=30
+        )
+        seen.append(r.status_code)
+        assert 400 <= r.status_code < 500 or (r.status_code == 200 and _addsub_correct(r)), (r.status_code, r.text)
+
+    try:
+        answer()
+        assert triton_pids(server.marker) == [triton]  # the same Triton throughout
+        assert _triton_peak_rss(server) - before < 64 << 20
+        assert set(seen) == {400}  # every repeat is refused: none is read two ways
+        assert requests.post(f"{server.url}/invocations", data=ADDSUB, timeout=10).status_code == 200
     finally:
         server.stop()
