@@ -142,6 +142,7 @@ class StreamClient:
                     return
         except grpc.aio.AioRpcError as exc:  # the answer has started: the error is its last item
             unavailable = exc.code() == grpc.StatusCode.UNAVAILABLE
-            yield {"error": "Triton is not reachable" if unavailable else exc.details() or str(exc.code())}
+            stopped = "Triton stopped while the answer streamed (it restarts on its own: send the request again)"
+            yield {"error": stopped if unavailable else exc.details() or str(exc.code())}
         finally:
             call.cancel()
