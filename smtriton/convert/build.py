@@ -36,7 +36,7 @@ from smtriton.convert.recipe_code import source_file
 from smtriton.convert.recipe_parse import load_recipe
 from smtriton.convert.runners import exporter_for
 from smtriton.convert.stamp import entry_json, is_up_to_date, read_stamp, stamp_inputs, write_stamp
-from smtriton.convert.trt_plan import AxisRange, profile_text, recipe_profile, sha256_file
+from smtriton.convert.tensorrt_profiles import AxisRange, profile_text, recipe_profile, sha256_file
 
 try:
     import fcntl
@@ -192,17 +192,17 @@ def _host_versions(spec: ModelSpec) -> dict[str, str]:
     """A plan belongs to the TensorRT version and GPU that built it: both are part of its stamp."""
     if spec.format != "tensorrt":
         return {}
-    from smtriton.convert import trt_build
+    from smtriton.convert import tensorrt_build
 
-    return {"tensorrt": str(trt_build.load_tensorrt().__version__), "gpu": trt_build.gpu_info().name}
+    return {"tensorrt": str(tensorrt_build.load_tensorrt().__version__), "gpu": tensorrt_build.gpu_info().name}
 
 
 def tensorrt_importable() -> bool:
-    from smtriton.convert import trt_build
+    from smtriton.convert import tensorrt_build
 
     try:
-        trt_build.load_tensorrt()
-    except trt_build.TensorRTError:
+        tensorrt_build.load_tensorrt()
+    except tensorrt_build.TensorRTError:
         return False
     return True
 
@@ -338,15 +338,15 @@ def _build_tensorrt(
     from the entry's bounds, plan and sidecar, the plan checked against ONNX Runtime, config from the
     engine."""
     from smtriton import model_config
-    from smtriton.convert import trt_build
+    from smtriton.convert import tensorrt_build
     from smtriton.convert.config import ConfigOptions
     from smtriton.convert.parity import ParityError
-    from smtriton.convert.trt_plan import parse_size
+    from smtriton.convert.tensorrt_profiles import parse_size
     from smtriton.repo.artifacts import find_artifact
 
     assert spec.onnx is not None and spec.tensorrt is not None
     source = recipe.model(spec.onnx)
-    options = trt_build.BuildOptions(
+    options = tensorrt_build.BuildOptions(
         profiles=[_profile(spec, recipe)],
         precision=spec.tensorrt.precision,
         workspace_bytes=parse_size(spec.tensorrt.workspace) if spec.tensorrt.workspace else None,
@@ -357,7 +357,7 @@ def _build_tensorrt(
     onnx_path = find_artifact(output / source.name)
     plan = version_dir / PLAN_FILE
     say(f"building {PLAN_FILE} ({spec.tensorrt.precision})")
-    _, report = trt_build.build_checked_plan(
+    _, report = tensorrt_build.build_checked_plan(
         onnx_path, plan, options, max_batch_size=spec.max_batch_size,
         ranges={t.name: t.range for t in source.inputs if t.range is not None},
         atol=spec.parity.atol, rtol=spec.parity.rtol, trials=spec.parity.trials,
@@ -371,7 +371,7 @@ def _build_tensorrt(
         instance_groups=spec.instance_groups,
         parameters=spec.parameters,
     )
-    model_config.write(trt_build.plan_config(spec.name, plan, config_options), model_dir)
+    model_config.write(tensorrt_build.plan_config(spec.name, plan, config_options), model_dir)
     return report
 
 

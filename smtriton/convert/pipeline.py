@@ -35,6 +35,6 @@ def artifact_runner(spec: ModelSpec, recipe: Recipe, output: Path) -> Runner:
         return exporter_for(spec.format).load(spec, outputs, artifact)
     if spec.format == "python":
         return python_reference(spec.name, artifact)
-    from smtriton.convert.trt_build import plan_runner
+    from smtriton.convert.tensorrt_build import plan_runner
 
     return plan_runner(artifact)

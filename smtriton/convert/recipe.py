@@ -123,11 +123,11 @@ class EnsembleStep:
 class TensorRTOptions:
     """How a `format = "tensorrt"` entry's plan is built (what `smtriton convert tensorrt` takes)."""
 
-    precision: str = "fp32"  # see trt_plan.PRECISIONS
+    precision: str = "fp32"  # see tensorrt_profiles.PRECISIONS
     workspace: str | None = None  # e.g. "4GiB"
     optimization_level: int | None = None  # builder optimization level 0..5
     version_compatible: bool = False
-    hardware_compatibility: str = "none"  # see trt_plan.HARDWARE_LEVELS
+    hardware_compatibility: str = "none"  # see tensorrt_profiles.HARDWARE_LEVELS
     # (min, opt, max) of every dynamic axis but the batch: the sizes the plan accepts, which the ONNX
     # entry's parity sizes are not.
     profile: Mapping[str, tuple[int, int, int]] = field(default_factory=dict)

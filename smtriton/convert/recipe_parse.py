@@ -36,7 +36,7 @@ from smtriton.convert.recipe import (
     TensorSpec,
     dependencies,
 )
-from smtriton.convert.trt_plan import HARDWARE_LEVELS, PRECISIONS, TOLERANCES, parse_size
+from smtriton.convert.tensorrt_profiles import HARDWARE_LEVELS, PRECISIONS, TOLERANCES, parse_size
 
 if sys.version_info >= (3, 11):
     import tomllib

@@ -21,7 +21,7 @@ from typing import Any
 
 from smtriton.convert.recipe import ModelSpec
 from smtriton.convert.recipe_code import factory_file, samples_file, source_file
-from smtriton.convert.trt_plan import sha256_file
+from smtriton.convert.tensorrt_profiles import sha256_file
 
 STAMP_FILE = ".build-stamp.json"
 STAMP_VERSION = 1

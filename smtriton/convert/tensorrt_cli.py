@@ -1,5 +1,5 @@
 """``smtriton convert tensorrt``: an ONNX model into a TensorRT plan on this host's GPU, checked, with its
-sidecar and config (the build itself is :mod:`smtriton.convert.trt_build`'s)."""
+sidecar and config (the build itself is :mod:`smtriton.convert.tensorrt_build`'s)."""
 
 from __future__ import annotations
 
@@ -156,11 +156,11 @@ def convert_tensorrt(
     capability, profiles, precision) and config.pbtxt (instance group KIND_GPU).
     """
     from smtriton import model_config
-    from smtriton.convert import trt_build
+    from smtriton.convert import tensorrt_build
     from smtriton.convert.build import staged_dir
     from smtriton.convert.config import ConfigOptions
     from smtriton.convert.recipe import DynamicBatching, InstanceGroup
-    from smtriton.convert.trt_plan import (
+    from smtriton.convert.tensorrt_profiles import (
         TOLERANCES,
         ProfileError,
         parse_profile,
@@ -201,7 +201,7 @@ def convert_tensorrt(
                 f"give --profile with the sizes the plan accepts for the dynamic axes {', '.join(unbounded)} "
                 "(a recipe's axes are its parity check's sizes, not bounds)"
             )
-        options = trt_build.BuildOptions(
+        options = tensorrt_build.BuildOptions(
             profiles=profiles,
             precision=precision,
             workspace_bytes=parse_size(workspace) if workspace else None,
@@ -223,7 +223,7 @@ def convert_tensorrt(
         # passed, so a failed build never leaves a plan where Triton would load it.
         with staged_dir(model_dir, str(version)) as staging:
             with Progress(*columns, console=console, transient=True, disable=not console.is_terminal) as bar:
-                sidecar, report = trt_build.build_checked_plan(
+                sidecar, report = tensorrt_build.build_checked_plan(
                     onnx_path, staging / plan.name, options, max_batch_size=mbs, verify=verify, reference=reference,
                     ranges=ranges, atol=default_atol if atol is None else atol,
                     rtol=default_rtol if rtol is None else rtol, monitor=_RichMonitor(bar),
@@ -244,8 +244,8 @@ def convert_tensorrt(
                 dynamic_batching=DynamicBatching() if mbs > 0 else None,
                 instance_groups=(InstanceGroup(1, "KIND_GPU"),),
             )
-            path = model_config.write(trt_build.plan_config(model_name, plan, options_cfg), output / model_name)
+            path = model_config.write(tensorrt_build.plan_config(model_name, plan, options_cfg), output / model_name)
             validate_written(output, [model_name])
             console.print(f"  config: {path}", highlight=False)
-    except (trt_build.TensorRTError, ProfileError, SignatureError, RecipeError, ValueError) as exc:
+    except (tensorrt_build.TensorRTError, ProfileError, SignatureError, RecipeError, ValueError) as exc:
         raise fail(str(exc), 1) from None

@@ -26,7 +26,7 @@ from typing import Any
 
 from smtriton import dtypes
 from smtriton.errors import ToolUsageError
-from smtriton.serve.triton.tensorrt_plan import Sidecar, SidecarError, read_sidecar
+from smtriton.serve.triton.tensorrt_sidecar import Sidecar, SidecarError, read_sidecar
 
 # A dimension: int = fixed size, str = named dynamic axis, None = dynamic without a name.
 SigDim = int | str | None

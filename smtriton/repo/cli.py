@@ -29,10 +29,10 @@ package_app = typer.Typer(
 
 
 def _runtime(tensorrt_version: str | None, gpu_name: str | None, compute_capability: str | None, detect: bool):
-    from smtriton.serve.triton.tensorrt_plan import RuntimeInfo
+    from smtriton.serve.triton.tensorrt_sidecar import RuntimeInfo
 
     if detect:  # as serve detects it, so that validate refuses exactly the plans serve would
-        from smtriton.serve.triton.plan_check import NoRuntime, detect_runtime
+        from smtriton.serve.triton.tensorrt_check import NoRuntime, detect_runtime
 
         found = detect_runtime()
         if isinstance(found, NoRuntime):

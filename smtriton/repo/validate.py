@@ -37,7 +37,7 @@ from smtriton.repo.artifacts import (
     torchscript_signature,
 )
 from smtriton.repo.layout import model_directories
-from smtriton.serve.triton.tensorrt_plan import RuntimeInfo, SidecarError, check_compatibility, read_sidecar
+from smtriton.serve.triton.tensorrt_sidecar import RuntimeInfo, SidecarError, check_compatibility, read_sidecar
 
 # serve's rule for model names (docs/contract.md §2.4, loading a model), used for every repository.
 MODEL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,254}$")

@@ -18,7 +18,7 @@ from smtriton.perf.bodies import Body, build_bodies, parse_shapes
 from smtriton.perf.cli import parse_loads
 from smtriton.perf.runner import StepPlan
 from smtriton.serve.host.gpu import gpu_models
-from smtriton.serve.triton.plan_check import is_tensorrt
+from smtriton.serve.triton.tensorrt_check import is_tensorrt
 from smtriton.tune import report
 from smtriton.tune.engines import PlanBuilder, served_batch_limit
 from smtriton.tune.knobs import Knob, apply, describe, key, knobs_for

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from smtriton.convert.trt_plan import (
+from smtriton.convert.tensorrt_profiles import (
     AxisRange,
     Profile,
     Sidecar,
@@ -33,14 +33,14 @@ from smtriton.convert.trt_plan import (
 )
 from smtriton.errors import ToolUsageError
 from smtriton.model_config import ModelConfig
-from smtriton.serve.triton.plan_check import PLAN_FILENAME, is_tensorrt, served_versions
+from smtriton.serve.triton.tensorrt_check import PLAN_FILENAME, is_tensorrt, served_versions
 from smtriton.tune.knobs import Knob, param_knob
 
 BUILD_PREFIX = "smtriton.tune."
 PRECISION = "trt_precision"
 OPT_BATCH = "trt_opt_batch"
 
-# build_plan(onnx, plan, options) -> Sidecar: smtriton.convert.trt_build.build_plan, or a stand-in in tests.
+# build_plan(onnx, plan, options) -> Sidecar: smtriton.convert.tensorrt_build.build_plan, or a stand-in in tests.
 Build = Callable[[Path, Path, Any], Sidecar]
 
 
@@ -129,7 +129,7 @@ class PlanBuilder:
         return profiles
 
     def options(self, config: ModelConfig, build: Mapping[str, str]) -> Any:
-        from smtriton.convert.trt_build import BuildOptions
+        from smtriton.convert.tensorrt_build import BuildOptions
 
         return BuildOptions(
             profiles=self.profiles(config, build),
@@ -191,7 +191,7 @@ class PlanBuilder:
 
 
 def _build_with_tensorrt(onnx: Path, plan: Path, options: Any) -> Sidecar:
-    from smtriton.convert.trt_build import build_plan
+    from smtriton.convert.tensorrt_build import build_plan
 
     return build_plan(onnx, plan, options)
 

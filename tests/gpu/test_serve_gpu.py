@@ -216,8 +216,8 @@ def test_the_plan_converted_in_this_image_is_served_and_matches_onnx_runtime(tmp
     _needs_native("tensorrt")
     ort = pytest.importorskip("onnxruntime")
     from smtriton import dtypes, model_config
-    from smtriton.convert import trt_build
-    from smtriton.convert.trt_plan import read_sidecar
+    from smtriton.convert import tensorrt_build
+    from smtriton.convert.tensorrt_profiles import read_sidecar
 
     repository = Path(PLAN_REPOSITORY)
     plans = sorted(repository.glob("*/[0-9]*/model.plan"))
@@ -244,6 +244,6 @@ def test_the_plan_converted_in_this_image_is_served_and_matches_onnx_runtime(tmp
     onnx_types = {"tensor(int64)": np.int64, "tensor(int32)": np.int32, "tensor(float)": np.float32}
     feeds = {i.name: given[i.name].astype(onnx_types[i.type]) for i in session.get_inputs()}
     want = dict(zip([o.name for o in session.get_outputs()], session.run(None, feeds), strict=True))
-    atol, rtol = trt_build.TOLERANCES[sidecar.precision]
+    atol, rtol = tensorrt_build.TOLERANCES[sidecar.precision]
     for name, value in got.items():
         np.testing.assert_allclose(value, want[name], atol=atol, rtol=rtol, err_msg=name)

@@ -14,7 +14,7 @@ import pytest
 from typer.testing import CliRunner
 
 from smtriton.cli import app
-from smtriton.convert.trt_plan import TOLERANCES, AxisRange, check_compatibility, read_sidecar
+from smtriton.convert.tensorrt_profiles import TOLERANCES, AxisRange, check_compatibility, read_sidecar
 from tests.gpu.encoder import Encoder
 
 pytestmark = [pytest.mark.gpu, pytest.mark.tensorrt]
@@ -31,31 +31,31 @@ def encoder_onnx(path: Path) -> Path:
 
 @pytest.mark.parametrize("precision", ["fp32", "fp16"])
 def test_plan_matches_onnx_runtime(tmp_path, precision):
-    from smtriton.convert import trt_build
+    from smtriton.convert import tensorrt_build
 
     source = encoder_onnx(tmp_path / "model.onnx")
     plan = tmp_path / "model.plan"
     cache = tmp_path / "timing.cache"
-    options = trt_build.BuildOptions(profiles=[PROFILE], precision=precision, timing_cache=cache,
+    options = tensorrt_build.BuildOptions(profiles=[PROFILE], precision=precision, timing_cache=cache,
                                      workspace_bytes=1 << 30)  # fmt: skip
-    sidecar = trt_build.build_plan(source, plan, options)
+    sidecar = tensorrt_build.build_plan(source, plan, options)
     assert cache.stat().st_size > 0
     atol, rtol = TOLERANCES[precision]
-    report = trt_build.verify_plan(plan, source, ranges={"ids": (0, 100)}, atol=atol, rtol=rtol)
+    report = tensorrt_build.verify_plan(plan, source, ranges={"ids": (0, 100)}, atol=atol, rtol=rtol)
     assert report.passed, report.summary()
-    assert check_compatibility(sidecar, trt_build.runtime_info()) == []
-    signature = trt_build.engine_signature(plan)
+    assert check_compatibility(sidecar, tensorrt_build.runtime_info()) == []
+    signature = tensorrt_build.engine_signature(plan)
     assert [(t.name, t.dtype, t.shape) for t in signature.inputs] == [("ids", "INT64", ("batch", "sequence"))]
 
 
 def test_two_profiles_each_serve_their_range(tmp_path):
-    from smtriton.convert import trt_build
+    from smtriton.convert import tensorrt_build
 
     source = encoder_onnx(tmp_path / "model.onnx")
     plan = tmp_path / "model.plan"
     long = {"batch": AxisRange(1, 1, 2), "sequence": AxisRange(65, 128, 256)}
-    trt_build.build_plan(source, plan, trt_build.BuildOptions(profiles=[PROFILE, long]))
-    run = trt_build.plan_runner(plan)
+    tensorrt_build.build_plan(source, plan, tensorrt_build.BuildOptions(profiles=[PROFILE, long]))
+    run = tensorrt_build.plan_runner(plan)
     import onnxruntime as ort
 
     session = ort.InferenceSession(str(source), providers=["CPUExecutionProvider"])
@@ -91,7 +91,7 @@ def test_demo_text_encoder_through_the_cli(tmp_path):
 def test_a_recipes_tensorrt_entry_is_built_checked_and_configured(tmp_path):
     """build-repository with a format = "tensorrt" entry: the ONNX entry first, then the plan, its
     sidecar matching this host, the parity check against ONNX Runtime, a config that validates."""
-    from smtriton.convert import trt_build
+    from smtriton.convert import tensorrt_build
     from smtriton.convert.build import build_repository
     from smtriton.convert.recipe import DEFAULT_RECIPE
     from smtriton.repo.validate import validate_repository
@@ -113,7 +113,7 @@ def test_a_recipes_tensorrt_entry_is_built_checked_and_configured(tmp_path):
     sidecar = read_sidecar(out / "text_encoder_trt" / "1" / "model.plan")
     assert sidecar is not None
     assert (sidecar.precision, sidecar.max_batch_size) == ("fp16", 16)
-    runtime = trt_build.runtime_info()
+    runtime = tensorrt_build.runtime_info()
     assert check_compatibility(sidecar, runtime) == []
     assert [p for p in validate_repository(out, runtime=runtime) if p.severity == "error"] == []
     assert build_repository(recipe, out, models=["text_encoder_trt"]).up_to_date
@@ -122,12 +122,12 @@ def test_a_recipes_tensorrt_entry_is_built_checked_and_configured(tmp_path):
 def test_serve_detects_the_runtime_the_builder_records():
     """serve (libnvinfer + NVML) and the builder (tensorrt module + nvidia-smi) must agree on this host,
     or serve would refuse the plans built here."""
-    from smtriton.convert import trt_build
-    from smtriton.serve.triton import plan_check
+    from smtriton.convert import tensorrt_build
+    from smtriton.serve.triton import tensorrt_check
 
-    built = trt_build.runtime_info()
-    here = plan_check.detect_runtime()
-    assert isinstance(here, plan_check.RuntimeInfo)
+    built = tensorrt_build.runtime_info()
+    here = tensorrt_check.detect_runtime()
+    assert isinstance(here, tensorrt_check.RuntimeInfo)
     assert (here.gpu_name, here.compute_capability) == (built.gpu_name, built.compute_capability)
     assert here.tensorrt_version.split(".")[:3] == built.tensorrt_version.split(".")[:3]
 

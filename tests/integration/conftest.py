@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from smtriton.serve.triton.tensorrt_plan import Sidecar, write_sidecar
+from smtriton.serve.triton.tensorrt_sidecar import Sidecar, write_sidecar
 from tests.integration.harness import ServeProcess
 
 TEST_MODELS = Path(__file__).parent / "models"
@@ -32,7 +32,7 @@ def fake_plan_model(model_dir: Path, tensorrt_version: str) -> Path:
     """A tensorrt_plan model whose (fake) plan has a sidecar saying it was built with ``tensorrt_version``
     on an A10G: enough for serve's compatibility check, which refuses it before Triton sees the bytes.
     The tests using it expect the refusal of a host without TensorRT or GPU (tests/gpu covers the rest)."""
-    from smtriton.serve.triton.plan_check import NoRuntime, detect_runtime
+    from smtriton.serve.triton.tensorrt_check import NoRuntime, detect_runtime
 
     if not isinstance(detect_runtime(), NoRuntime):
         pytest.skip("this host has TensorRT and a GPU: the refusal tested here is the one of hosts without")

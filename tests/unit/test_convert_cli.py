@@ -11,7 +11,7 @@ from smtriton.cli import app
 from smtriton.convert.cli_shared import parse_pairs, parse_tensor
 from smtriton.convert.config import ConfigError, ConfigOptions, signature_config
 from smtriton.convert.recipe import DynamicBatching, InstanceGroup, RecipeError
-from smtriton.convert.trt_plan import parse_size
+from smtriton.convert.tensorrt_profiles import parse_size
 from smtriton.repo.artifacts import TensorSig, find_artifact, onnx_signature
 from tests.unit.test_repo_validate import tiny_onnx
 

@@ -1,6 +1,6 @@
 """The TensorRT toolchain on CPU, against a stand-in of the TensorRT 10/11 Python API.
 
-The stand-in (``FakeTensorRT``) implements exactly the surface ``smtriton.convert.trt_build`` calls, with the
+The stand-in (``FakeTensorRT``) implements exactly the surface ``smtriton.convert.tensorrt_build`` calls, with the
 rules the real library enforces where they matter: name-based I/O, profile shapes checked
 (min <= opt <= max, ranks, known inputs), precision flags that exist only on 10.x, a plan that only
 deserializes on the TensorRT version that built it, and progress-monitor callbacks. Its "engine"
@@ -24,8 +24,8 @@ from onnx import TensorProto, helper
 from typer.testing import CliRunner
 
 from smtriton.cli import app
-from smtriton.convert import trt_build
-from smtriton.convert.trt_plan import (
+from smtriton.convert import tensorrt_build
+from smtriton.convert.tensorrt_profiles import (
     AxisRange,
     ProfileError,
     RuntimeInfo,
@@ -342,7 +342,7 @@ def make_fake_tensorrt(version: str) -> types.ModuleType:
 
 
 class FakeMemory:
-    """Device memory as host byte buffers (the interface of trt_build.CudaMemory)."""
+    """Device memory as host byte buffers (the interface of tensorrt_build.CudaMemory)."""
 
     current: FakeMemory
 
@@ -374,15 +374,15 @@ class FakeMemory:
         pass
 
 
-GPU = trt_build.GpuInfo("NVIDIA A10G", "8.6")
+GPU = tensorrt_build.GpuInfo("NVIDIA A10G", "8.6")
 
 
 @pytest.fixture(params=["10.3.0", "11.3.0"])
 def trt(request, monkeypatch) -> types.ModuleType:
     fake = make_fake_tensorrt(request.param)
     monkeypatch.setitem(sys.modules, "tensorrt", fake)
-    monkeypatch.setattr(trt_build, "CudaMemory", FakeMemory)
-    monkeypatch.setattr(trt_build, "gpu_info", lambda device=0, run=None: GPU)
+    monkeypatch.setattr(tensorrt_build, "CudaMemory", FakeMemory)
+    monkeypatch.setattr(tensorrt_build, "gpu_info", lambda device=0, run=None: GPU)
     return fake
 
 
@@ -477,19 +477,19 @@ def test_gpu_info_from_nvidia_smi():
         assert cmd[:2] == ["nvidia-smi", "--id=0"]
         return types.SimpleNamespace(returncode=0, stdout="NVIDIA A10G, 8.6\n", stderr="")
 
-    assert trt_build.gpu_info(0, run=run) == trt_build.GpuInfo("NVIDIA A10G", "8.6")
+    assert tensorrt_build.gpu_info(0, run=run) == tensorrt_build.GpuInfo("NVIDIA A10G", "8.6")
 
     def broken(cmd, **kwargs):
         return types.SimpleNamespace(returncode=9, stdout="", stderr="No devices were found")
 
-    with pytest.raises(trt_build.TensorRTError, match="No devices were found"):
-        trt_build.gpu_info(0, run=broken)
+    with pytest.raises(tensorrt_build.TensorRTError, match="No devices were found"):
+        tensorrt_build.gpu_info(0, run=broken)
 
 
 def test_missing_tensorrt_says_where_to_build(monkeypatch):
     monkeypatch.setitem(sys.modules, "tensorrt", None)  # import fails
-    with pytest.raises(trt_build.TensorRTError, match="inside the serving image"):
-        trt_build.load_tensorrt()
+    with pytest.raises(tensorrt_build.TensorRTError, match="inside the serving image"):
+        tensorrt_build.load_tensorrt()
 
 
 @pytest.mark.parametrize(
@@ -506,13 +506,13 @@ def test_missing_tensorrt_says_where_to_build(monkeypatch):
     ],
 )
 def test_precision_plan_per_version(major, precision, expected):
-    assert trt_build.precision_plan(major, precision) == expected
+    assert tensorrt_build.precision_plan(major, precision) == expected
 
 
 @pytest.mark.parametrize(("major", "precision"), [(11, "int8"), (11, "bf16"), (9, "fp32"), (10, "fp8")])
 def test_precision_plan_refusals(major, precision):
-    with pytest.raises(trt_build.TensorRTError):
-        trt_build.precision_plan(major, precision)
+    with pytest.raises(tensorrt_build.TensorRTError):
+        tensorrt_build.precision_plan(major, precision)
 
 
 # --- the builder and runner against the stand-in ------------------------------------------------------
@@ -539,7 +539,7 @@ def test_build_writes_plan_sidecar_and_timing_cache(trt, tmp_path):
     plan = tmp_path / "repo" / "enc" / "1" / "model.plan"
     cache = tmp_path / "timing.cache"
     monitor = Recorder()
-    options = trt_build.BuildOptions(
+    options = tensorrt_build.BuildOptions(
         profiles=[PROFILE, {"batch": AxisRange(1, 1, 1), "sequence": AxisRange(64, 64, 128)}],
         precision="fp32",
         workspace_bytes=1 << 30,
@@ -547,7 +547,7 @@ def test_build_writes_plan_sidecar_and_timing_cache(trt, tmp_path):
         optimization_level=4,
         hardware_compatibility="ampere-plus",
     )
-    side = trt_build.build_plan(source, plan, options, monitor=monitor)
+    side = tensorrt_build.build_plan(source, plan, options, monitor=monitor)
     assert plan.is_file()
     assert read_sidecar(plan) == side
     assert (side.tensorrt_version, side.gpu_name, side.compute_capability) == (trt.__version__, "NVIDIA A10G", "8.6")
@@ -566,21 +566,21 @@ def test_build_writes_plan_sidecar_and_timing_cache(trt, tmp_path):
     assert monitor.events == [("start", "Building engine", 3), *[("step", "Building engine", i) for i in range(3)],
                               ("finish", "Building engine")]  # fmt: skip
     assert cache.read_bytes() == b"TC:" + trt.__version__.encode() + b"+"
-    trt_build.build_plan(source, plan, options)  # a second build reads the cache written by the first
+    tensorrt_build.build_plan(source, plan, options)  # a second build reads the cache written by the first
     assert trt.built[-1]["cache"].data == b"TC:" + trt.__version__.encode() + b"+"
 
 
 def test_timing_cache_from_another_version_is_replaced(trt, tmp_path):
     cache = tmp_path / "timing.cache"
     cache.write_bytes(b"TC:9.9.9")
-    options = trt_build.BuildOptions(profiles=[PROFILE], timing_cache=cache)
-    trt_build.build_plan(encoder_onnx(tmp_path / "m.onnx"), tmp_path / "model.plan", options)
+    options = tensorrt_build.BuildOptions(profiles=[PROFILE], timing_cache=cache)
+    tensorrt_build.build_plan(encoder_onnx(tmp_path / "m.onnx"), tmp_path / "model.plan", options)
     assert cache.read_bytes() == b"TC:" + trt.__version__.encode() + b"+"
 
 
 def test_fp16_on_10_is_a_builder_flag_and_on_11_an_fp16_graph(trt, tmp_path):
-    options = trt_build.BuildOptions(profiles=[PROFILE], precision="fp16")
-    side = trt_build.build_plan(encoder_onnx(tmp_path / "m.onnx"), tmp_path / "model.plan", options)
+    options = tensorrt_build.BuildOptions(profiles=[PROFILE], precision="fp16")
+    side = tensorrt_build.build_plan(encoder_onnx(tmp_path / "m.onnx"), tmp_path / "model.plan", options)
     built = trt.built[-1]
     if trt.__version__.startswith("10"):
         assert built["flags"] == {"FP16"}
@@ -596,36 +596,40 @@ def test_fp16_on_10_is_a_builder_flag_and_on_11_an_fp16_graph(trt, tmp_path):
 
 
 def test_int8_needs_calibration_on_10_and_a_qdq_graph_on_11(trt, tmp_path):
-    options = trt_build.BuildOptions(profiles=[PROFILE], precision="int8")
-    with pytest.raises(trt_build.TensorRTError, match="calibration data" if trt.__version__[:2] == "10" else "Q/DQ"):
-        trt_build.build_plan(encoder_onnx(tmp_path / "m.onnx"), tmp_path / "model.plan", options)
+    options = tensorrt_build.BuildOptions(profiles=[PROFILE], precision="int8")
+    with pytest.raises(
+        tensorrt_build.TensorRTError, match="calibration data" if trt.__version__[:2] == "10" else "Q/DQ"
+    ):
+        tensorrt_build.build_plan(encoder_onnx(tmp_path / "m.onnx"), tmp_path / "model.plan", options)
 
 
 def test_build_errors(trt, tmp_path):
     source = encoder_onnx(tmp_path / "m.onnx")
     plan = tmp_path / "model.plan"
     with pytest.raises(ProfileError, match="no range for axis 'sequence'"):
-        trt_build.build_plan(source, plan, trt_build.BuildOptions(profiles=[{"batch": AxisRange(1, 2, 4)}]))
-    with pytest.raises(trt_build.TensorRTError, match="at least one optimization profile"):
-        trt_build.build_plan(source, plan, trt_build.BuildOptions(profiles=[]))
+        tensorrt_build.build_plan(source, plan, tensorrt_build.BuildOptions(profiles=[{"batch": AxisRange(1, 2, 4)}]))
+    with pytest.raises(tensorrt_build.TensorRTError, match="at least one optimization profile"):
+        tensorrt_build.build_plan(source, plan, tensorrt_build.BuildOptions(profiles=[]))
     broken = tmp_path / "broken.onnx"
     broken.write_bytes(b"not onnx")
     with pytest.raises(SignatureError, match="not a readable ONNX model"):
-        trt_build.build_plan(broken, plan, trt_build.BuildOptions(profiles=[PROFILE]))
-    with pytest.raises(trt_build.TensorRTError, match="could not build"):  # the monitor cancelled the build
-        trt_build.build_plan(source, plan, trt_build.BuildOptions(profiles=[PROFILE]), monitor=Recorder(cancel=True))
+        tensorrt_build.build_plan(broken, plan, tensorrt_build.BuildOptions(profiles=[PROFILE]))
+    with pytest.raises(tensorrt_build.TensorRTError, match="could not build"):  # the monitor cancelled the build
+        tensorrt_build.build_plan(
+            source, plan, tensorrt_build.BuildOptions(profiles=[PROFILE]), monitor=Recorder(cancel=True)
+        )
     assert not plan.exists()
 
 
 def test_runner_uses_name_based_io_and_picks_the_fitting_profile(trt, tmp_path):
     source = encoder_onnx(tmp_path / "m.onnx")
     plan = tmp_path / "model.plan"
-    options = trt_build.BuildOptions(
+    options = tensorrt_build.BuildOptions(
         profiles=[PROFILE, {"batch": AxisRange(1, 1, 2), "sequence": AxisRange(33, 64, 128)}]
     )
-    trt_build.build_plan(source, plan, options)
+    tensorrt_build.build_plan(source, plan, options)
     memory = FakeMemory()
-    run = trt_build.plan_runner(plan, memory=memory)
+    run = tensorrt_build.plan_runner(plan, memory=memory)
     import onnxruntime as ort
 
     session = ort.InferenceSession(str(source), providers=["CPUExecutionProvider"])
@@ -634,22 +638,22 @@ def test_runner_uses_name_based_io_and_picks_the_fitting_profile(trt, tmp_path):
         got = run({"ids": ids})["hidden"]
         np.testing.assert_allclose(got, session.run(["hidden"], {"ids": ids})[0], rtol=1e-6)
     assert len(memory.freed) == 4  # every buffer released
-    with pytest.raises(trt_build.TensorRTError, match="fit none of the plan's optimization profiles"):
+    with pytest.raises(tensorrt_build.TensorRTError, match="fit none of the plan's optimization profiles"):
         run({"ids": np.zeros((9, 10), dtype=np.int64)})
 
 
 def test_plan_from_another_version_does_not_load(trt, tmp_path):
     plan = tmp_path / "model.plan"
-    trt_build.build_plan(encoder_onnx(tmp_path / "m.onnx"), plan, trt_build.BuildOptions(profiles=[PROFILE]))
+    tensorrt_build.build_plan(encoder_onnx(tmp_path / "m.onnx"), plan, tensorrt_build.BuildOptions(profiles=[PROFILE]))
     other = make_fake_tensorrt("10.8.0" if trt.__version__ != "10.8.0" else "10.3.0")
-    with pytest.raises(trt_build.TensorRTError, match="cannot load"):
-        trt_build.plan_runner(plan, trt=other, memory=FakeMemory())
+    with pytest.raises(tensorrt_build.TensorRTError, match="cannot load"):
+        tensorrt_build.plan_runner(plan, trt=other, memory=FakeMemory())
 
 
 def test_engine_signature_names_dynamic_axes_from_the_sidecar(trt, tmp_path):
     plan = tmp_path / "model.plan"
-    trt_build.build_plan(encoder_onnx(tmp_path / "m.onnx"), plan, trt_build.BuildOptions(profiles=[PROFILE]))
-    signature = trt_build.engine_signature(plan)
+    tensorrt_build.build_plan(encoder_onnx(tmp_path / "m.onnx"), plan, tensorrt_build.BuildOptions(profiles=[PROFILE]))
+    signature = tensorrt_build.engine_signature(plan)
     assert [(t.name, t.dtype, t.shape) for t in signature.inputs] == [("ids", "INT64", ("batch", "sequence"))]
     assert [(t.name, t.dtype, t.shape) for t in signature.outputs] == [("hidden", "FP32", ("batch", "sequence", 4))]
 
@@ -657,11 +661,11 @@ def test_engine_signature_names_dynamic_axes_from_the_sidecar(trt, tmp_path):
 def test_verify_plan_against_onnx_runtime(trt, tmp_path):
     source = encoder_onnx(tmp_path / "m.onnx")
     plan = tmp_path / "model.plan"
-    trt_build.build_plan(source, plan, trt_build.BuildOptions(profiles=[PROFILE]))
-    report = trt_build.verify_plan(plan, source, ranges={"ids": (0, 10)}, atol=1e-5, rtol=1e-5)
+    tensorrt_build.build_plan(source, plan, tensorrt_build.BuildOptions(profiles=[PROFILE]))
+    report = tensorrt_build.verify_plan(plan, source, ranges={"ids": (0, 10)}, atol=1e-5, rtol=1e-5)
     assert report.passed
     assert report.cases == 6  # min, opt, max x 2 trials
-    bad = trt_build.verify_plan(
+    bad = tensorrt_build.verify_plan(
         plan, source, ranges={"ids": (0, 10)}, atol=1e-5, rtol=1e-5,
         runner=lambda feeds: {"hidden": np.zeros((*feeds["ids"].shape, 4), np.float32)},
     )  # fmt: skip
@@ -856,7 +860,9 @@ def test_a_plan_is_rebuilt_for_another_gpu(trt, plan_recipe, tmp_path, monkeypat
 
     out = tmp_path / "repo"
     build_repository(plan_recipe, out)
-    monkeypatch.setattr(trt_build, "gpu_info", lambda device=0, run=None: trt_build.GpuInfo("NVIDIA L4", "8.9"))
+    monkeypatch.setattr(
+        tensorrt_build, "gpu_info", lambda device=0, run=None: tensorrt_build.GpuInfo("NVIDIA L4", "8.9")
+    )
     assert [r.status for r in build_repository(plan_recipe, out).results] == ["up to date", "built"]
 
 
@@ -913,15 +919,15 @@ def test_integer_inputs_without_a_range_take_the_values_of_the_table_they_index(
     source = encoder_onnx(tmp_path / "m.onnx")
     assert onnx_index_ranges(source) == {"ids": (0, 10)}
     plan = tmp_path / "model.plan"
-    trt_build.build_plan(source, plan, trt_build.BuildOptions(profiles=[PROFILE]))
-    real = trt_build.plan_runner(plan)
+    tensorrt_build.build_plan(source, plan, tensorrt_build.BuildOptions(profiles=[PROFILE]))
+    real = tensorrt_build.plan_runner(plan)
     seen: list[np.ndarray] = []
 
     def runner(feeds):
         seen.append(feeds["ids"])
         return real(feeds)
 
-    assert trt_build.verify_plan(plan, source, atol=1e-5, rtol=1e-5, runner=runner).passed
+    assert tensorrt_build.verify_plan(plan, source, atol=1e-5, rtol=1e-5, runner=runner).passed
     values = np.concatenate([ids.ravel() for ids in seen])
     assert (values.min(), values.max()) == (0, 9)
 

@@ -13,7 +13,7 @@ from onnx import TensorProto, helper
 from typer.testing import CliRunner
 
 from smtriton.cli import app
-from smtriton.convert.trt_plan import RuntimeInfo, Sidecar, sha256_file, write_sidecar
+from smtriton.convert.tensorrt_profiles import RuntimeInfo, Sidecar, sha256_file, write_sidecar
 from smtriton.repo.artifacts import TORCHSCRIPT_SIGNATURE
 from smtriton.repo.validate import errors, validate_repository
 
@@ -319,14 +319,16 @@ def test_tensorrt_batch_beyond_the_profiles(tmp_path):
 def test_detect_runtime_checks_plans_against_what_serve_detects(tmp_path, monkeypatch):
     """--detect-runtime compares the plans with the runtime serve would find here (libnvinfer and NVML),
     and where there is none says so in one line."""
-    from smtriton.serve.triton import plan_check
+    from smtriton.serve.triton import tensorrt_check
 
     repo, _ = plan_repo(tmp_path)
-    monkeypatch.setattr(plan_check, "detect_runtime", lambda: RuntimeInfo("10.8.0", "NVIDIA L4", "8.9"))
+    monkeypatch.setattr(tensorrt_check, "detect_runtime", lambda: RuntimeInfo("10.8.0", "NVIDIA L4", "8.9"))
     refused = CliRunner().invoke(app, ["validate", str(repo), "--detect-runtime"])
     assert refused.exit_code == 1
     assert "plan built with TensorRT 10.3.0, this runtime" in refused.output
-    monkeypatch.setattr(plan_check, "detect_runtime", lambda: plan_check.NoRuntime("this host has no NVIDIA GPU"))
+    monkeypatch.setattr(
+        tensorrt_check, "detect_runtime", lambda: tensorrt_check.NoRuntime("this host has no NVIDIA GPU")
+    )
     missing = CliRunner().invoke(app, ["validate", str(repo), "--detect-runtime"])
     assert missing.exit_code == 1
     assert missing.output.startswith("error: --detect-runtime: this host has no NVIDIA GPU; run it inside")
@@ -381,7 +383,7 @@ def test_every_triton_type_is_read_and_validated(repo, tmp_path, onnx_type, conf
 
 
 def test_a_plan_with_bf16_tensors_is_read():
-    from smtriton.convert.trt_build import TRT_DTYPES
+    from smtriton.convert.tensorrt_build import TRT_DTYPES
 
     assert TRT_DTYPES["BF16"] == "BF16"
 

@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 from smtriton import model_config
 from smtriton.cli import app
-from smtriton.convert.trt_plan import AxisRange, Sidecar, read_sidecar, sha256_file, write_sidecar
+from smtriton.convert.tensorrt_profiles import AxisRange, Sidecar, read_sidecar, sha256_file, write_sidecar
 from smtriton.errors import ToolUsageError
 from smtriton.tune.engines import BUILD_PREFIX, PlanBuilder, served_batch_limit
 from smtriton.tune.knobs import apply, knobs_for

@@ -43,7 +43,7 @@ from smtriton.serve.multimodel.urls import confine_url, listed_url
 from smtriton.serve.settings import Settings
 from smtriton.serve.triton import shm
 from smtriton.serve.triton.client import TritonClient
-from smtriton.serve.triton.plan_check import check_models
+from smtriton.serve.triton.tensorrt_check import check_models
 
 log = logging.getLogger("serve.mme")
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from smtriton.serve.errors import StartupError
 from smtriton.serve.host.gpu import gpu_free_memory
 from smtriton.serve.triton import shm
-from smtriton.serve.triton.plan_check import check_models, loaded_with
+from smtriton.serve.triton.tensorrt_check import check_models, loaded_with
 
 log = logging.getLogger("serve")
 

@@ -1,4 +1,4 @@
-"""serve's refusal of TensorRT plans built for another TensorRT version or GPU (serve/triton/plan_check.py)."""
+"""serve's refusal of TensorRT plans built for another TensorRT version or GPU (serve/triton/tensorrt_check.py)."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ from smtriton.serve.errors import BadRequest
 from smtriton.serve.multimodel.registry import ModelRegistry
 from smtriton.serve.owner.startup import RepositoryError, refuse_unrunnable_plans
 from smtriton.serve.settings import Settings
-from smtriton.serve.triton import plan_check
-from smtriton.serve.triton.plan_check import NoRuntime, check_model, decode_lib_version
-from smtriton.serve.triton.tensorrt_plan import RuntimeInfo, Sidecar, sidecar_path, write_sidecar
+from smtriton.serve.triton import tensorrt_check
+from smtriton.serve.triton.tensorrt_check import NoRuntime, check_model, decode_lib_version
+from smtriton.serve.triton.tensorrt_sidecar import RuntimeInfo, Sidecar, sidecar_path, write_sidecar
 
 A10G = RuntimeInfo("10.3.0", "NVIDIA A10G", "8.6")
 CONFIG = 'name: "{name}"\nplatform: "tensorrt_plan"\nmax_batch_size: 8\n'
@@ -51,7 +51,7 @@ def no_host_detection(monkeypatch):
     def detect() -> NoRuntime:
         raise AssertionError("the host runtime was detected")
 
-    monkeypatch.setattr(plan_check, "detect_runtime", detect)
+    monkeypatch.setattr(tensorrt_check, "detect_runtime", detect)
 
 
 def test_a_plan_built_for_this_runtime_passes(tmp_path):
@@ -149,7 +149,7 @@ def test_lib_versions_decode_both_encodings():
 
 def test_runtime_detection_names_what_is_missing(monkeypatch):
     monkeypatch.undo()  # the real detect_runtime, with its parts faked
-    detect = plan_check.detect_runtime
+    detect = tensorrt_check.detect_runtime
     cases = [
         ("10.3.0", [("NVIDIA A10G", "8.6")], A10G),
         (None, [("NVIDIA A10G", "8.6")], NoRuntime("this host has no TensorRT runtime (libnvinfer)")),
@@ -158,8 +158,8 @@ def test_runtime_detection_names_what_is_missing(monkeypatch):
     ]
     try:
         for version, gpus, expected in cases:
-            monkeypatch.setattr(plan_check, "tensorrt_version", lambda v=version: v)
-            monkeypatch.setattr(plan_check, "gpu_models", lambda g=gpus: g)
+            monkeypatch.setattr(tensorrt_check, "tensorrt_version", lambda v=version: v)
+            monkeypatch.setattr(tensorrt_check, "gpu_models", lambda g=gpus: g)
             detect.cache_clear()
             assert detect() == expected
     finally:
@@ -167,7 +167,7 @@ def test_runtime_detection_names_what_is_missing(monkeypatch):
 
 
 def test_sme_start_up_refuses_a_default_model_whose_ensemble_steps_cannot_run(tmp_path, monkeypatch):
-    monkeypatch.setattr(plan_check, "detect_runtime", lambda: A10G)
+    monkeypatch.setattr(tensorrt_check, "detect_runtime", lambda: A10G)
     plan_model(tmp_path, "encoder", tensorrt_version="10.0.0")
     (tmp_path / "pipeline" / "1").mkdir(parents=True)
     (tmp_path / "pipeline" / "config.pbtxt").write_text(
@@ -181,7 +181,7 @@ def test_sme_start_up_refuses_a_default_model_whose_ensemble_steps_cannot_run(tm
 
 
 def test_mme_load_refuses_before_anything_is_staged_or_loaded(tmp_path, monkeypatch):
-    monkeypatch.setattr(plan_check, "detect_runtime", lambda: A10G)
+    monkeypatch.setattr(tensorrt_check, "detect_runtime", lambda: A10G)
     root, managed = tmp_path / "models", tmp_path / "managed"
     managed.mkdir()
     url = plan_model(root / "m1", "model", tensorrt_version="10.0.0")

@@ -27,7 +27,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from smtriton import dtypes
-from smtriton.convert.trt_plan import (
+from smtriton.convert.tensorrt_profiles import (
     HARDWARE_LEVELS,
     PRECISIONS,
     Profile,
@@ -86,7 +86,8 @@ def gpu_info(device: int = 0, run: Callable[..., Any] = subprocess.run) -> GpuIn
 
 
 def runtime_info(device: int = 0) -> RuntimeInfo:
-    """This host's TensorRT version and GPU, what :func:`smtriton.convert.trt_plan.check_compatibility` compares."""
+    """This host's TensorRT version and GPU, what
+    :func:`smtriton.convert.tensorrt_profiles.check_compatibility` compares."""
     gpu = gpu_info(device)
     return RuntimeInfo(str(load_tensorrt().__version__), gpu.name, gpu.compute_capability)
 
@@ -105,14 +106,14 @@ Batches = Callable[[], Iterable[Mapping[str, np.ndarray]]]  # calibration data: 
 @dataclass
 class BuildOptions:
     profiles: Sequence[Profile]  # one or more; axis name -> (min, opt, max)
-    precision: str = "fp32"  # see trt_plan.PRECISIONS
+    precision: str = "fp32"  # see tensorrt_profiles.PRECISIONS
     workspace_bytes: int | None = None
     timing_cache: Path | None = None  # read if present, written after the build
     calibration: Batches | None = None  # INT8 on TensorRT 10
     calibration_cache: Path | None = None
     optimization_level: int | None = None  # builder_optimization_level 0..5
     version_compatible: bool = False
-    hardware_compatibility: str = "none"  # see trt_plan.HARDWARE_LEVELS
+    hardware_compatibility: str = "none"  # see tensorrt_profiles.HARDWARE_LEVELS
     device: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
 

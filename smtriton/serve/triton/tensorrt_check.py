@@ -1,8 +1,8 @@
 """Refuse TensorRT plans this host cannot run, with a clear message, before Triton tries to load them.
 
 A plan from another TensorRT version or GPU fails deep inside Triton with a deserialization error. The
-sidecar the builder writes (:mod:`smtriton.serve.triton.tensorrt_plan`) says what the plan needs, so `serve` compares it
-with this host first: an SME exits 1 at start-up, an MME load answers 400. A plan without a sidecar
+sidecar the builder writes (:mod:`smtriton.serve.triton.tensorrt_sidecar`) says what the plan needs, so
+`serve` compares it with this host first: an SME exits 1 at start-up, an MME load answers 400. A plan without a sidecar
 (built elsewhere) or with one `serve` cannot read is let through with a warning: only what is known
 not to run is refused.
 """
@@ -20,7 +20,7 @@ from pathlib import Path
 from smtriton import model_config
 from smtriton.model_config import ConfigParseError, ModelConfig
 from smtriton.serve.host.gpu import gpu_models
-from smtriton.serve.triton.tensorrt_plan import (
+from smtriton.serve.triton.tensorrt_sidecar import (
     RuntimeInfo,
     SidecarError,
     check_compatibility,

@@ -4,7 +4,7 @@ A plan runs only on the TensorRT version and GPU architecture it was built with.
 (``smtriton convert tensorrt``) therefore writes ``model.plan.json`` beside ``model.plan``: TensorRT
 version, GPU name and compute capability, precision, profiles, I/O signature and the plan's sha256.
 This module lives in ``serve`` (the only package the serving image ships) so that `serve` can refuse
-a plan built for another runtime; the build-time tools re-export it from ``smtriton.convert.trt_plan``. It is
+a plan built for another runtime; the build-time tools re-export it from ``smtriton.convert.tensorrt_profiles``. It is
 standard library only, so any host can read and check a sidecar.
 """
 

@@ -1,7 +1,7 @@
 """TensorRT plans without TensorRT: optimization profiles, plus the sidecar and compatibility rule.
 
 The sidecar (``model.plan.json``: TensorRT version, GPU, precision, profiles, I/O signature, sha256)
-and :func:`check_compatibility` live in :mod:`smtriton.serve.triton.tensorrt_plan`, because `serve` refuses plans
+and :func:`check_compatibility` live in :mod:`smtriton.serve.triton.tensorrt_sidecar`, because `serve` refuses plans
 built for another runtime and the serving image ships only ``serve``; they are re-exported here for
 the build-time tools. Everything here is standard library only, so validation and config generation
 can read and check a sidecar on any host.
@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from smtriton.errors import ToolUsageError
 from smtriton.repo.artifacts import profile_batch_limits, sha256_file
-from smtriton.serve.triton.tensorrt_plan import (
+from smtriton.serve.triton.tensorrt_sidecar import (
     HARDWARE_LEVELS,
     PRECISIONS,
     SIDECAR_FORMAT,
