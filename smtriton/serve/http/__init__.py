@@ -1,2 +1,2 @@
-"""A front worker's HTTP edge: the process that answers clients (uvicorn with its protocol, the routes,
-the control app) over the worker's data plane."""
+"""A front worker's HTTP side: the process that answers clients (uvicorn with serve's protocol, the data
+routes' fast path and ASGI adapter, the control app), each request one call into the worker's data plane."""
