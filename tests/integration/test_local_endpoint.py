@@ -60,16 +60,11 @@ class Emulator:
         self.proc = subprocess.Popen(
             cmd, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True, env=env, cwd=cwd
         )
-        deadline = time.monotonic() + 180
-        while True:
-            assert self.proc.poll() is None, self.log_path.read_text()[-3000:]
-            assert time.monotonic() < deadline, self.log_path.read_text()[-3000:]
-            try:
-                if requests.get(f"{self.url}/ping", timeout=5).status_code == 200:
-                    break
-            except (requests.ConnectionError, requests.Timeout):  # not listening, or still starting serve
-                pass
-            time.sleep(0.3)
+        try:
+            self._until_ready(time.monotonic() + 180)
+        except BaseException:
+            self.stop()  # never left running by a fixture that failed to start
+            raise
         self.client = boto3.client(
             "sagemaker-runtime",
             endpoint_url=self.url,
@@ -78,6 +73,17 @@ class Emulator:
             aws_secret_access_key="local",
             config=Config(retries={"max_attempts": 1}, read_timeout=120),
         )
+
+    def _until_ready(self, deadline: float) -> None:
+        while True:
+            assert self.proc.poll() is None, self.log_path.read_text()[-3000:]
+            assert time.monotonic() < deadline, self.log_path.read_text()[-3000:]
+            try:
+                if requests.get(f"{self.url}/ping", timeout=5).status_code == 200:
+                    return
+            except (requests.ConnectionError, requests.Timeout):  # not listening, or still starting serve
+                pass
+            time.sleep(0.3)
 
     def stop(self) -> int:
         """SIGTERM, as a user's Ctrl-C or a supervisor would; the emulator's exit status."""
