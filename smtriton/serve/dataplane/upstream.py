@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from smtriton.serve.dataplane import batching, coalescing, codec, csvrows, images, large_json, reading
 from smtriton.serve.dataplane.batching import ModelBatching
@@ -33,6 +33,24 @@ if TYPE_CHECKING:
     from smtriton.serve.triton.streams import StreamClient
 
 _UNKNOWN: Any = object()  # a model whose configuration has not been asked for yet
+
+
+T = TypeVar("T")
+
+
+async def _learnt(known: dict[str, T | ServeError], triton_name: str, learn: Callable[[], Awaitable[T]]) -> T:
+    """What ``learn`` says of a model, asked once and kept in ``known`` (until the model changes), a
+    model that cannot take such a body (415) included."""
+    answer = known.get(triton_name)
+    if answer is None:
+        try:
+            answer = await learn()
+        except UnsupportedMediaType as exc:
+            answer = exc
+        known[triton_name] = answer
+    if isinstance(answer, ServeError):
+        raise answer
+    return answer
 
 
 async def _close_all(clients: list[TritonClient | StreamClient]) -> None:
@@ -125,29 +143,19 @@ class Upstream:
 
     async def _image_input(self, client: TritonClient, triton_name: str) -> images.ImageInput:
         """Where an image goes in ``triton_name`` (asked of Triton once, until the model changes)."""
-        known = self._image_inputs.get(triton_name)
-        if known is None:
-            try:
-                known = images.image_input(triton_name, await client.model_metadata(triton_name))
-            except UnsupportedMediaType as exc:
-                known = exc
-            self._image_inputs[triton_name] = known
-        if isinstance(known, ServeError):
-            raise known
-        return known
+
+        async def learn() -> images.ImageInput:
+            return images.image_input(triton_name, await client.model_metadata(triton_name))
+
+        return await _learnt(self._image_inputs, triton_name, learn)
 
     async def csv_input(self, triton_name: str) -> csvrows.CsvInput:
         """Where CSV rows go in ``triton_name`` (asked of Triton once, until the model changes)."""
-        known = self._csv_inputs.get(triton_name)
-        if known is None:
-            try:
-                known = csvrows.csv_input(triton_name, await self.ready().model_config(triton_name))
-            except UnsupportedMediaType as exc:
-                known = exc
-            self._csv_inputs[triton_name] = known
-        if isinstance(known, ServeError):
-            raise known
-        return known
+
+        async def learn() -> csvrows.CsvInput:
+            return csvrows.csv_input(triton_name, await self.ready().model_config(triton_name))
+
+        return await _learnt(self._csv_inputs, triton_name, learn)
 
     # ----- to Triton ----------------------------------------------------------------------------------------
     async def infer(self, triton_name: str, inference: Inference) -> UpstreamResponse:
