@@ -131,12 +131,8 @@ class _Scan:
             key = self.string()
             self.expect(b":")
             yield key, _key_name(key)
-            separator = self.peek()
-            self.pos += 1
-            if separator == b"}":
+            if self._closed_by(b"}"):
                 return
-            if separator != b",":
-                raise _unreadable(self.pos - 1)
 
     async def elements(self) -> AsyncIterator[None]:
         """Each element of the array at the cursor, the cursor on it."""
@@ -146,12 +142,18 @@ class _Scan:
             return
         while True:
             yield
-            separator = self.peek()
-            self.pos += 1
-            if separator == b"]":
+            if self._closed_by(b"]"):
                 return
-            if separator != b",":
-                raise _unreadable(self.pos - 1)
+
+    def _closed_by(self, closing: bytes) -> bool:
+        """After a member or an element: True at the container's end, False at the comma before the next."""
+        separator = self.peek()
+        self.pos += 1
+        if separator == closing:
+            return True
+        if separator != b",":
+            raise _unreadable(self.pos - 1)
+        return False
 
 
 def _key_name(raw: bytes) -> str:
