@@ -27,11 +27,12 @@ from smtriton.serve.errors import (
     UpstreamTimeout,
 )
 from smtriton.serve.triton.access import TritonAccess
-from smtriton.serve.triton.infer_pool import BodyPieces, InferPool, RequestBody, UpstreamResponse
+from smtriton.serve.triton.infer_pool import InferPool, UpstreamResponse
+from smtriton.serve.triton.request_body import HeldBody, RequestBody
 
 HEADER_LENGTH = "Inference-Header-Content-Length"
 
-__all__ = ["BodyPieces", "RequestBody", "TritonClient", "UpstreamResponse", "error_text"]
+__all__ = ["RequestBody", "TritonClient", "UpstreamResponse", "error_text"]
 
 
 @contextlib.contextmanager
@@ -75,7 +76,7 @@ class TritonClient:
     def _model_url(self, model: str, suffix: str) -> str:
         return f"{self.base_url}/v2/models/{quote(model, safe='')}{suffix}"
 
-    async def infer(self, model: str, body: RequestBody | BodyPieces, header_length: int | None) -> UpstreamResponse:
+    async def infer(self, model: str, body: HeldBody, header_length: int | None) -> UpstreamResponse:
         """POST the body to ``/v2/models/<model>/infer`` as is; ``header_length`` None means pure JSON.
         Triton unreachable or gone before its whole answer: 503; past the request timeout: 504."""
         answer = await self._infer_pool.infer(model, body, header_length)

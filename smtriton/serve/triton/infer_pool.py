@@ -27,7 +27,6 @@ from __future__ import annotations
 import asyncio
 import collections
 import select
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Final, cast
 from urllib.parse import quote
@@ -35,10 +34,7 @@ from urllib.parse import quote
 import httptools
 
 from smtriton.serve.errors import TritonUnavailable, UpstreamTimeout
-
-# A request body on its way through: bytes, or the one buffer a body that came in pieces was
-# gathered in (a large body is never copied into a bytes object as well).
-RequestBody = bytes | bytearray
+from smtriton.serve.triton.request_body import BodyPieces, HeldBody
 
 _ONE_WRITE: Final = 16 * 1024  # bodies up to this size are copied behind their head: one small write
 _HEADER_LENGTH: Final = b"inference-header-content-length"
@@ -56,19 +52,6 @@ class UpstreamResponse:
     content_type: str
     header_length: int | None
     body: bytes
-
-
-class BodyPieces:
-    """A request body held as the pieces it arrived in (never joined), sent to Triton as those pieces."""
-
-    __slots__ = ("pieces", "size")
-
-    def __init__(self, pieces: Sequence[bytes]) -> None:
-        self.pieces = pieces
-        self.size = sum(len(piece) for piece in pieces)
-
-    def __len__(self) -> int:
-        return self.size
 
 
 class _Lost(Exception):
@@ -160,7 +143,7 @@ class _Connection(asyncio.Protocol):
         return self.poller is None or not self.poller.poll(0)
 
     def send(
-        self, waiter: asyncio.Future[UpstreamResponse], head: bytes, body: RequestBody | BodyPieces
+        self, waiter: asyncio.Future[UpstreamResponse], head: bytes, body: HeldBody
     ) -> asyncio.Future[UpstreamResponse]:
         """Write the request; ``waiter`` gets its answer, or :class:`_Lost` (with ``unsent`` when the write
         failed before the kernel took any of it: the connection was found closed)."""
@@ -237,7 +220,7 @@ class InferPool:
         self._heads: dict[str, bytes] = {}
         self._closed = False
 
-    async def infer(self, model: str, body: RequestBody | BodyPieces, header_length: int | None) -> UpstreamResponse:
+    async def infer(self, model: str, body: HeldBody, header_length: int | None) -> UpstreamResponse:
         """POST ``body`` to ``/v2/models/<model>/infer`` as is; ``header_length`` None means pure JSON."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.timeout_s
@@ -254,7 +237,7 @@ class InferPool:
         self,
         loop: asyncio.AbstractEventLoop,
         model: str,
-        body: RequestBody | BodyPieces,
+        body: HeldBody,
         header_length: int | None,
         deadline: float,
     ) -> UpstreamResponse:
@@ -293,7 +276,7 @@ class InferPool:
         loop: asyncio.AbstractEventLoop,
         connection: _Connection,
         head: bytes,
-        body: RequestBody | BodyPieces,
+        body: HeldBody,
         deadline: float,
     ) -> UpstreamResponse:
         waiter = connection.send(loop.create_future(), head, body)
