@@ -28,7 +28,7 @@ import asyncio
 import collections
 import select
 from dataclasses import dataclass
-from typing import Any, Final, cast
+from typing import Final, cast
 from urllib.parse import quote
 
 import httptools
@@ -43,7 +43,6 @@ _BODY_FRAMING: Final = (b"content-length", b"transfer-encoding")  # headers that
 _JSON_HEAD: Final = b"Content-Type: application/json\r\nContent-Length: "
 _BINARY_HEAD: Final = b"Content-Type: application/octet-stream\r\nInference-Header-Content-Length: "
 _MAX_HEADS: Final = 1024  # request heads kept, one per model name
-_IDLE_UNUSABLE: Final = select.POLLIN | select.POLLPRI | select.POLLERR | select.POLLHUP
 
 
 @dataclass(frozen=True)
@@ -70,12 +69,11 @@ class _Connection(asyncio.Protocol):
         self.pool = pool
         self.transport: asyncio.Transport | None = None
         self.parser = httptools.HttpResponseParser(self)
-        self.poller: Any = None  # select.poll on the socket: whether Triton closed it while idle
-        self.reused = False
+        self.poller: select.poll | None = None  # on the socket: whether Triton closed it while idle
         self.closed = False  # lost, closed by Triton, or closed here: never used again
         self.waiter: asyncio.Future[UpstreamResponse] | None = None
-        self._headers_done = False
         self._until_close = False  # an answer with neither Content-Length nor chunks: it ends at the close
+        self._keep_alive = False
         self._content_type = b""
         self._header_length: bytes | None = None
         self._body: list[bytes] = []
@@ -89,7 +87,8 @@ class _Connection(asyncio.Protocol):
             self.poller.register(sock.fileno(), select.POLLIN | select.POLLPRI)
 
     def data_received(self, data: bytes) -> None:
-        if self.waiter is None:  # Triton does not speak unasked: a connection in an unknown state
+        waiter = self.waiter
+        if waiter is None or waiter.done():  # Triton does not speak unasked: a connection in an unknown state
             self.abort()
             return
         try:
@@ -106,7 +105,7 @@ class _Connection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
-        self.pool._forget(self)
+        self.pool.forget(self)
         if self._until_close and self.waiter is not None:
             self._until_close = False
             self._complete()
@@ -122,9 +121,6 @@ class _Connection(asyncio.Protocol):
         elif name in _BODY_FRAMING:
             self._until_close = False
 
-    def on_headers_complete(self) -> None:
-        self._headers_done = True
-
     def on_message_begin(self) -> None:
         self._until_close = True  # until a header says how the body ends
 
@@ -133,6 +129,7 @@ class _Connection(asyncio.Protocol):
 
     def on_message_complete(self) -> None:
         self._until_close = False
+        self._keep_alive = self.parser.should_keep_alive()  # asked now: the parser forgets once it returns
         self._complete()
 
     # ----- a request -----------------------------------------------------------------------------------
@@ -150,7 +147,7 @@ class _Connection(asyncio.Protocol):
         transport = self.transport
         assert transport is not None
         self.waiter = waiter
-        self._headers_done = False
+        self._keep_alive = False
         self._content_type = b""
         self._header_length = None
         if isinstance(body, BodyPieces):
@@ -190,7 +187,7 @@ class _Connection(asyncio.Protocol):
 
     def reusable(self) -> bool:
         """Whether the connection may carry another request once its answer came."""
-        return not self.closed and self.parser.should_keep_alive() and not self._until_close
+        return not self.closed and self._keep_alive
 
     def time_out(self) -> None:
         waiter = self.waiter
@@ -217,7 +214,7 @@ class InferPool:
         self._open: set[_Connection] = set()
         self._in_use = 0  # connections lent to calls (or being opened for one)
         self._waiting: collections.deque[asyncio.Future[None]] = collections.deque()
-        self._heads: dict[str, bytes] = {}
+        self._heads: dict[str, tuple[bytes, bytes]] = {}  # model -> the start of its JSON and binary heads
         self._closed = False
 
     async def infer(self, model: str, body: HeldBody, header_length: int | None) -> UpstreamResponse:
@@ -259,7 +256,6 @@ class InferPool:
                     raise
                 if connection.reusable() and not self._closed:
                     connection.waiter = None
-                    connection.reused = True
                     self._idle.append(connection)
                 else:
                     connection.abort()
@@ -305,10 +301,13 @@ class InferPool:
         _, connection = await asyncio.wait_for(
             loop.create_connection(lambda: _Connection(self), self.host, self.port), remaining
         )
+        if self._closed:  # closed while this one was being opened
+            connection.abort()
+            raise _Lost("the client is closed", unsent=True)
         self._open.add(connection)
         return connection
 
-    def _forget(self, connection: _Connection) -> None:
+    def forget(self, connection: _Connection) -> None:
         self._open.discard(connection)
 
     async def _take_slot(self, loop: asyncio.AbstractEventLoop, deadline: float) -> None:
@@ -341,16 +340,16 @@ class InferPool:
                 return
 
     def _head(self, model: str, length: int, header_length: int | None) -> bytes:
-        start = self._heads.get(model)
-        if start is None:
+        starts = self._heads.get(model)
+        if starts is None:
             if len(self._heads) >= _MAX_HEADS:
                 self._heads.clear()
-            start = self._heads[model] = (
-                f"POST /v2/models/{quote(model, safe='')}/infer HTTP/1.1\r\nHost: {self.host}:{self.port}\r\n"
-            ).encode("ascii")
+            line = f"POST /v2/models/{quote(model, safe='')}/infer HTTP/1.1\r\nHost: {self.host}:{self.port}\r\n"
+            start = line.encode("ascii")
+            starts = self._heads[model] = (start + _JSON_HEAD, start + _BINARY_HEAD)
         if header_length is None:
-            return b"%s%s%d\r\n\r\n" % (start, _JSON_HEAD, length)
-        return b"%s%s%d\r\nContent-Length: %d\r\n\r\n" % (start, _BINARY_HEAD, header_length, length)
+            return b"%s%d\r\n\r\n" % (starts[0], length)
+        return b"%s%d\r\nContent-Length: %d\r\n\r\n" % (starts[1], header_length, length)
 
     @property
     def open_connections(self) -> int:
