@@ -1,4 +1,4 @@
-"""An interleaved A/B of the front alone, for a machine others share (bench/NOTES.md Part 10).
+"""An interleaved A/B of the front alone, for a machine others share (bench/NOTES.md Part 12).
 
 Every variant (a git revision's ``smtriton/``, optionally with environment variables) runs ``serve`` with
 one worker at once, each on its own Triton, in front of a model that costs Triton next to nothing: the

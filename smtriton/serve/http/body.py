@@ -30,7 +30,7 @@ class BodyReader:
     """A request body as it arrives, held once. Most bodies arrive in one piece, kept as it came; a body
     in several pieces is kept as those pieces (:class:`~smtriton.serve.triton.request_body.BodyPieces`),
     never copied as it grows: a buffer grown piece by piece copied a 600 KB body into fresh pages over
-    and over (0.4 ms of front CPU, bench/NOTES.md Part 10), and joining it at the end would hold a 1 GiB
+    and over (0.4 ms of front CPU, bench/NOTES.md Part 12), and joining it at the end would hold a 1 GiB
     body twice. Only what needs the whole body as one buffer joins the pieces; a binary request goes to
     Triton as them.
 

@@ -1,7 +1,7 @@
 """The inference path's own HTTP/1.1 client to Triton: keep-alive connections on asyncio protocols.
 
 aiohttp cost about a quarter of a millisecond of front CPU on a 600 KB request (bench/NOTES.md Parts 5
-and 10); the inference call is one request shape, ``POST /v2/models/<m>/infer``, to one loopback address,
+and 12); the inference call is one request shape, ``POST /v2/models/<m>/infer``, to one loopback address,
 so it gets a client that does only that. aiohttp keeps everything else (control calls, generate).
 
 - One request at a time on a connection (no pipelining); idle connections wait in a LIFO pool; at most

@@ -4,7 +4,7 @@ A body that reaches the front in several pieces is held as those pieces (once: n
 copy joining them). A binary request's JSON part is read from its first pieces and the pieces go to
 Triton as they are, in one ``writev``; only what reads a whole body as one buffer (a JSON body, an image,
 a compressed body, a gRPC stream, generate) joins them, once (:func:`contiguous`). Joining a 600 KB
-body cost more front CPU than the copy itself (fresh pages to fault in), bench/NOTES.md Part 10.
+body cost more front CPU than the copy itself (fresh pages to fault in), bench/NOTES.md Part 12.
 """
 
 from __future__ import annotations
