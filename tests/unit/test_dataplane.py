@@ -280,6 +280,33 @@ def test_a_body_held_in_pieces_reaches_triton_as_sent_and_a_binary_one_is_never_
     run(scenario)
 
 
+def test_a_large_body_read_whole_is_gathered_beside_the_event_loop(monkeypatch):
+    """Past JOIN_ON_LOOP_BYTES a body in pieces that is read whole (JSON here) is gathered in a thread,
+    so the loop serves meanwhile; below it, joined on the loop."""
+    import threading
+
+    from smtriton.serve.dataplane import plane as plane_module
+
+    json_body = orjson.dumps({"inputs": [{"name": "X", "shape": [2], "datatype": "INT32", "data": [1, 2]}]})
+    gathered_in: list[str] = []
+    real_gathered = BodyPieces.gathered
+
+    def gathered(self: BodyPieces) -> bytearray:
+        gathered_in.append(threading.current_thread().name)
+        return real_gathered(self)
+
+    monkeypatch.setattr(BodyPieces, "gathered", gathered)
+    monkeypatch.setattr(plane_module, "JOIN_ON_LOOP_BYTES", len(json_body) - 1)
+
+    async def scenario(triton: TritonStandIn, plane: DataPlane) -> None:
+        reply = await plane.invoke(pieces_request(in_pieces(json_body, 9, 30), "application/json"))
+        assert (reply.status, triton.requests[-1][1]) == (200, json_body)
+
+    run(scenario)
+    assert len(gathered_in) == 1
+    assert gathered_in[0] != threading.main_thread().name
+
+
 def pieces_request(body: BodyPieces, content_type: str, **fields: Any) -> Request:
     async def read_body() -> BodyPieces:
         return body

@@ -101,6 +101,22 @@ def _at_once(read: Coroutine[Any, Any, HeldBody]) -> HeldBody:
     raise AssertionError("the read waited")
 
 
+def test_a_large_body_read_whole_is_gathered_held_once():
+    import tracemalloc
+
+    piece = bytes(range(256)) * 256
+    tracemalloc.start()
+    try:
+        body = BodyPieces([bytes(bytearray(piece)) for _ in range(512)])  # 32 MiB as the reader holds it
+        whole = body.gathered()  # one buffer, each piece let go once copied
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert whole == piece * 512
+    assert body.pieces == []
+    assert peak < 1.3 * len(whole)  # a join holds the pieces and their copy at once: 2x
+
+
 def test_a_body_in_many_pieces_is_held_once_as_its_pieces():
     import tracemalloc
 

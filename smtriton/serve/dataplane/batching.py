@@ -126,6 +126,8 @@ def part(inference: Inference, model: ModelBatching) -> Part | None:
     header = inference.header
     if header is None or inference.header_length == 0 or not inference.complete:
         return None
+    if len(inference.body) > MERGED_BYTES_MAX:
+        return None  # no merged request holds it: it goes alone, its body never joined here
     inference = inference.whole()  # its body is read here and copied into the merged one: as one buffer
     try:
         return _part(inference, header, model)

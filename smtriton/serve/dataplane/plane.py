@@ -69,6 +69,8 @@ CLIENT_CLOSED = 499  # the status counted for a request whose client left before
 # Compressed bodies up to this size inflate on the event loop (a few milliseconds at most); larger ones
 # in a thread.
 INFLATE_ON_LOOP_BYTES = 8 * 1024
+# A body held in pieces up to this size is joined on the event loop (a few milliseconds at most).
+JOIN_ON_LOOP_BYTES = 8 * 1024 * 1024
 _ATTRIBUTES = headers.wire(headers.CUSTOM_ATTRIBUTES)
 
 
@@ -228,7 +230,7 @@ class DataPlane:
         try:
             body = await request.read_body()
             if isinstance(body, BodyPieces) and (request.encoding is not None or not _binary(request.content_type)):
-                body = body.joined()  # only a binary request goes to Triton in its pieces: the rest is read whole
+                body = await _whole(body)  # only a binary request goes to Triton in its pieces: the rest is read whole
             if request.encoding is None:
                 return body
             limit = self.settings.max_payload_bytes
@@ -471,6 +473,14 @@ class DataPlane:
 
     async def describe(self, name: str) -> dict[str, str]:
         return await self.owner.describe(name)
+
+
+async def _whole(body: BodyPieces) -> RequestBody:
+    """A body read whole: joined, or (past :data:`JOIN_ON_LOOP_BYTES`) gathered beside the event loop,
+    held once, while the loop serves (each piece's copy lets go of the GIL or is short)."""
+    if len(body) <= JOIN_ON_LOOP_BYTES:
+        return body.joined()
+    return await asyncio.to_thread(body.gathered)
 
 
 def _binary(content_type: str | None) -> bool:

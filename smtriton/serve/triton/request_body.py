@@ -3,7 +3,8 @@
 A body that reaches the front in several pieces is held as those pieces (once: never as pieces and a
 copy joining them). A binary request's JSON part is read from its first pieces and the pieces go to
 Triton as they are, in one ``writev``; only what reads a whole body as one buffer (a JSON body, an image,
-a compressed body, a gRPC stream, generate) joins them, once (:func:`contiguous`). Joining a 600 KB
+a compressed body, a gRPC stream, generate) joins them, once (:func:`contiguous`; a large one in a
+buffer it grows as it lets go of the pieces, :meth:`BodyPieces.gathered`). Joining a 600 KB
 body cost more front CPU than the copy itself (fresh pages to fault in), bench/NOTES.md Part 12.
 """
 
@@ -57,6 +58,18 @@ class BodyPieces:
 
     def joined(self) -> bytes:
         return b"".join(self.pieces)
+
+    def gathered(self) -> bytearray:
+        """The body in one buffer grown from the pieces, each let go once copied (the pieces are used
+        up): a large body is never held twice. Its pages are moved, not copied, as it grows (a buffer
+        that large is mapped on its own), so this is for large bodies; :meth:`joined` for the others."""
+        pieces = list(self.pieces)
+        self.pieces = []
+        whole = bytearray()
+        pieces.reverse()
+        while pieces:
+            whole += pieces.pop()
+        return whole
 
     def isspace(self) -> bool:
         return all(bytes(piece).isspace() for piece in self.pieces)
