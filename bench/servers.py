@@ -4,7 +4,8 @@
 - ``ours``: ``serve`` (FastAPI front + embedded loopback Triton), with its default number of front
   workers; ``ours-w<N>``: the same with N front workers (``SAGEMAKER_MODEL_SERVER_WORKERS``);
   ``ours-unmerged``: the same with every request sent alone (``SMTRITON_MERGE_REQUESTS=false``), the
-  A/B of merging requests in one run.
+  A/B of merging requests in one run; ``ours@<rev>``: ``serve`` as the git revision ``<rev>`` has it (its
+  ``smtriton/`` exported beside the logs), for an A/B of two commits in one run.
 - ``proxy``: the hand-written FastAPI + tritonclient proxy (``bench/proxy_app.py``) in front of a
   loopback Triton.
 
@@ -41,8 +42,9 @@ LOOPBACK = "127.0.0.1"
 START_TIMEOUT_S = 180.0
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 PROXY = ("uvicorn", "bench.proxy_app:app", 1)
-KINDS = ("anchor", "ours", "proxy")  # and ours-w<N>: serve with N front workers; ours-unmerged
+KINDS = ("anchor", "ours", "proxy")  # and ours-w<N>: serve with N front workers; ours-unmerged; ours@<rev>
 UNMERGED = "ours-unmerged"  # serve with SMTRITON_MERGE_REQUESTS=false
+REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
 def ours_workers(kind: str) -> int | None:
@@ -51,8 +53,34 @@ def ours_workers(kind: str) -> int | None:
     return int(count) if kind.startswith("ours-w") and count.isdigit() and int(count) > 0 else None
 
 
+def ours_revision(kind: str) -> str | None:
+    """<rev> for ``ours@<rev>``; None for any other server."""
+    revision = kind.partition("@")[2]
+    return revision if kind.startswith("ours@") and revision else None
+
+
 def known(kind: str) -> bool:
-    return kind in KINDS or kind == UNMERGED or ours_workers(kind) is not None
+    return kind in KINDS or kind == UNMERGED or ours_workers(kind) is not None or ours_revision(kind) is not None
+
+
+def export_revision(revision: str, into: Path) -> Path:
+    """``smtriton/`` as ``revision`` has it, exported under ``into`` (once per run); a directory to put
+    first on ``PYTHONPATH``."""
+    if sys.version_info < (3, 11):
+        raise RuntimeError("ours@<rev> needs Python 3.11 or later (PYTHONSAFEPATH)")
+    tree = into / f"source-{revision}"
+    if not tree.exists():
+        staging = into / f"source-{revision}.partial"
+        shutil.rmtree(staging, ignore_errors=True)
+        staging.mkdir(parents=True)
+        archive = subprocess.run(
+            ["git", "-C", str(REPO_ROOT), "archive", "--format=tar", revision, "smtriton"],
+            capture_output=True,
+            check=True,
+        ).stdout
+        subprocess.run(["tar", "-x", "-C", str(staging)], input=archive, check=True)
+        staging.rename(tree)
+    return tree
 
 
 def _die_with_parent(sig: int) -> None:  # pragma: no cover - runs between fork and exec
@@ -245,7 +273,7 @@ class Server:
         ``repository`` (the model root) with ``POST /models``; ``model`` is then only a label.
         ``serve_env``: settings of serve (ours and its variants only)."""
         if not known(kind):
-            raise ValueError(f"unknown server {kind!r}: {', '.join(KINDS)} or ours-w<N>")
+            raise ValueError(f"unknown server {kind!r}: {', '.join(KINDS)}, ours-w<N> or ours@<rev>")
         if mme and kind not in ("anchor", "ours"):
             raise ValueError(f"{kind}: only anchor and ours serve multi-model endpoints")
         self.mme = mme
@@ -308,6 +336,10 @@ class Server:
             elif self.ours:
                 self._work.mkdir(parents=True, exist_ok=True)
                 env = {**self.setup.env, **self.serve_env, "SMTRITON_WORK_DIR": str(self._work)}
+                revision = ours_revision(self.kind)
+                if revision is not None:  # that commit's smtriton first on the path, not the working tree's
+                    env["PYTHONPATH"] = str(export_revision(revision, self.log_dir))
+                    env["PYTHONSAFEPATH"] = "1"
                 workers = ours_workers(self.kind)
                 if workers is not None:
                     env["SAGEMAKER_MODEL_SERVER_WORKERS"] = str(workers)
@@ -342,7 +374,11 @@ class Server:
     @property
     def ours(self) -> bool:
         """``serve`` itself, with its default number of front workers or another."""
-        return self.kind in ("ours", UNMERGED) or ours_workers(self.kind) is not None
+        return (
+            self.kind in ("ours", UNMERGED)
+            or ours_workers(self.kind) is not None
+            or ours_revision(self.kind) is not None
+        )
 
     def triton_port(self) -> int | None:
         """The loopback HTTP port of this server's Triton (ours: from its command line), for its statistics."""

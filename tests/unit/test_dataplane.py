@@ -5,6 +5,8 @@ on as SageMaker sent them (large JSON re-encoded binary, custom attributes as a 
 from __future__ import annotations
 
 import asyncio
+import gzip
+import itertools
 from collections.abc import Awaitable, Callable
 from typing import Any, Literal
 
@@ -12,6 +14,7 @@ import orjson
 import pytest
 
 from smtriton.serve.dataplane.batching import ModelBatching
+from smtriton.serve.dataplane.codec import BINARY_JSON
 from smtriton.serve.dataplane.plane import DataPlane
 from smtriton.serve.dataplane.request import Reply, Request
 from smtriton.serve.dataplane.sessions import SessionStep
@@ -20,6 +23,7 @@ from smtriton.serve.ipc.messages import STARTING, EndpointState, ModelAdded, Mod
 from smtriton.serve.metrics import Metrics
 from smtriton.serve.multimodel.records import ModelRecord
 from smtriton.serve.settings import Settings
+from smtriton.serve.triton.request_body import BodyPieces
 from tests.unit.stand_ins import OUT, RecordingOwner, TritonStream
 from tests.unit.triton_stand_in import HEADER_LENGTH, TritonStandIn, serving_plane
 
@@ -229,6 +233,85 @@ def test_large_json_goes_to_triton_binary_and_custom_attributes_as_a_parameter()
         assert len(sent) == size + 8 * len(data)
 
     run(scenario)
+
+
+def in_pieces(body: bytes, *cuts: int) -> BodyPieces:
+    """The body as the reader holds one that arrived in pieces, cut at ``cuts``."""
+    edges = [0, *cuts, len(body)]
+    return BodyPieces([body[start:end] for start, end in itertools.pairwise(edges)])
+
+
+def test_a_body_held_in_pieces_reaches_triton_as_sent_and_a_binary_one_is_never_joined(monkeypatch):
+    header = orjson.dumps(
+        {"inputs": [{"name": "X", "shape": [3], "datatype": "INT32", "parameters": {"binary_data_size": 12}}]}
+    )
+    raw = bytes(range(12))
+    binary = header + raw
+    json_body = orjson.dumps({"inputs": [{"name": "X", "shape": [2], "datatype": "INT32", "data": [1, 2]}]})
+    joined: list[int] = []
+    real_joined = BodyPieces.joined
+    monkeypatch.setattr(BodyPieces, "joined", lambda self: joined.append(len(self)) or real_joined(self))
+
+    async def scenario(triton: TritonStandIn, plane: DataPlane) -> None:
+        binary_type = f"{BINARY_JSON};json-header-size={len(header)}"
+        cases = [  # (the body as held, content type, custom attributes, what Triton must get)
+            (in_pieces(binary, 10, len(header) + 3), binary_type, None, binary),  # its JSON part cut in two
+            (in_pieces(binary, 20, len(header) + 5), binary_type, "a=1", None),  # the binary part cut from a piece
+            (in_pieces(raw, 4), f"{BINARY_JSON};json-header-size=0", None, raw),
+        ]
+        for body, content_type, attributes, expected in cases:
+            reply = await plane.invoke(pieces_request(body, content_type, custom_attributes=attributes))
+            assert reply.status == 200, reply.body
+            _, sent, headers = triton.requests[-1]
+            if expected is not None:
+                assert sent == expected
+            else:  # the parameter added to the JSON part, the binary part as it came
+                size = int(headers[HEADER_LENGTH])
+                assert orjson.loads(sent[:size])["parameters"] == {"sagemaker_custom_attributes": "a=1"}
+                assert sent[size:] == raw
+        assert joined == []  # no binary body was joined on its way
+        reply = await plane.invoke(pieces_request(in_pieces(json_body, 7, 20), "application/json"))
+        assert (reply.status, triton.requests[-1][1]) == (200, json_body)
+        zipped = gzip.compress(json_body)
+        reply = await plane.invoke(pieces_request(in_pieces(zipped, 5), "application/json", encoding="gzip"))
+        assert (reply.status, triton.requests[-1][1]) == (200, json_body)
+        assert joined == [len(json_body), len(zipped)]  # what is read whole is joined, once
+
+    run(scenario)
+
+
+def test_a_large_body_read_whole_is_gathered_beside_the_event_loop(monkeypatch):
+    """Past JOIN_ON_LOOP_BYTES a body in pieces that is read whole (JSON here) is gathered in a thread,
+    so the loop serves meanwhile; below it, joined on the loop."""
+    import threading
+
+    from smtriton.serve.dataplane import plane as plane_module
+
+    json_body = orjson.dumps({"inputs": [{"name": "X", "shape": [2], "datatype": "INT32", "data": [1, 2]}]})
+    gathered_in: list[str] = []
+    real_gathered = BodyPieces.gathered
+
+    def gathered(self: BodyPieces) -> bytearray:
+        gathered_in.append(threading.current_thread().name)
+        return real_gathered(self)
+
+    monkeypatch.setattr(BodyPieces, "gathered", gathered)
+    monkeypatch.setattr(plane_module, "JOIN_ON_LOOP_BYTES", len(json_body) - 1)
+
+    async def scenario(triton: TritonStandIn, plane: DataPlane) -> None:
+        reply = await plane.invoke(pieces_request(in_pieces(json_body, 9, 30), "application/json"))
+        assert (reply.status, triton.requests[-1][1]) == (200, json_body)
+
+    run(scenario)
+    assert len(gathered_in) == 1
+    assert gathered_in[0] != threading.main_thread().name
+
+
+def pieces_request(body: BodyPieces, content_type: str, **fields: Any) -> Request:
+    async def read_body() -> BodyPieces:
+        return body
+
+    return Request(None, read_body, content_type, **fields)
 
 
 def test_custom_attributes_longer_than_invoke_endpoint_takes_are_refused():

@@ -13,6 +13,7 @@ import pytest
 
 from smtriton.serve.dataplane.plane import EMPTY_BODY
 from smtriton.serve.settings import Settings
+from smtriton.serve.triton.request_body import BodyPieces, HeldBody, contiguous
 from tests.unit.triton_stand_in import TritonStandIn, call
 
 
@@ -90,7 +91,7 @@ def test_an_empty_body_triton_refuses_is_told_so(body):
     assert (answer.status, json.loads(answer.body)) == (400, {"error": EMPTY_BODY})
 
 
-def _at_once(read: Coroutine[Any, Any, bytes | bytearray]) -> bytes | bytearray:
+def _at_once(read: Coroutine[Any, Any, HeldBody]) -> HeldBody:
     """What a read of a body already whole returns (it never waits): no event loop, whose own
     allocations would blur the measure below."""
     try:
@@ -100,7 +101,23 @@ def _at_once(read: Coroutine[Any, Any, bytes | bytearray]) -> bytes | bytearray:
     raise AssertionError("the read waited")
 
 
-def test_a_body_in_many_pieces_is_held_once_not_twice():
+def test_a_large_body_read_whole_is_gathered_held_once():
+    import tracemalloc
+
+    piece = bytes(range(256)) * 256
+    tracemalloc.start()
+    try:
+        body = BodyPieces([bytes(bytearray(piece)) for _ in range(512)])  # 32 MiB as the reader holds it
+        whole = body.gathered()  # one buffer, each piece let go once copied
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert whole == piece * 512
+    assert body.pieces == []
+    assert peak < 1.3 * len(whole)  # a join holds the pieces and their copy at once: 2x
+
+
+def test_a_body_in_many_pieces_is_held_once_as_its_pieces():
     import tracemalloc
 
     from smtriton.serve.http.body import BodyReader
@@ -108,19 +125,23 @@ def test_a_body_in_many_pieces_is_held_once_not_twice():
     piece = bytes(range(256)) * 256  # 64 KiB, as the parser hands a large body over
     pieces = 512  # 32 MiB in all
     reader = BodyReader(1 << 30)
+    fed = []
     tracemalloc.start()
     try:
         for _ in range(pieces):
-            reader.feed(bytes(bytearray(piece)))  # a new object each time, as the parser's pieces are
+            fed.append(bytes(bytearray(piece)))  # a new object each time, as the parser's pieces are
+            reader.feed(fed[-1])
         reader.finish()
         body = _at_once(reader.read())
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
+    assert isinstance(body, BodyPieces)
     assert len(body) == pieces * len(piece)
-    assert body[: len(piece)] == piece
-    assert body[-len(piece) :] == piece
-    assert peak < 1.3 * len(body)  # one buffer (and its growth margin): a list of pieces joined would be 2x
+    assert body.pieces[-1] is fed[-1]  # the pieces as they came: nothing copied
+    assert body.prefix(len(piece) + 1) == piece + piece[:1]
+    assert contiguous(body) == piece * pieces
+    assert peak < 1.05 * len(body)  # held once: a growing buffer or a join would hold more
     single = BodyReader(1 << 30)
     single.feed(piece)
     single.finish()

@@ -40,6 +40,7 @@ from smtriton.serve.dataplane.answers import CUSTOM_ATTRIBUTES
 from smtriton.serve.dataplane.codec import DATA_ELSEWHERE
 from smtriton.serve.dataplane.reading import Inference
 from smtriton.serve.triton.client import UpstreamResponse
+from smtriton.serve.triton.request_body import contiguous
 
 _scanstring: Callable[[str, int], tuple[str, int]] = json.decoder.scanstring  # type: ignore[attr-defined]
 
@@ -125,6 +126,9 @@ def part(inference: Inference, model: ModelBatching) -> Part | None:
     header = inference.header
     if header is None or inference.header_length == 0 or not inference.complete:
         return None
+    if len(inference.body) > MERGED_BYTES_MAX:
+        return None  # no merged request holds it: it goes alone, its body never joined here
+    inference = inference.whole()  # its body is read here and copied into the merged one: as one buffer
     try:
         return _part(inference, header, model)
     except (_Alone, TypeError, ValueError, KeyError, IndexError, AttributeError):
@@ -258,7 +262,8 @@ _SPACE_RUN = re.compile("[ \t\n\r]*")
 
 def _tensors(inference: Inference, places: list[tuple[int, int] | None]) -> list[Tensor]:
     """``places`` with each JSON input's ``data`` text, inside its brackets, in place of None."""
-    json_part = inference.body if inference.header_length is None else inference.body[: inference.header_length]
+    body = contiguous(inference.body)
+    json_part = body if inference.header_length is None else body[: inference.header_length]
     text = bytes(json_part).decode("utf-8", "surrogateescape")  # the reading checked that it is UTF-8
     texts = _data_texts(text)
     if len(texts) != len(places):
@@ -407,7 +412,7 @@ def merge(parts: Sequence[Part]) -> Merged:
         for item in parts:
             tensor = item.tensors[index]
             if isinstance(tensor, tuple):
-                tensors.append(memoryview(item.inference.body)[tensor[0] : tensor[0] + tensor[1]])
+                tensors.append(memoryview(contiguous(item.inference.body))[tensor[0] : tensor[0] + tensor[1]])
                 parameters["binary_data_size"] = parameters.get("binary_data_size", 0) + tensor[1]
             elif tensor:
                 texts.append(tensor)

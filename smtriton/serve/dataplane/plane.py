@@ -60,6 +60,7 @@ from smtriton.serve.metrics import Metrics
 from smtriton.serve.setting_types import MIB
 from smtriton.serve.settings import DEFAULT_BATCH_PAYLOAD_MB, Settings
 from smtriton.serve.triton.client import RequestBody, UpstreamResponse
+from smtriton.serve.triton.request_body import BodyPieces, HeldBody, contiguous
 
 log = logging.getLogger("serve")
 
@@ -68,6 +69,8 @@ CLIENT_CLOSED = 499  # the status counted for a request whose client left before
 # Compressed bodies up to this size inflate on the event loop (a few milliseconds at most); larger ones
 # in a thread.
 INFLATE_ON_LOOP_BYTES = 8 * 1024
+# A body held in pieces up to this size is joined on the event loop (a few milliseconds at most).
+JOIN_ON_LOOP_BYTES = 8 * 1024 * 1024
 _ATTRIBUTES = headers.wire(headers.CUSTOM_ATTRIBUTES)
 
 
@@ -223,17 +226,19 @@ class DataPlane:
             invoke.end()
         return reply
 
-    async def _body(self, request: Request) -> RequestBody:
+    async def _body(self, request: Request) -> HeldBody:
         try:
             body = await request.read_body()
+            if isinstance(body, BodyPieces) and (request.encoding is not None or not _binary(request.content_type)):
+                body = await _whole(body)  # only a binary request goes to Triton in its pieces: the rest is read whole
             if request.encoding is None:
                 return body
             limit = self.settings.max_payload_bytes
             if len(body) <= INFLATE_ON_LOOP_BYTES:
-                return codec.decompress(body, request.encoding, limit)
+                return codec.decompress(contiguous(body), request.encoding, limit)
             # zlib lets other threads run while it inflates: a large body inflates beside the event loop,
             # bounded by the limit (a bomb stops there, 413)
-            return await asyncio.to_thread(codec.decompress, body, request.encoding, limit)
+            return await asyncio.to_thread(codec.decompress, contiguous(body), request.encoding, limit)
         except PayloadTooLarge:
             if not self.settings.batch:
                 raise
@@ -251,7 +256,7 @@ class DataPlane:
             return " (SMTRITON_MAX_PAYLOAD_BYTES)"
         return f": batch transform's MaxPayloadInMB of {megabytes} MB ({source}); send smaller mini-batches"
 
-    async def _infer_or_explain(self, request: Request, body: RequestBody, target: _Target) -> Reply:
+    async def _infer_or_explain(self, request: Request, body: HeldBody, target: _Target) -> Reply:
         """:meth:`_infer`, with an empty body's 400 said in words (Triton says nothing of it)."""
         try:
             reply = await self._infer(request, body, target)
@@ -263,15 +268,16 @@ class DataPlane:
             return error_reply(400, EMPTY_BODY)
         return reply
 
-    async def _infer(self, request: Request, body: RequestBody, target: _Target) -> Reply:
+    async def _infer(self, request: Request, body: HeldBody, target: _Target) -> Reply:
         """An inference (streamed for a decoupled model), in its session if the request names one."""
         deadline = asyncio.get_running_loop().time() + self.settings.request_timeout_s
         if target.decoupled and images.is_image(request.content_type):
             raise UnsupportedMediaType("a model that streams its answer takes JSON or binary+json, not an image body")
-        if csvrows.is_csv(request.content_type, body):
-            return await self._csv_rows(request, body, target)
-        if multirecord.holds_records(request.content_type, body, self.settings.batch):
-            return await self._records(request, body, target)
+        if not isinstance(body, BodyPieces):  # a body held in pieces is a binary request's: no rows, no records
+            if csvrows.is_csv(request.content_type, body):
+                return await self._csv_rows(request, body, target)
+            if multirecord.holds_records(request.content_type, body, self.settings.batch):
+                return await self._records(request, body, target)
         inference = await self.upstream.read(target.triton_name, body, request.content_type)
         step = None
         if request.session is not None:
@@ -406,7 +412,7 @@ class DataPlane:
         stream = _streamed(session.responses, media_type, on_done, step.headers, session.close)
         return Reply(200, media_type, b"", [], stream)
 
-    async def _generate(self, model: str, body: RequestBody, request: Request) -> Reply:
+    async def _generate(self, model: str, body: HeldBody, request: Request) -> Reply:
         """Triton's generate API (SAGEMAKER_TRITON_INFERENCE_TYPE generate or generate_stream)."""
         if request.session is not None:
             raise BadRequest("stateful sessions need SAGEMAKER_TRITON_INFERENCE_TYPE=infer")
@@ -467,6 +473,19 @@ class DataPlane:
 
     async def describe(self, name: str) -> dict[str, str]:
         return await self.owner.describe(name)
+
+
+async def _whole(body: BodyPieces) -> RequestBody:
+    """A body read whole: joined, or (past :data:`JOIN_ON_LOOP_BYTES`) gathered beside the event loop,
+    held once, while the loop serves (each piece's copy lets go of the GIL or is short)."""
+    if len(body) <= JOIN_ON_LOOP_BYTES:
+        return body.joined()
+    return await asyncio.to_thread(body.gathered)
+
+
+def _binary(content_type: str | None) -> bool:
+    """Whether the request is binary+json (its tensors after a JSON part)."""
+    return multirecord.media_type(content_type) == codec.BINARY_JSON
 
 
 def _path(request: Request) -> str:

@@ -42,6 +42,7 @@ import simdjson
 from smtriton.serve.dataplane import codec, transcode
 from smtriton.serve.errors import BadRequest
 from smtriton.serve.triton.client import RequestBody
+from smtriton.serve.triton.request_body import BodyPieces, HeldBody
 
 # simdjson's own maximum depth: the parse that checks a body stops there.
 MAX_JSON_DEPTH = 1024
@@ -97,7 +98,7 @@ class Inference:
     ``header``, the JSON part's values (None in raw mode). ``complete`` is False for a large JSON body
     whose inputs' ``data`` were left out of ``header``."""
 
-    body: RequestBody
+    body: HeldBody  # a binary request's body may be held in the pieces it arrived in
     header_length: int | None
     header: dict[str, Any] | None
     complete: bool = True
@@ -112,8 +113,14 @@ class Inference:
         """``header`` with every input's data (read again from the body where it was left out)."""
         if self.complete or self.header is None:
             return self.header
-        whole: dict[str, Any] = orjson.loads(codec.json_part(self.body, self.header_length))  # checked above
+        whole: dict[str, Any] = orjson.loads(_json_part(self.body, self.header_length))  # checked above
         return whole
+
+    def whole(self) -> Inference:
+        """The request with its body in one buffer (joined, once, if it was held in pieces)."""
+        if not isinstance(self.body, BodyPieces):
+            return self
+        return Inference(self.body.joined(), self.header_length, self.header, self.complete)
 
     def with_parameters(self, values: dict[str, Any]) -> Inference:
         """The request with ``parameters[key]`` set for each of ``values``: its JSON part re-encoded from
@@ -125,7 +132,15 @@ class Inference:
         head = _encode(header)
         if self.header_length is None:
             return Inference(head, None, header)
+        if isinstance(self.body, BodyPieces):  # the binary part's pieces stay as they are
+            return Inference(BodyPieces([head, *self.body.after(self.header_length)]), len(head), header)
         return Inference(head + self.body[self.header_length :], len(head), header)
+
+
+def _json_part(body: HeldBody, header_length: int | None) -> RequestBody:
+    if isinstance(body, BodyPieces):
+        return body.prefix(header_length) if header_length is not None else body.joined()
+    return codec.json_part(body, header_length)
 
 
 def _encode(header: dict[str, Any]) -> bytes:

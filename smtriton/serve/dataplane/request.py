@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 
-from smtriton.serve.triton.client import RequestBody
+from smtriton.serve.triton.request_body import HeldBody
 
 # Headers an answer adds (the custom attributes a model set, a session's), as (lower-case name, value).
 Headers = list[tuple[bytes, bytes]]
@@ -22,7 +22,7 @@ class Request:
     ``/invocations``); ``read_body`` reads the whole body, refusing it (413) once it passes the limit."""
 
     model: str | None
-    read_body: Callable[[], Awaitable[RequestBody]]
+    read_body: Callable[[], Awaitable[HeldBody]]
     content_type: str | None = None
     encoding: str | None = None
     custom_attributes: str | None = None

@@ -1,7 +1,8 @@
 """One worker's way to Triton: the clients for Triton's current loopback ports, and each inference
 request read and made ready for Triton.
 
-Requests go to Triton as SageMaker sent them: the body untouched, except that a large JSON request is
+Requests go to Triton as SageMaker sent them: the body untouched (a binary one in the pieces it arrived
+in, its JSON part alone read), except that a large JSON request is
 re-encoded binary (:mod:`smtriton.serve.dataplane.transcode`), an encoded image is wrapped as a BYTES
 input (:mod:`smtriton.serve.dataplane.images`), and parameters the front sets (custom attributes, a
 session's sequence) are added to the JSON part as read (:mod:`smtriton.serve.dataplane.reading`).
@@ -27,7 +28,8 @@ from smtriton.serve.ipc.messages import EndpointState
 from smtriton.serve.metrics import Metrics
 from smtriton.serve.settings import Settings
 from smtriton.serve.triton.access import TritonAccess
-from smtriton.serve.triton.client import RequestBody, TritonClient, UpstreamResponse
+from smtriton.serve.triton.client import TritonClient, UpstreamResponse
+from smtriton.serve.triton.request_body import BodyPieces, HeldBody, contiguous
 
 if TYPE_CHECKING:
     from smtriton.serve.triton.streams import StreamClient
@@ -121,14 +123,14 @@ class Upstream:
         return client
 
     # ----- a request read and made ready ----------------------------------------------------------------
-    async def read(self, triton_name: str, body: RequestBody, content_type: str | None) -> Inference:
+    async def read(self, triton_name: str, body: HeldBody, content_type: str | None) -> Inference:
         """An inference request as the front reads it (:mod:`smtriton.serve.dataplane.reading`), or an
         encoded image made the request it stands for."""
         if images.is_image(content_type):
-            return images.request(body, await self._image_input(self.ready(), triton_name))
+            return images.request(contiguous(body), await self._image_input(self.ready(), triton_name))
         header_length = codec.request_header_length(content_type, len(body))
         if header_length is None and len(body) > large_json.SLICED_JSON_BYTES:
-            inference = await large_json.read(body)  # in slices: the event loop serves between them
+            inference = await large_json.read(contiguous(body))  # in slices: the event loop serves between them
             self.metrics.transcoded.inc()
             return inference
         if header_length is not None and header_length > large_json.SLICED_JSON_BYTES:
@@ -136,7 +138,10 @@ class Upstream:
                 f"the JSON part of a binary+json request may be at most {large_json.SLICED_JSON_BYTES >> 20} MiB: "
                 "send the tensors in its binary part"
             )
-        inference = reading.read(body, header_length, self.settings.transcode_json_min_bytes)
+        if isinstance(body, BodyPieces) and header_length is not None:  # binary: its JSON part is all that is read
+            read = reading.read(body.prefix(header_length), header_length)
+            return reading.Inference(body, header_length, read.header, read.complete)
+        inference = reading.read(contiguous(body), header_length, self.settings.transcode_json_min_bytes)
         if inference.body is not body:
             self.metrics.transcoded.inc()
         return inference
@@ -226,20 +231,22 @@ class Upstream:
         else:
             self._batching.pop(triton_name, None)
 
-    async def generate(self, model: str, body: RequestBody) -> UpstreamResponse:
+    async def generate(self, model: str, body: HeldBody) -> UpstreamResponse:
         client = self.ready()
-        reading.check_json_depth(body)
-        return await client.generate(model, body)
+        whole = contiguous(body)
+        reading.check_json_depth(whole)
+        return await client.generate(model, whole)
 
     @contextlib.asynccontextmanager
     async def generate_stream(
-        self, model: str, body: RequestBody
+        self, model: str, body: HeldBody
     ) -> AsyncIterator[tuple[UpstreamResponse | None, AsyncIterator[bytes] | None]]:
         """Triton's generate stream: ``(failure, None)`` with Triton's error answer, or ``(None, events)``
         with the server-sent events as they arrive; leaving the context early drops the upstream request."""
         client = self.ready()
-        reading.check_json_depth(body)
-        async with client.generate_stream(model, body) as upstream:
+        whole = contiguous(body)
+        reading.check_json_depth(whole)
+        async with client.generate_stream(model, whole) as upstream:
             if upstream.status != 200:
                 payload = await upstream.read()
                 yield UpstreamResponse(upstream.status, upstream.headers.get("Content-Type", ""), None, payload), None
@@ -253,7 +260,7 @@ class Upstream:
         header = inference.whole_header()
         if header is None:
             raise BadRequest("raw binary requests cannot be streamed; send JSON or binary+json")
-        request = streams.build_request(triton_name, header, inference.body, inference.header_length)
+        request = streams.build_request(triton_name, header, contiguous(inference.body), inference.header_length)
         self.ready()
         if self._stream_client is None:  # made on first use: most endpoints never stream
             assert self.mirror.state.grpc_port is not None

@@ -21,6 +21,7 @@ from smtriton.serve.eventloop import freeze_heap
 from smtriton.serve.http.body import BodyReader
 from smtriton.serve.http.routes import DataRoutes
 from smtriton.serve.logs import log_failure
+from smtriton.serve.triton.request_body import contiguous
 
 _PLAIN = {"content-type": "text/plain"}
 _JSON = "application/json"
@@ -45,7 +46,7 @@ async def read_body(request: Request, limit: int) -> bytes:
     reader = BodyReader(limit, pull=request.receive)
     declared = request.headers.get("content-length")
     reader.declared = declared.encode("latin-1") if declared is not None else None
-    return bytes(await reader.read())  # a control request's small body (a load's JSON)
+    return bytes(contiguous(await reader.read()))  # a control request's small body (a load's JSON)
 
 
 def create_control_app(plane: DataPlane) -> FastAPI:

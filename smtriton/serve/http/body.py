@@ -14,7 +14,7 @@ from collections.abc import Callable
 from starlette.types import Receive
 
 from smtriton.serve.errors import BadRequest, ClientGone, PayloadTooLarge
-from smtriton.serve.triton.client import RequestBody
+from smtriton.serve.triton.request_body import BodyPieces, HeldBody
 
 
 def check_declared_length(content_length: bytes | None, limit: int) -> None:
@@ -28,16 +28,17 @@ def check_declared_length(content_length: bytes | None, limit: int) -> None:
 
 class BodyReader:
     """A request body as it arrives, held once. Most bodies arrive in one piece, kept as it came; a body
-    in several pieces goes into one buffer that grows in place (the allocator moves a large buffer's
-    pages rather than copying them), never into a list of pieces joined at the end, which would hold a
-    1 GiB body twice. What :meth:`read` returns is ``bytes`` or that ``bytearray``: both are what the
-    rest of the path reads (slices, parsers, the upstream client).
+    in several pieces is kept as those pieces (:class:`~smtriton.serve.triton.request_body.BodyPieces`),
+    never copied as it grows: a buffer grown piece by piece copied a 600 KB body into fresh pages over
+    and over (0.4 ms of front CPU, bench/NOTES.md Part 12), and joining it at the end would hold a 1 GiB
+    body twice. Only what needs the whole body as one buffer joins the pieces; a binary request goes to
+    Triton as them.
 
     ``pull``: the ASGI ``receive`` to read the body from (None: it is fed); ``before_wait``: called
     before waiting for a fed body (the fast path answers ``Expect: 100-continue`` and resumes reading)."""
 
     __slots__ = (
-        "_arrived", "_before_wait", "_first", "_grown", "_pull", "complete", "declared", "gone", "limit", "size",
+        "_arrived", "_before_wait", "_first", "_pieces", "_pull", "complete", "declared", "gone", "limit", "size",
         "too_large",
     )  # fmt: skip
 
@@ -49,7 +50,7 @@ class BodyReader:
         self.complete = False
         self.gone = False
         self._first = b""
-        self._grown: bytearray | None = None
+        self._pieces: list[bytes] | None = None  # the pieces, once there is more than one
         self._pull = pull
         self._before_wait = before_wait
         self._arrived: asyncio.Event | None = None
@@ -63,15 +64,15 @@ class BodyReader:
         self.size += len(piece)
         if self.size > self.limit:
             self.too_large = True
-            self._first, self._grown = b"", None
+            self._first, self._pieces = b"", None
             self._wake()
-        elif self._grown is not None:
-            self._grown += piece
+        elif self._pieces is not None:
+            if piece:
+                self._pieces.append(piece)
         elif not self._first:
             self._first = piece
         elif piece:
-            self._grown = bytearray(self._first)
-            self._grown += piece
+            self._pieces = [self._first, piece]
             self._first = b""
 
     def finish(self) -> None:
@@ -88,7 +89,7 @@ class BodyReader:
             self._arrived.set()
 
     # ----- read by the route ---------------------------------------------------------------------------
-    async def read(self) -> RequestBody:
+    async def read(self) -> HeldBody:
         """The whole body (and the reader emptied); 413 past the limit, 400 for an invalid Content-Length."""
         check_declared_length(self.declared, self.limit)
         if self._pull is not None:
@@ -102,8 +103,8 @@ class BodyReader:
             raise PayloadTooLarge(self.limit)
         if self.gone:
             raise ClientGone()
-        body: RequestBody = self._grown if self._grown is not None else self._first
-        self._first, self._grown, self.size = b"", None, 0
+        body: HeldBody = BodyPieces(self._pieces, self.size) if self._pieces is not None else self._first
+        self._first, self._pieces, self.size = b"", None, 0
         return body
 
     async def _pull_all(self, receive: Receive) -> None:

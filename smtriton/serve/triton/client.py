@@ -1,8 +1,10 @@
-"""One pooled async HTTP connection pool to Triton's loopback endpoint.
+"""The client of Triton's loopback HTTP endpoint, one per worker.
 
-aiohttp forwards raw bytes several times faster than httpx here (docs/design.md §5); bodies go through
-untouched, and only headers are rewritten by the caller. How a call to Triton fails (unreachable: 503;
-out of time: the call's own error) is decided in one place, :func:`_calling`.
+Inference calls go through the worker's own keep-alive connections (:mod:`smtriton.serve.triton.infer_pool`,
+leaner than aiohttp on the hot path: docs/design.md §5); everything else (control, generate) through one
+aiohttp session, which forwards raw bytes several times faster than httpx. Bodies go through untouched,
+and only headers are rewritten by the caller. How a call to Triton fails is the same for both: Triton
+unreachable is 503, out of time the call's own error (:func:`_calling` for aiohttp's calls).
 """
 
 from __future__ import annotations
@@ -11,8 +13,7 @@ import asyncio
 import contextlib
 import json
 from collections.abc import AsyncIterator, Iterator
-from dataclasses import dataclass
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 import aiohttp
 import orjson
@@ -26,12 +27,12 @@ from smtriton.serve.errors import (
     UpstreamTimeout,
 )
 from smtriton.serve.triton.access import TritonAccess
+from smtriton.serve.triton.infer_pool import InferPool, UpstreamResponse
+from smtriton.serve.triton.request_body import HeldBody, RequestBody
 
 HEADER_LENGTH = "Inference-Header-Content-Length"
 
-# A request body on its way through: bytes, or the one buffer a body that came in pieces was
-# gathered in (a large body is never copied into a bytes object as well).
-RequestBody = bytes | bytearray
+__all__ = ["RequestBody", "TritonClient", "UpstreamResponse", "error_text"]
 
 
 @contextlib.contextmanager
@@ -48,14 +49,6 @@ def _calling(out_of_time: ServeError) -> Iterator[None]:
         raise TritonUnavailable(f"Triton is not reachable: {exc.__class__.__name__}") from None
 
 
-@dataclass(frozen=True)
-class UpstreamResponse:
-    status: int
-    content_type: str
-    header_length: int | None
-    body: bytes
-
-
 class TritonClient:
     """Talks to one Triton HTTP endpoint; create once, share, close at shutdown. ``access`` is the header
     Triton's restricted APIs (repository, config, shared memory) want: sent on each call to them."""
@@ -67,6 +60,9 @@ class TritonClient:
         self._restricted = access.headers if access is not None else {}
         self._timeout = aiohttp.ClientTimeout(total=request_timeout_s)
         self._probe_timeout = aiohttp.ClientTimeout(total=2.0)
+        address = urlsplit(self.base_url)
+        assert address.hostname is not None and address.port is not None
+        self._infer_pool = InferPool(address.hostname, address.port, request_timeout_s, pool_size)
         self._session = aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(limit=pool_size, keepalive_timeout=60, ttl_dns_cache=None),
             auto_decompress=False,
@@ -74,32 +70,22 @@ class TritonClient:
         )
 
     async def close(self) -> None:
+        await self._infer_pool.close()
         await self._session.close()
 
     def _model_url(self, model: str, suffix: str) -> str:
         return f"{self.base_url}/v2/models/{quote(model, safe='')}{suffix}"
 
-    async def infer(self, model: str, body: RequestBody, header_length: int | None) -> UpstreamResponse:
-        """POST the body to ``/v2/models/<model>/infer`` as is; ``header_length`` None means pure JSON."""
-        if header_length is None:
-            headers = {"Content-Type": "application/json"}
-        else:
-            headers = {"Content-Type": "application/octet-stream", HEADER_LENGTH: str(header_length)}
-        with _calling(UpstreamTimeout(f"inference on model '{model}' did not finish in time")):
-            async with self._session.post(
-                self._model_url(model, "/infer"), data=body, headers=headers, timeout=self._timeout
-            ) as resp:
-                payload = await resp.read()
-                raw_length = resp.headers.get(HEADER_LENGTH)
-                header_length = int(raw_length) if raw_length is not None else None
-                if resp.status == 200:
-                    payload, header_length = without_repeated_parameters(payload, header_length)
-                return UpstreamResponse(
-                    status=resp.status,
-                    content_type=resp.headers.get("Content-Type", ""),
-                    header_length=header_length,
-                    body=payload,
-                )
+    async def infer(self, model: str, body: HeldBody, header_length: int | None) -> UpstreamResponse:
+        """POST the body to ``/v2/models/<model>/infer`` as is; ``header_length`` None means pure JSON.
+        Triton unreachable or gone before its whole answer: 503; past the request timeout: 504."""
+        answer = await self._infer_pool.infer(model, body, header_length)
+        if answer.status != 200:
+            return answer
+        payload, length = without_repeated_parameters(answer.body, answer.header_length)
+        if payload is answer.body:
+            return answer
+        return UpstreamResponse(answer.status, answer.content_type, length, payload)
 
     async def generate(self, model: str, body: RequestBody) -> UpstreamResponse:
         """POST a generate request (JSON in, JSON out) to ``/v2/models/<model>/generate``."""

@@ -1,0 +1,202 @@
+"""An interleaved A/B of the front alone, for a machine others share (bench/NOTES.md Part 12).
+
+Every variant (a git revision's ``smtriton/``, optionally with environment variables) runs ``serve`` with
+one worker at once, each on its own Triton, in front of a model that costs Triton next to nothing: the
+tiny scenario's ``addsub``, or ``sink`` for the image body (FP32 [1,3,224,224] in, its mean out, built
+here with onnx). Rounds of short wrk runs go to each variant in turn, the order reversed every round, so
+that drift in the machine's load falls on all of them alike; the first round warms up. Per variant, the
+median over rounds of: req/s, p50, the front's CPU per request (its processes, Triton's excluded), of
+it user time, its minor page faults per request, and Triton's CPU per request.
+
+    python -m bench.interleaved_ab --rounds 8 --seconds 2 --scenario image_binary --connections 1 \\
+        house=house client=HEAD client-malloc=HEAD@MALLOC_MMAP_THRESHOLD_=4194304,MALLOC_TRIM_THRESHOLD_=16777216
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+from bench.scenarios import TEST_REPOSITORY, build_scenarios
+from bench.servers import export_revision
+from smtriton.local.serve_process import free_port
+
+LUA = Path(__file__).resolve().parent / "post.lua"
+
+
+def _sink_model(root: Path) -> Path:
+    import onnx
+    from onnx import TensorProto, helper
+
+    x = helper.make_tensor_value_info("pixel_values", TensorProto.FLOAT, [1, 3, 224, 224])
+    y = helper.make_tensor_value_info("mean", TensorProto.FLOAT, [1, 1, 1, 1])
+    node = helper.make_node("ReduceMean", ["pixel_values"], ["mean"], axes=[1, 2, 3], keepdims=1)
+    model = helper.make_model(helper.make_graph([node], "sink", [x], [y]), opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    (root / "sink" / "1").mkdir(parents=True)
+    onnx.save(model, str(root / "sink" / "1" / "model.onnx"))
+    (root / "sink" / "config.pbtxt").write_text(
+        'name: "sink"\nplatform: "onnxruntime_onnx"\nmax_batch_size: 0\n'
+        'input [ { name: "pixel_values" data_type: TYPE_FP32 dims: [1, 3, 224, 224] } ]\n'
+        'output [ { name: "mean" data_type: TYPE_FP32 dims: [1, 1, 1, 1] } ]\n'
+        "instance_group [ { count: 1 kind: KIND_CPU } ]\n"
+    )
+    return root
+
+
+def _tree_pids(root: int) -> dict[str, list[int]]:
+    children: dict[int, list[int]] = {}
+    names: dict[int, str] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            rest = stat[stat.rfind(")") + 2 :].split()
+            children.setdefault(int(rest[1]), []).append(int(entry.name))
+            names[int(entry.name)] = stat[stat.find("(") + 1 : stat.rfind(")")]
+    roles: dict[str, list[int]] = {"front": [], "triton": []}
+    stack = [root]
+    while stack:
+        pid = stack.pop()
+        roles["triton" if "triton" in names.get(pid, "") else "front"].append(pid)
+        stack.extend(children.get(pid, []))
+    return roles
+
+
+def _usage(pids: list[int]) -> tuple[float, float, int]:
+    """CPU seconds, user seconds and minor faults of ``pids`` so far."""
+    tick = os.sysconf("SC_CLK_TCK")
+    cpu = user = 0.0
+    faults = 0
+    for pid in pids:
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            continue
+        rest = stat[stat.rfind(")") + 2 :].split()
+        user += int(rest[11]) / tick
+        cpu += (int(rest[11]) + int(rest[12])) / tick
+        faults += int(rest[7])
+    return cpu, user, faults
+
+
+Servers = dict[str, tuple[subprocess.Popen[bytes], int]]  # variant -> its serve and port
+
+
+def _start(variants: list[str], repository: Path, model: str, work: Path) -> Servers:
+    """Every variant's serve, started at once."""
+    servers: Servers = {}
+    for variant in variants:
+        name, _, spec = variant.partition("=")
+        revision, _, extra = spec.partition("@")
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("SAGEMAKER_", "SMTRITON_"))}
+        env.update(PYTHONPATH=str(export_revision(revision, work)), PYTHONSAFEPATH="1")
+        env.update(SAGEMAKER_MODEL_SERVER_WORKERS="1", SMTRITON_WORK_DIR=str(work / f"work-{name}"))
+        env.update(dict(kv.split("=", 1) for kv in extra.split(",") if kv))
+        port = free_port()
+        cmd = [sys.executable, "-m", "smtriton.serve", "--host", "127.0.0.1", "--port", str(port)]
+        cmd += ["--model-repository", str(repository), "--default-model", model]
+        with (work / f"{name}.log").open("wb") as log:
+            proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        servers[name] = proc, port
+    for name, (proc, port) in servers.items():
+        deadline = time.monotonic() + 180
+        while not _pings(port):
+            if time.monotonic() > deadline or proc.poll() is not None:
+                raise SystemExit(f"{name} did not start: {work / f'{name}.log'}")
+            time.sleep(0.2)
+    return servers
+
+
+def _pings(port: int) -> bool:
+    try:
+        return bool(urllib.request.urlopen(f"http://127.0.0.1:{port}/ping", timeout=2).status == 200)
+    except OSError:
+        return False
+
+
+def _measure(pid: int, port: int, args: argparse.Namespace, wrk_env: dict[str, str]) -> tuple[float, ...]:
+    """One wrk run: req/s, p50 ms, front CPU ms/req, its user ms/req, minor faults/req, Triton CPU ms/req."""
+    roles = _tree_pids(pid)
+    front0, triton0 = _usage(roles["front"]), _usage(roles["triton"])
+    cmd = ["wrk", "-t1", f"-c{args.connections}", f"-d{args.seconds:g}s", "--timeout=10s", "-s", str(LUA)]
+    cmd.append(f"http://127.0.0.1:{port}/invocations")
+    out = subprocess.run(cmd, env=wrk_env, capture_output=True, text=True, timeout=args.seconds + 60).stdout
+    front1, triton1 = _usage(roles["front"]), _usage(roles["triton"])
+    raw = json.loads(next(ln for ln in out.splitlines() if ln.startswith("BENCH_RESULT "))[13:])
+    errors = sum(raw[k] for k in ("connect", "read", "write", "status", "timeout"))
+    if errors:
+        raise SystemExit(f"port {port}: {errors} errors")
+    n = raw["requests"]
+    return (
+        n / (raw["duration_us"] / 1e6),
+        raw["p50_us"] / 1000,
+        (front1[0] - front0[0]) * 1000 / n,
+        (front1[1] - front0[1]) * 1000 / n,
+        (front1[2] - front0[2]) / n,
+        (triton1[0] - triton0[0]) * 1000 / n,
+    )
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    p.add_argument("--rounds", type=int, default=8)
+    p.add_argument("--seconds", type=float, default=2.0)
+    p.add_argument("--scenario", choices=["tiny_binary", "image_binary"], default="image_binary")
+    p.add_argument("--connections", type=int, default=1)
+    p.add_argument("variants", nargs="+", help="NAME=REV or NAME=REV@VAR=VALUE,VAR=VALUE")
+    args = p.parse_args()
+    scenario = next(s for s in build_scenarios() if s.name == args.scenario)
+    work = Path(tempfile.mkdtemp(prefix="smtriton-ab-"))
+    body = work / "body"
+    body.write_bytes(scenario.body)
+    if args.scenario == "image_binary":
+        repository, model = _sink_model(work / "models"), "sink"
+    else:
+        repository, model = TEST_REPOSITORY, "addsub"
+    servers: Servers = {}
+    try:
+        servers = _start(args.variants, repository, model, work)
+        names = list(servers)
+        wrk_env = {**os.environ, "BENCH_METHOD": "POST", "BENCH_BODY": str(body)}
+        wrk_env["BENCH_CONTENT_TYPE"] = scenario.content_type
+        results: dict[str, list[tuple[float, ...]]] = {name: [] for name in names}
+        for round_ in range(args.rounds + 1):
+            for name in names if round_ % 2 == 0 else names[::-1]:
+                measured = _measure(servers[name][0].pid, servers[name][1], args, wrk_env)
+                if round_ > 0:  # the first round warms up
+                    results[name].append(measured)
+        print(f"{args.scenario} c={args.connections}, {args.rounds} rounds of {args.seconds:g} s, medians:")
+        for name in names:
+            rate, p50, front, user, faults, triton = (statistics.median(r[i] for r in results[name]) for i in range(6))
+            print(
+                f"  {name:16s} {rate:7.0f} req/s  p50 {p50:7.3f} ms  front CPU {front:.3f} ms/req (user {user:.3f})"
+                f"  minor faults {faults:6.1f}/req  Triton CPU {triton:.3f} ms/req"
+            )
+    finally:
+        for proc, _ in servers.values():
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGTERM)
+        for proc, _ in servers.values():
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
