@@ -302,12 +302,11 @@ async def read(body: RequestBody) -> Inference:
     head = orjson.dumps(request)
     total = len(head) + sum(size for _, _, _, size in plan)
     _check_room(len(body), total)
-    out = bytearray(total)
-    out[: len(head)] = head
-    offset = len(head)
+    # Grown a slice at a time (never a zero-filled buffer of the whole size first: filling a gigabyte
+    # with zeros would hold the event loop for most of a second).
+    out = bytearray(head)
     for encoded, span, count, size in plan:
-        await _fill(body, span, encoded, count, np.frombuffer(out, np.uint8, size, offset))
-        offset += size
+        await _fill(body, span, encoded, count, size, out)
     return Inference(out, len(head), request)
 
 
@@ -349,17 +348,18 @@ def _check_room(body_bytes: int, encoded_bytes: int) -> None:
 
 
 async def _fill(
-    body: RequestBody, span: tuple[int, int], spec: dict[str, Any], count: int, into: np.ndarray[Any, Any]
+    body: RequestBody, span: tuple[int, int], spec: dict[str, Any], count: int, size: int, out: bytearray
 ) -> None:
-    """Parse the data array at ``span`` a slice at a time into ``into`` (its binary form)."""
+    """Parse the data array at ``span`` a slice at a time onto the end of ``out`` (its binary form,
+    ``size`` bytes)."""
     name = spec.get("name")
     datatype = str(spec.get("datatype"))
-    numeric = transcode.numeric_type(datatype)
-    assert numeric is not None
     start, end = span[0] + 1, span[1] - 1  # inside the array's brackets
-    if body.find(b'"', start, end) >= 0:
-        raise BadRequest(f"input '{name}': {datatype} data must be numbers")
-    written = 0
+    for at in range(start, end, _SCAN_WINDOW):
+        if body.find(b'"', at, min(at + _SCAN_WINDOW, end)) >= 0:
+            raise BadRequest(f"input '{name}': {datatype} data must be numbers")
+        await asyncio.sleep(0)
+    goal = len(out) + size
     at = start
     while at < end:
         stop = end if end - at <= _SLICE else body.rfind(b",", at, at + _SLICE)
@@ -370,15 +370,14 @@ async def _fill(
         if not piece.strip(b" \t\n\r,"):
             continue
         values = _numbers(piece, datatype, str(name))
-        if written + values.nbytes > into.nbytes:
+        if len(out) + values.nbytes > goal:
             raise BadRequest(f"input '{name}': more values than its shape {spec.get('shape')} holds")
-        into[written : written + values.nbytes] = values.view(np.uint8)  # one copy, into its place
-        written += values.nbytes
+        out += values.view(np.uint8).data  # one copy, onto its place
         await asyncio.sleep(0)
-    if written != into.nbytes:
-        raise BadRequest(
-            f"input '{name}': {written // numeric.itemsize} values for its shape {spec.get('shape')} ({count})"
-        )
+    if len(out) != goal:
+        numeric = transcode.numeric_type(datatype)
+        written = (size - (goal - len(out))) // (numeric.itemsize if numeric is not None else 1)
+        raise BadRequest(f"input '{name}': {written} values for its shape {spec.get('shape')} ({count})")
 
 
 def _numbers(piece: RequestBody, datatype: str, name: str) -> np.ndarray[Any, Any]:
