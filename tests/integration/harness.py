@@ -191,6 +191,17 @@ def triton_url(server: ServeProcess) -> str:
     raise AssertionError("Triton has no --http-port")
 
 
+def triton_key(server: ServeProcess) -> dict[str, str]:
+    """The header serve's Triton wants on its restricted APIs (model config, repository), as its command
+    line shows it to a process of the same user: what a test reads beside serve."""
+    (pid,) = triton_pids(server.marker)
+    for arg in Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0"):
+        if arg.startswith("--http-restricted-api="):
+            name, _, value = arg.rpartition(":")[2].partition("=")
+            return {name: value}
+    return {}
+
+
 def triton_has(server: ServeProcess, triton_name: str) -> bool:
     """Whether Triton has loaded ``triton_name`` (asked on its own loopback port, as serve does)."""
     ready = requests.get(f"{triton_url(server)}/v2/models/{triton_name}/ready", timeout=5)

@@ -27,7 +27,7 @@ from smtriton.serve.dataplane import batching
 from smtriton.serve.dataplane.reading import read
 from smtriton.serve.triton.client import UpstreamResponse
 from tests.integration.conftest import start_serve
-from tests.integration.harness import ServeProcess, free_port, metric_samples, triton_url, wait_for
+from tests.integration.harness import ServeProcess, free_port, metric_samples, triton_key, triton_url, wait_for
 
 MODELS = Path(__file__).parent / "models_batching"
 HEADER_LENGTH = "Inference-Header-Content-Length"
@@ -229,7 +229,8 @@ def check_merged_against_alone(url: str, bodies: list[tuple[bytes, int | None]],
 
 @pytest.fixture(scope="module")
 def rows_model(server: ServeProcess) -> batching.ModelBatching:
-    config = requests.get(f"{triton_url(server)}/v2/models/rows/config", timeout=10).json()
+    url = f"{triton_url(server)}/v2/models/rows/config"
+    config = requests.get(url, headers=triton_key(server), timeout=10).json()
     model = batching.model_batching(config)
     assert model == batching.ModelBatching(max_batch_size=8, instances=1)
     return model
