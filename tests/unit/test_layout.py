@@ -167,3 +167,16 @@ def test_the_http_side_takes_only_the_data_planes_one_call_and_its_types():
         if target.startswith("smtriton.serve.dataplane")
     }
     assert reached == {"smtriton.serve.dataplane.plane", "smtriton.serve.dataplane.request"}
+
+
+MAX_MODULE_LINES = 600  # past this a module holds more than one job
+
+
+def test_no_module_of_smtriton_is_longer_than_the_limit():
+    """A module that grows past this holds more than one job: split it by job (docs/design.md §4)."""
+    long = {
+        name: count
+        for name, path in MODULES.items()
+        if (count := len(path.read_text().splitlines())) > MAX_MODULE_LINES
+    }
+    assert long == {}
