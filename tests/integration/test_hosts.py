@@ -83,11 +83,13 @@ def _mme(tmp_path: Path, cgroup: Path | None) -> ServeProcess:
 
 
 def _big_archive(root: Path, name: str, size: int) -> str:
-    """addsub with a ``size``-byte file beside it (sparse: it costs no disk, and counts as its size)."""
+    """addsub with a ``size``-byte file beside it (allocated, not written: it costs no time, and its
+    bytes are held, as the memory estimate counts them; a sparse file would count as nothing)."""
     url = root / name / "model"
     shutil.copytree(TEST_MODELS / "addsub", url, ignore=shutil.ignore_patterns("__pycache__"))
     with (url / "1" / "weights.bin").open("wb") as weights:
-        weights.truncate(size)
+        if size:
+            os.posix_fallocate(weights.fileno(), 0, size)
     return str(url)
 
 
