@@ -238,7 +238,7 @@ def test_a_load_whose_announcement_fails_is_taken_back_from_the_workers_told_of_
             assert failed.value.status == 500
             owner.nobody_has_the_model()
             with pytest.raises(ModelNotFound):
-                owner.planes[0].begin_invoke("m", None)
+                owner.planes[0].mirror.begin_invoke("m", None)
             del owner.hooks[1]
             await owner.load(0)  # the name stays loadable
             assert ["m" in plane.mirror.models for plane in owner.planes] == [True, True]
@@ -271,7 +271,7 @@ def test_a_load_that_a_triton_restore_drops_while_it_is_announced_is_taken_back_
         async with owner.running():
             load = asyncio.create_task(owner.load(0))
             await _until(lambda: bool(held), 60)  # loaded in Triton, being announced
-            assert "m" in owner.planes[0].models
+            assert "m" in owner.planes[0].mirror.models
             (owner.managed / "m" / "config.pbtxt").write_text("not a model configuration {")
             (pid,) = triton_pids(str(owner.work))
             os.kill(pid, signal.SIGKILL)
