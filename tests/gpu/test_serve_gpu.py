@@ -12,24 +12,17 @@ import itertools
 import json
 import os
 import re
-import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 import requests
 
-from smtriton.serve.host.gpu import each_gpu
 from smtriton.serve.triton.installation import TritonNotFound, find_triton
 from tests.gpu.encoder import Encoder
-from tests.integration.harness import ServeProcess
+from tests.gpu.serving import BIG_ROWS, BIG_WIDTH, MIB, gpu_memory, gpu_used, on_gpu, settles, start
 
 pytestmark = pytest.mark.gpu
-
-MIB = 1 << 20
-# A table this large makes a model's GPU memory stand out from whatever else the GPU holds.
-BIG_ROWS = 1 << 16
-BIG_WIDTH = 1024  # 256 MiB of FP32
 
 
 def _needs_native(backend: str) -> None:
@@ -39,23 +32,6 @@ def _needs_native(backend: str) -> None:
         pytest.skip(str(exc))
     if backend not in installation.native_backends():
         pytest.skip(f"{installation.binary} has no native {backend} backend (NVIDIA's Triton image has)")
-
-
-def _start(tmp: Path, repository: Path | None, model: str | None, **kwargs) -> ServeProcess:
-    server = ServeProcess(repository, model, tmp / "serve.log", **kwargs)
-    try:
-        server.wait_healthy(300)
-    except BaseException:
-        server.stop()
-        raise
-    return server
-
-
-def _on_gpu(server: ServeProcess, model: str) -> bool:
-    """Triton's log says the model's instance was created on a GPU."""
-    return (
-        re.search(rf"ModelInstanceInitialize: {re.escape(model)}\S* \(GPU device \d+\)", server.log_text()) is not None
-    )
 
 
 def _infer(url: str, path: str, inputs: dict[str, np.ndarray], datatypes: dict[str, str]) -> dict[str, np.ndarray]:
@@ -75,10 +51,10 @@ def test_onnx_runtime_serves_on_cuda(tmp_path):
     encoder = Encoder()
     repo = tmp_path / "repo"
     encoder.write_onnx(repo / "enc_ort")
-    server = _start(tmp_path, repo, "enc_ort")
+    server = start(tmp_path, repo, "enc_ort")
     try:
         encoder.check(server.url, "/invocations")
-        assert _on_gpu(server, "enc_ort"), server.log_tail()
+        assert on_gpu(server, "enc_ort"), server.log_tail()
     finally:
         assert server.stop() == 0
 
@@ -100,51 +76,28 @@ def test_torchscript_serves_on_cuda(tmp_path):
         'output [{ name: "OUTPUT__0", data_type: TYPE_FP32, dims: [-1, 4] }]\n'
         "instance_group [{ kind: KIND_GPU, count: 1 }]\n"
     )
-    server = _start(tmp_path, model_dir.parent, "mlp_pt")
+    server = start(tmp_path, model_dir.parent, "mlp_pt")
     try:
         got = _infer(server.url, "/invocations", {"INPUT__0": x.numpy()}, {"INPUT__0": "FP32"})["OUTPUT__0"]
         np.testing.assert_allclose(got, want, atol=1e-4, rtol=1e-3)
-        assert _on_gpu(server, "mlp_pt"), server.log_tail()
+        assert on_gpu(server, "mlp_pt"), server.log_tail()
     finally:
         assert server.stop() == 0
-
-
-def _gpu_memory() -> list[tuple[int, int, int]]:
-    """(used, free, total) bytes of each GPU, through NVML as serve reads it."""
-
-    def read(nvml, handle) -> tuple[int, int, int]:
-        info = nvml.nvmlDeviceGetMemoryInfo(handle)
-        return int(info.used), int(info.free), int(info.total)
-
-    return each_gpu(read)
-
-
-def _used() -> int:
-    return sum(used for used, _, _ in _gpu_memory())
-
-
-def _settles(predicate, timeout: float = 30.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.5)
-    return True
 
 
 def test_multi_model_loads_take_gpu_memory_and_unloads_give_it_back(tmp_path):
     """Two copies of a model with a 256 MiB table loaded through POST /models on a GPU instance: each
     load takes GPU memory (NVML), each answers, and DELETE gives the memory back."""
     _needs_native("onnxruntime")
-    if not _gpu_memory():
+    if not gpu_memory():
         pytest.fail("nvidia-smi sees a GPU but NVML (nvidia-ml-py, which serve uses) does not")
     encoder = Encoder(BIG_ROWS, BIG_WIDTH)
     root = tmp_path / "models"
     source = encoder.write_onnx(tmp_path / "source" / "big")
     table = encoder.table.nbytes
-    server = _start(tmp_path, None, None, args=["--multi-model", "--model-root", str(root)])
+    server = start(tmp_path, None, None, args=["--multi-model", "--model-root", str(root)])
     try:
-        used = [_used()]
+        used = [gpu_used()]
         for name in ("big1", "big2"):
             url = root / name / "model"
             url.mkdir(parents=True)
@@ -154,33 +107,33 @@ def test_multi_model_loads_take_gpu_memory_and_unloads_give_it_back(tmp_path):
             r = requests.post(f"{server.url}/models", json={"model_name": name, "url": str(url)}, timeout=300)
             assert r.status_code == 200, r.text
             encoder.check(server.url, f"/models/{name}/invoke")
-            assert _on_gpu(server, name), server.log_tail()
-            used.append(_used())
+            assert on_gpu(server, name), server.log_tail()
+            used.append(gpu_used())
         grown = [(b - a) // MIB for a, b in itertools.pairwise(used)]
         assert all(g >= table // 2 // MIB for g in grown), f"GPU memory used grew by {grown} MiB a load"
         loaded = used[-1]
         assert requests.delete(f"{server.url}/models/big1", timeout=300).status_code == 200
-        assert _settles(lambda: loaded - _used() >= table // 2), (
-            f"unloading gave back {(loaded - _used()) // MIB} MiB of GPU memory, the table alone is {table // MIB} MiB"
+        assert settles(lambda: loaded - gpu_used() >= table // 2), (
+            f"unloading gave back {(loaded - gpu_used()) // MIB} MiB of GPU memory, the table is {table // MIB} MiB"
         )
         assert requests.get(f"{server.url}/ping", timeout=5).status_code == 200
         encoder.check(server.url, "/models/big2/invoke")
     finally:
         assert server.stop() == 0
-    assert _settles(lambda: _used() <= used[0] + 64 * MIB), "stopping serve did not give the GPU memory back"
+    assert settles(lambda: gpu_used() <= used[0] + 64 * MIB), "stopping serve did not give the GPU memory back"
 
 
 def test_a_load_gets_507_when_no_gpu_has_the_reserve_free(tmp_path):
     """The reserve set above what any GPU has: the load is refused with 507 and the free memory NVML reads,
     nothing is loaded, and the endpoint stays healthy."""
     _needs_native("onnxruntime")
-    memory = _gpu_memory()
+    memory = gpu_memory()
     if not memory:
         pytest.fail("nvidia-smi sees a GPU but NVML (nvidia-ml-py, which serve uses) does not")
     reserve = max(total for _, _, total in memory) + 1024 * MIB
     root = tmp_path / "models"
     Encoder().write_onnx(root / "m" / "model")
-    server = _start(
+    server = start(
         tmp_path,
         None,
         None,
@@ -195,7 +148,7 @@ def test_a_load_gets_507_when_no_gpu_has_the_reserve_free(tmp_path):
         message = r.json()["error"]
         found = re.search(r"the most free on any GPU is (\d+) MiB", message)
         assert found, message
-        free_now = max(free for _, free, _ in _gpu_memory()) // MIB
+        free_now = max(free for _, free, _ in gpu_memory()) // MIB
         assert abs(int(found.group(1)) - free_now) <= max(256, free_now // 20), (message, free_now)
         assert requests.get(f"{server.url}/ping", timeout=5).status_code == 200
         assert requests.get(f"{server.url}/models", timeout=5).json() == {"models": []}
@@ -231,11 +184,11 @@ def test_the_plan_converted_in_this_image_is_served_and_matches_onnx_runtime(tmp
     request = re.search(r"-d '(\{.*?\})'", readme, re.S)
     assert request is not None, "the README's curl request"
     given = {i["name"]: np.array(i["data"]).reshape(i["shape"]) for i in json.loads(request.group(1))["inputs"]}
-    server = _start(tmp_path, repository, plan_dir.name)
+    server = start(tmp_path, repository, plan_dir.name)
     try:
         inputs = {name: given[name].astype(dtypes.numpy_dtype(datatypes[name])) for name in datatypes}
         got = _infer(server.url, "/invocations", inputs, datatypes)
-        assert _on_gpu(server, plan_dir.name), server.log_tail()
+        assert on_gpu(server, plan_dir.name), server.log_tail()
     finally:
         assert server.stop() == 0
     onnx_files = sorted(p for p in repository.glob("*/[0-9]*/model.onnx"))
