@@ -29,7 +29,7 @@ import urllib.request
 from pathlib import Path
 
 from bench.scenarios import TEST_REPOSITORY, build_scenarios
-from bench.servers import export_revision
+from bench.servers import export_revision, process_tree
 from smtriton.local.serve_process import free_port
 
 LUA = Path(__file__).resolve().parent / "post.lua"
@@ -56,23 +56,14 @@ def _sink_model(root: Path) -> Path:
 
 
 def _tree_pids(root: int) -> dict[str, list[int]]:
-    children: dict[int, list[int]] = {}
-    names: dict[int, str] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:
-                continue
-            rest = stat[stat.rfind(")") + 2 :].split()
-            children.setdefault(int(rest[1]), []).append(int(entry.name))
-            names[int(entry.name)] = stat[stat.find("(") + 1 : stat.rfind(")")]
+    """``root``'s process tree, split into Triton's processes and the front's."""
     roles: dict[str, list[int]] = {"front": [], "triton": []}
-    stack = [root]
-    while stack:
-        pid = stack.pop()
-        roles["triton" if "triton" in names.get(pid, "") else "front"].append(pid)
-        stack.extend(children.get(pid, []))
+    for pid in process_tree(root):
+        try:
+            name = Path(f"/proc/{pid}/comm").read_text()
+        except OSError:
+            continue
+        roles["triton" if "triton" in name else "front"].append(pid)
     return roles
 
 

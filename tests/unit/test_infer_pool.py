@@ -213,6 +213,15 @@ def test_an_answer_split_anywhere_is_read_whole(run, serving):
     assert (got.status, got.content_type, got.header_length, got.body) == (200, "application/json", 4, b"HEAD123456")
 
 
+async def _two_answers(port: int) -> list[bytes]:
+    """The bodies of two requests, one after the other, through one pool."""
+    pool = InferPool("127.0.0.1", port, 5.0)
+    try:
+        return [(await pool.infer("m", b"{}", None)).body for _ in range(2)]
+    finally:
+        await pool.close()
+
+
 def test_a_chunked_answer_is_joined_and_the_connection_kept(run, serving):
     def chunked(conn: socket.socket, request: Received) -> None:
         conn.sendall(OK_HEAD + b"Transfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n")
@@ -221,14 +230,7 @@ def test_a_chunked_answer_is_joined_and_the_connection_kept(run, serving):
 
     triton = serving(chunked)
 
-    async def main() -> list[bytes]:
-        pool = InferPool("127.0.0.1", triton.port, 5.0)
-        try:
-            return [(await pool.infer("m", b"{}", None)).body for _ in range(2)]
-        finally:
-            await pool.close()
-
-    assert run(main()) == [b"hello world!"] * 2
+    assert run(_two_answers(triton.port)) == [b"hello world!"] * 2
     assert triton.connections == 1
 
 
@@ -241,14 +243,7 @@ def test_an_answer_without_a_length_ends_at_the_close_and_its_connection_is_not_
 
     triton = serving(until_close)
 
-    async def main() -> list[bytes]:
-        pool = InferPool("127.0.0.1", triton.port, 5.0)
-        try:
-            return [(await pool.infer("m", b"{}", None)).body for _ in range(2)]
-        finally:
-            await pool.close()
-
-    assert run(main()) == [b"all of it"] * 2
+    assert run(_two_answers(triton.port)) == [b"all of it"] * 2
     assert triton.connections == 2
 
 
