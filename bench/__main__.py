@@ -45,8 +45,9 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--servers",
         default=",".join(KINDS),
-        help="anchor,ours,proxy and/or ours-w<N> (serve with N front workers), ours@<rev> (serve as git revision "
-        "<rev> has it: an A/B of two commits in one run), in this order [anchor,ours,proxy]",
+        help="anchor,ours,proxy and/or ours-w<N> (serve with N front workers), ours-unmerged (every request sent "
+        "to Triton alone), ours@<rev> (serve as git revision <rev> has it: an A/B of two commits in one run), "
+        "in this order [anchor,ours,proxy]",
     )
     p.add_argument(
         "--max-other-cpu",
@@ -88,7 +89,9 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     args.serve_env = dict(pair.split("=", 1) for pair in args.serve_env)
     unknown = [k for k in args.servers if not known(k)]
     if unknown:
-        p.error(f"unknown servers: {', '.join(unknown)} (known: {', '.join(KINDS)}, ours-w<N>, ours@<rev>)")
+        p.error(
+            f"unknown servers: {', '.join(unknown)} (known: {', '.join(KINDS)}, ours-w<N>, ours-unmerged, ours@<rev>)"
+        )
     return args
 
 
