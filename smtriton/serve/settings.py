@@ -354,8 +354,8 @@ class Settings(BaseSettings):
     )
     wait_for_triton: Boolean = setting(
         "SMTRITON_WAIT_FOR_TRITON",
-        "an inference that meets Triton down or restarting waits for it (within its own timeout) and one in "
-        "flight when Triton died is sent again once, instead of a 503; `false`: 503 at once",
+        "an inference that meets Triton restarting after a crash waits for it (within its own timeout) and one "
+        "in flight when Triton died is sent again once, instead of a 503; `false`: 503 at once",
         True,
     )
     triton_wait_queue: Integer = setting(

@@ -312,6 +312,8 @@ def test_a_failed_respawn_is_retried_and_shutdown_still_stops_triton(tmp_path, t
         finally:
             resource.prlimit(server.pid, resource.RLIMIT_NOFILE, (soft, hard))
         assert wait_for(lambda: len(worker_pids(server)) == COUNT, 30)  # the slot was never given up
+        # the replacement listens too (the killed one had said so before it died)
+        assert wait_for(lambda: server.log_text().count("Application startup complete") == COUNT + 1, 30)
         for _ in range(ROUNDS):
             assert requests.post(f"{server.url}/invocations", data=ADDSUB, timeout=10).status_code == 200
         assert workers_that_answered(server, "/invocations") == EVERY_WORKER

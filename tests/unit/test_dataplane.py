@@ -16,9 +16,10 @@ import pytest
 from smtriton.serve.dataplane.batching import ModelBatching
 from smtriton.serve.dataplane.codec import BINARY_JSON
 from smtriton.serve.dataplane.plane import DataPlane
+from smtriton.serve.dataplane.reading import Inference
 from smtriton.serve.dataplane.request import Reply, Request
 from smtriton.serve.dataplane.sessions import SessionStep
-from smtriton.serve.errors import BadRequest, ModelNotFound, NotReady
+from smtriton.serve.errors import BadRequest, ModelNotFound, NotReady, TritonUnavailable
 from smtriton.serve.ipc.messages import STARTING, EndpointState, ModelAdded, ModelDraining, ModelRemoved
 from smtriton.serve.metrics import Metrics
 from smtriton.serve.multimodel.records import ModelRecord
@@ -120,7 +121,7 @@ def _tell(plane: DataPlane, state: EndpointState) -> None:
 
 
 def _down(generation: int) -> EndpointState:
-    return EndpointState(False, False, "Triton is restarting", None, None, generation=generation)
+    return EndpointState(False, False, "Triton is restarting", None, None, generation=generation, returning=True)
 
 
 def _up(triton: TritonStandIn, generation: int) -> EndpointState:
@@ -138,6 +139,46 @@ def test_a_request_that_meets_triton_restarting_waits_and_is_answered_once_it_se
         _tell(plane, _up(triton, 2))
         assert (await asyncio.wait_for(answer, 5)).status == 200
         assert plane.waiting.waiting == 0
+
+    run(scenario)
+
+
+def test_a_request_before_any_triton_served_is_503_at_once():
+    async def scenario(triton: TritonStandIn, plane: DataPlane) -> None:
+        _tell(plane, EndpointState(False, False, "Triton is starting", None, None, generation=1))
+        reply = await asyncio.wait_for(invoke(plane, b"{}"), 1)
+        assert reply.status == 503
+        assert error_of(reply) == "Triton is starting"
+        assert plane.waiting.waiting == 0
+
+    run(scenario)
+
+
+def test_a_waiting_request_is_503_once_the_restarted_triton_cannot_serve_its_model():
+    async def scenario(triton: TritonStandIn, plane: DataPlane) -> None:
+        _tell(plane, _down(1))
+        answer = asyncio.ensure_future(invoke(plane, b"{}"))
+        await asyncio.sleep(0.1)
+        assert plane.waiting.waiting == 1
+        _tell(plane, EndpointState(False, False, "model 'm' is not ready", None, None, generation=2))
+        reply = await asyncio.wait_for(answer, 1)
+        assert reply.status == 503
+        assert error_of(reply) == "model 'm' is not ready"
+        assert triton.requests == []
+
+    run(scenario)
+
+
+def test_a_request_that_waited_to_be_merged_while_triton_died_is_not_sent_and_may_wait():
+    """The merger sends what waited for the model's earlier requests: if Triton died meanwhile, that
+    request never went out, so it is TritonUnavailable unsent (which the wait for Triton sends again)."""
+
+    async def scenario(triton: TritonStandIn, plane: DataPlane) -> None:
+        _tell(plane, _down(1))
+        with pytest.raises(TritonUnavailable) as unavailable:
+            await plane.upstream._send("m", Inference(b"{}", None, {}))
+        assert unavailable.value.sent is False
+        assert triton.requests == []
 
     run(scenario)
 

@@ -23,7 +23,14 @@ from smtriton.serve.dataplane import batching, coalescing, codec, csvrows, image
 from smtriton.serve.dataplane.batching import ModelBatching
 from smtriton.serve.dataplane.mirror import EndpointMirror
 from smtriton.serve.dataplane.reading import Inference
-from smtriton.serve.errors import BadRequest, NotReady, PayloadTooLarge, ServeError, UnsupportedMediaType
+from smtriton.serve.errors import (
+    BadRequest,
+    NotReady,
+    PayloadTooLarge,
+    ServeError,
+    TritonUnavailable,
+    UnsupportedMediaType,
+)
 from smtriton.serve.ipc.messages import EndpointState
 from smtriton.serve.metrics import Metrics
 from smtriton.serve.settings import Settings
@@ -186,7 +193,13 @@ class Upstream:
         return await coalescing.send_all(self._send, triton_name, inferences, model, concurrency)
 
     async def _send(self, triton_name: str, inference: Inference) -> UpstreamResponse:
-        return await self.ready().infer(triton_name, inference.body, inference.header_length)
+        client = self.client
+        state = self.mirror.state
+        if not state.serving or client is None:
+            # Triton went away while this request waited to be merged: it was not sent, so it may wait
+            # for the next Triton (the data plane's waiting) like one that met Triton down.
+            raise TritonUnavailable(state.reason or "Triton is not ready", sent=False)
+        return await client.infer(triton_name, inference.body, inference.header_length)
 
     async def batching(self, triton_name: str) -> ModelBatching | None:
         """How ``triton_name``'s requests may be merged (None: they go alone), asked of Triton if need be."""

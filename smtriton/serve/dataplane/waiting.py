@@ -36,14 +36,21 @@ class Waiting:
         state = self.mirror.state
         return state.serving and (newer_than is None or state.generation > newer_than)
 
+    def _may_wait(self) -> bool:
+        """Whether Triton is worth waiting for: it serves, or one that served is being restarted (not
+        before the first Triton served, after a model failed to come back, or while the endpoint stops)."""
+        state = self.mirror.state
+        return self.enabled and not self.mirror.draining and (state.serving or state.returning)
+
     async def until_serving(self, deadline: float, newer_than: int | None = None) -> None:
         """Return once requests may go to Triton (to a Triton started after the one of generation
-        ``newer_than``, when given). 503 when waiting is off, the worker drains, its queue is full, or
-        ``deadline`` (the event loop's clock) passes first."""
+        ``newer_than``, when given). 503 when waiting is off, nothing is worth waiting for (see
+        :meth:`_may_wait`), the worker drains, its queue is full, or ``deadline`` (the event loop's clock)
+        passes first."""
         if self._serving(newer_than):
             return
         reason = self.mirror.state.reason or "Triton is not ready"
-        if not self.enabled or self.mirror.draining:
+        if not self._may_wait():
             raise NotReady(reason)
         if self.waiting >= self.limit:
             raise NotReady(f"{reason} ({self.limit} requests already wait for Triton on this front worker)")
@@ -51,8 +58,10 @@ class Waiting:
         self.waiting += 1
         try:
             while not self._serving(newer_than):
+                if not self._may_wait():
+                    raise NotReady(self.mirror.state.reason or reason)
                 remaining = deadline - loop.time()
-                if remaining <= 0 or self.mirror.draining:
+                if remaining <= 0:
                     raise NotReady(f"{self.mirror.state.reason or reason}: Triton was not back in time")
                 with contextlib.suppress(asyncio.TimeoutError):
                     await asyncio.wait_for(self.mirror.changed.wait(), remaining)

@@ -98,6 +98,9 @@ class EndpointState:
     grpc_port: int | None
     decoupled: bool = False  # the SME model streams its responses
     generation: int = 0  # which Triton: the count of tritonserver processes started (a new one after each death)
+    # Not serving now, but a Triton that served is being restarted (its models to come back): a request may
+    # wait for it. False before the first Triton served, once a model failed, and while stopping: 503 at once.
+    returning: bool = False
     # The value Triton's restricted APIs (model config, repository, shared memory) want; never shown.
     triton_key: str | None = field(default=None, repr=False)
 

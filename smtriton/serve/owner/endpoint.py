@@ -76,6 +76,7 @@ class Health:
         self.model_ready = False  # SME: the default model is READY; MME: the registry is restored
         self.model_failed = False  # SME: the default model failed to load (or is no longer ready)
         self.draining = False
+        self.served = False  # a Triton has served on this endpoint: after its death requests wait for the next
         self._published: EndpointState | None = None
         self._on_fatal = on_fatal
 
@@ -83,6 +84,7 @@ class Health:
         supervisor = self.supervisor
         live = supervisor.live
         serving = live and self.model_ready  # draining too: accepted requests are still served
+        self.served = self.served or serving
         if self.draining:
             healthy = False
         elif self.settings.ping_mode == "live":
@@ -98,6 +100,9 @@ class Health:
             grpc_port=ports.grpc if ports is not None else None,
             decoupled=self.decoupled,
             generation=supervisor.spawns,
+            returning=not serving
+            and self.served
+            and not (self.model_failed or self.draining or supervisor.state is TritonState.STOPPING),
             triton_key=supervisor.access.key,
         )
 
