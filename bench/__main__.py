@@ -63,7 +63,7 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="serve a copy of each model with this many instances, so that on a many-core host the model "
         "is not the limit the fronts are compared under (0: as the repository has it) [0]",
     )
-    p.add_argument("--cold-trials", type=int, default=3, help="cold starts per server (0: skip) [3]")
+    p.add_argument("--cold-trials", type=int, default=3, help="cold starts per server but the proxy (0: skip) [3]")
     p.add_argument("--mme-trials", type=int, default=3, help="multi-model load/unload trials per server (0: skip) [3]")
     p.add_argument("--profile", action="store_true", help="then py-spy `serve` under load at the top concurrency")
     p.add_argument("--profile-server", default="ours", help="the front --profile samples: ours or ours-w<N> [ours]")
@@ -249,8 +249,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.cold_trials:
             model, repository = COLD_MODEL
             for trial in range(args.cold_trials):
-                for kind in ("anchor", "ours"):
-                    if kind not in args.servers:
+                for kind in args.servers:
+                    if kind == "proxy":  # a front of its own, not serve's start-up
                         continue
                     with running(Server(kind, setup, repository, model, work)) as ready_s:
                         starts.append({"server": kind, "model": model, "ready_s": ready_s, "trial": trial})

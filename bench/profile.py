@@ -25,7 +25,10 @@ def py_spy() -> str:
 
 
 def start_recording(pid: int, seconds: float, output: Path, rate: int = 250) -> subprocess.Popen[bytes]:
-    cmd = [py_spy(), "record", "--pid", str(pid), "--duration", str(max(1, round(seconds))), "--rate", str(rate)]
+    """py-spy on ``pid`` and its child processes: serve answers requests in its front workers, not in the
+    main process it starts them from."""
+    cmd = [py_spy(), "record", "--pid", str(pid), "--subprocesses", "--duration", str(max(1, round(seconds)))]
+    cmd += ["--rate", str(rate)]
     cmd += ["--format", "raw", "--nolineno", "--full-filenames", "--nonblocking", "--output", str(output)]
     return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
 

@@ -279,7 +279,8 @@ def _met(ok: bool) -> str:
 
 def cold_starts(results: dict) -> dict[str, dict[str, float]]:
     out = {}
-    for server in ("anchor", "ours"):
+    servers = dict.fromkeys(s["server"] for s in results.get("starts", []) if "trial" in s)
+    for server in sorted(servers, key=lambda name: SERVER_ORDER.get(name, len(SERVER_ORDER))):
         times = [s["ready_s"] for s in results.get("starts", []) if s["server"] == server and "trial" in s]
         if times:
             out[server] = {
