@@ -128,8 +128,6 @@ def test_a_load_gets_507_when_no_gpu_has_the_reserve_free(tmp_path):
     nothing is loaded, and the endpoint stays healthy."""
     _needs_native("onnxruntime")
     memory = gpu_memory()
-    if not memory:
-        pytest.fail("nvidia-smi sees a GPU but NVML (nvidia-ml-py, which serve uses) does not")
     reserve = max(total for _, _, total in memory) + 1024 * MIB
     root = tmp_path / "models"
     Encoder().write_onnx(root / "m" / "model")
