@@ -87,7 +87,7 @@ def gpu_info(device: int = 0, run: Callable[..., Any] = subprocess.run) -> GpuIn
 
 def runtime_info(device: int = 0) -> RuntimeInfo:
     """This host's TensorRT version and GPU, what
-    :func:`smtriton.convert.tensorrt_profiles.check_compatibility` compares."""
+    :func:`smtriton.serve.triton.tensorrt_sidecar.check_compatibility` compares."""
     gpu = gpu_info(device)
     return RuntimeInfo(str(load_tensorrt().__version__), gpu.name, gpu.compute_capability)
 
