@@ -122,11 +122,13 @@ class Upstream:
             await self._stream_client.close()
 
     def ready(self) -> TritonClient:
-        """The client, if requests may go to Triton now (else 503)."""
+        """The client, if requests may go to Triton now; else 503, as :class:`TritonUnavailable` with
+        nothing sent: a request that waited (to be merged, say) while Triton died may then wait for the
+        next Triton, as one that met Triton down does (the data plane's waiting)."""
         client = self.client
         state = self.mirror.state
         if not state.serving or client is None:
-            raise NotReady(state.reason or "Triton is not ready")
+            raise TritonUnavailable(state.reason or "Triton is not ready", sent=False)
         return client
 
     # ----- a request read and made ready ----------------------------------------------------------------
@@ -193,13 +195,7 @@ class Upstream:
         return await coalescing.send_all(self._send, triton_name, inferences, model, concurrency)
 
     async def _send(self, triton_name: str, inference: Inference) -> UpstreamResponse:
-        client = self.client
-        state = self.mirror.state
-        if not state.serving or client is None:
-            # Triton went away while this request waited to be merged: it was not sent, so it may wait
-            # for the next Triton (the data plane's waiting) like one that met Triton down.
-            raise TritonUnavailable(state.reason or "Triton is not ready", sent=False)
-        return await client.infer(triton_name, inference.body, inference.header_length)
+        return await self.ready().infer(triton_name, inference.body, inference.header_length)
 
     async def batching(self, triton_name: str) -> ModelBatching | None:
         """How ``triton_name``'s requests may be merged (None: they go alone), asked of Triton if need be."""
