@@ -1,12 +1,13 @@
 """An interleaved A/B of the front alone, for a machine others share (bench/NOTES.md Part 12).
 
 Every variant (a git revision's ``smtriton/``, optionally with environment variables) runs ``serve`` with
-one worker at once, each on its own Triton, in front of a model that costs Triton next to nothing: the
-tiny scenario's ``addsub``, or ``sink`` for the image body (FP32 [1,3,224,224] in, its mean out, built
-here with onnx). Rounds of short wrk runs go to each variant in turn, the order reversed every round, so
-that drift in the machine's load falls on all of them alike; the first round warms up. Per variant, the
-median over rounds of: req/s, p50, the front's CPU per request (its processes, Triton's excluded), of
-it user time, its minor page faults per request, and Triton's CPU per request.
+one worker at once, each on its own Triton, in front of the scenario's model (the tiny scenario's
+``addsub``, the text encoder) or, for the image body, ``sink``, a model that costs Triton next to nothing
+(FP32 [1,3,224,224] in, its mean out, built here with onnx). Rounds of short wrk runs go to each variant
+in turn, the order reversed every round, so that drift in the machine's load falls on all of them alike;
+the first round warms up. Per variant, the median over rounds of: req/s, p50, the front's CPU per request
+(its processes, Triton's excluded), of it user time, its minor page faults per request, and Triton's CPU
+per request.
 
     python -m bench.interleaved_ab --rounds 8 --seconds 2 --scenario image_binary --connections 1 \\
         house=house client=HEAD client-malloc=HEAD@MALLOC_MMAP_THRESHOLD_=4194304,MALLOC_TRIM_THRESHOLD_=16777216
@@ -28,7 +29,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from bench.scenarios import TEST_REPOSITORY, build_scenarios
+from bench.scenarios import build_scenarios
 from bench.servers import export_revision, process_tree
 from smtriton.local.serve_process import free_port
 
@@ -146,7 +147,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     p.add_argument("--rounds", type=int, default=8)
     p.add_argument("--seconds", type=float, default=2.0)
-    p.add_argument("--scenario", choices=["tiny_binary", "image_binary"], default="image_binary")
+    p.add_argument("--scenario", choices=["tiny_binary", "text_binary", "image_binary"], default="image_binary")
     p.add_argument("--connections", type=int, default=1)
     p.add_argument("variants", nargs="+", help="NAME=REV or NAME=REV@VAR=VALUE,VAR=VALUE")
     args = p.parse_args()
@@ -157,7 +158,7 @@ def main() -> None:
     if args.scenario == "image_binary":
         repository, model = _sink_model(work / "models"), "sink"
     else:
-        repository, model = TEST_REPOSITORY, "addsub"
+        repository, model = scenario.repository, scenario.model
     servers: Servers = {}
     try:
         servers = _start(args.variants, repository, model, work)
