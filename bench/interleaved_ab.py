@@ -2,12 +2,12 @@
 
 Every variant (a git revision's ``smtriton/``, optionally with environment variables) runs ``serve`` with
 one worker at once, each on its own Triton, in front of the scenario's model (the tiny scenario's
-``addsub``, the text encoder) or, for the image body, ``sink``, a model that costs Triton next to nothing
-(FP32 [1,3,224,224] in, its mean out, built here with onnx). Rounds of short wrk runs go to each variant
-in turn, the order reversed every round, so that drift in the machine's load falls on all of them alike;
-the first round warms up. Per variant, the median over rounds of: req/s, p50, the front's CPU per request
-(its processes, Triton's excluded), of it user time, its minor page faults per request, and Triton's CPU
-per request.
+``addsub``, the text encoder, with ``--own-model`` resnet) or, for the image body, ``sink``, a model that
+costs Triton next to nothing (FP32 [1,3,224,224] in, its mean out, built here with onnx). Rounds of short
+wrk runs go to each variant in turn, the order reversed every round, so that drift in the machine's load
+falls on all of them alike; the first round warms up. Per variant, the median over rounds of: req/s, p50,
+the front's CPU per request (its processes, Triton's excluded), of it user time, its minor page faults
+per request, and Triton's CPU per request.
 
     python -m bench.interleaved_ab --rounds 8 --seconds 2 --scenario image_binary --connections 1 \\
         house=house client=HEAD client-malloc=HEAD@MALLOC_MMAP_THRESHOLD_=4194304,MALLOC_TRIM_THRESHOLD_=16777216
@@ -149,13 +149,16 @@ def main() -> None:
     p.add_argument("--seconds", type=float, default=2.0)
     p.add_argument("--scenario", choices=["tiny_binary", "text_binary", "image_binary"], default="image_binary")
     p.add_argument("--connections", type=int, default=1)
+    p.add_argument(
+        "--own-model", action="store_true", help="the image body goes to its own model (resnet), not to sink"
+    )
     p.add_argument("variants", nargs="+", help="NAME=REV or NAME=REV@VAR=VALUE,VAR=VALUE")
     args = p.parse_args()
     scenario = next(s for s in build_scenarios() if s.name == args.scenario)
     work = Path(tempfile.mkdtemp(prefix="smtriton-ab-"))
     body = work / "body"
     body.write_bytes(scenario.body)
-    if args.scenario == "image_binary":
+    if args.scenario == "image_binary" and not args.own_model:
         repository, model = _sink_model(work / "models"), "sink"
     else:
         repository, model = scenario.repository, scenario.model
