@@ -59,9 +59,8 @@ ITEM_BYTES = {
 # A merged body stays below this: Triton refuses an HTTP body past its --http-max-input-size (64 MB).
 MERGED_BYTES_MAX = 32 * 1024 * 1024
 # A request larger than this goes alone. A merge saves Triton what it pays per request (an HTTP parse, a
-# place in the scheduler), which beside a large request's bytes and execution is nothing, and it copies
-# the bodies once more; merged 600 KB images were answered slower than unmerged ones in five of six
-# benchmark runs that compared them (bench/NOTES.md Part 14).
+# place in the scheduler), which beside a large request's bytes and execution is nothing, while merged
+# large requests cost more (a 600 KB image on 2 cores: Triton spent 13 to 25 % more CPU an image merged).
 PART_BYTES_MAX = 64 * 1024
 _LENGTH = struct.Struct("<I")
 
