@@ -157,21 +157,6 @@ def test_binary_requests_whose_bytes_disagree_with_their_shape_go_alone(why, cha
     assert batching.part(change(good), MODEL) is None, why
 
 
-def test_a_request_past_the_part_size_goes_alone():
-    """A merge saves Triton its per-request cost only: a large request (an image) is sent as it came."""
-
-    def sized(total: int) -> Inference:
-        """A binary request of one UINT8 row, exactly ``total`` bytes long (its header included)."""
-        row = total
-        for _ in range(3):  # the header's length moves with the numbers in it
-            row += total - len(binary_request(("X", "UINT8", np.zeros((1, row), np.uint8))).body)
-        return binary_request(("X", "UINT8", np.zeros((1, row), np.uint8)))
-
-    assert len(sized(batching.PART_BYTES_MAX).body) == batching.PART_BYTES_MAX
-    assert batching.part(sized(batching.PART_BYTES_MAX), MODEL) is not None
-    assert batching.part(sized(batching.PART_BYTES_MAX + 1), MODEL) is None
-
-
 def test_bytes_elements_are_counted_by_their_lengths():
     good = binary_request(("S", "BYTES", np.array([[b"ab", b""]], dtype=object)))
     assert batching.part(good, MODEL) is not None

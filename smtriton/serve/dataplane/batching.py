@@ -10,10 +10,10 @@ Only where Triton itself would batch them (:func:`model_batching`, :func:`part`)
 ``dynamic_batching`` and ``max_batch_size`` ≥ 2, is not decoupled, has no sequence batcher and no
 ragged inputs (Triton's batches of those are no plain concatenation along the batch dimension); the
 requests agree on input names, datatypes, non-batch dimensions and encodings, on the outputs they ask
-for and on their parameters, carry no sequence, priority, timeout or custom-attribute parameter, are
-small (:data:`PART_BYTES_MAX`) and together fit ``max_batch_size``. Every size a request declares is
-checked here as Triton would check it alone (JSON element counts, binary byte counts, BYTES framing), so
-that two wrong requests can never add up to a right-looking merged one. Anything else goes alone.
+for and on their parameters, carry no sequence, priority, timeout or custom-attribute parameter, and
+together fit ``max_batch_size``. Every size a request declares is checked here as Triton would check it
+alone (JSON element counts, binary byte counts, BYTES framing), so that two wrong requests can never
+add up to a right-looking merged one. Anything else goes alone.
 
 Exactly: a binary input is the concatenation of the requests' bytes; a JSON input's ``data`` is the
 requests' own text, joined, so Triton parses the very characters each client sent. The answer is split
@@ -58,10 +58,6 @@ ITEM_BYTES = {
 }  # fmt: skip
 # A merged body stays below this: Triton refuses an HTTP body past its --http-max-input-size (64 MB).
 MERGED_BYTES_MAX = 32 * 1024 * 1024
-# A request larger than this goes alone. A merge saves Triton what it pays per request (an HTTP parse, a
-# place in the scheduler), which beside a large request's bytes and execution is nothing, while merged
-# large requests cost more (a 600 KB image on 2 cores: Triton spent 13 to 25 % more CPU an image merged).
-PART_BYTES_MAX = 64 * 1024
 _LENGTH = struct.Struct("<I")
 
 
@@ -130,8 +126,8 @@ def part(inference: Inference, model: ModelBatching) -> Part | None:
     header = inference.header
     if header is None or inference.header_length == 0 or not inference.complete:
         return None
-    if len(inference.body) > PART_BYTES_MAX:
-        return None  # a merge saves it nothing: it goes alone, its body never joined here
+    if len(inference.body) > MERGED_BYTES_MAX:
+        return None  # no merged request holds it: it goes alone, its body never joined here
     inference = inference.whole()  # its body is read here and copied into the merged one: as one buffer
     try:
         return _part(inference, header, model)
