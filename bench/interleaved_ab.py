@@ -1,4 +1,4 @@
-"""An interleaved A/B of the front alone, for a machine others share (bench/NOTES.md Part 12).
+"""An interleaved A/B of serve's variants, for a machine others share (bench/NOTES.md Parts 12 and 14).
 
 Every variant (a git revision's ``smtriton/``, optionally with environment variables) runs ``serve`` with
 one worker at once, each on its own Triton, in front of the scenario's model (the tiny scenario's
@@ -155,10 +155,16 @@ def main() -> None:
     p.add_argument("variants", nargs="+", help="NAME=REV or NAME=REV@VAR=VALUE,VAR=VALUE")
     args = p.parse_args()
     scenario = next(s for s in build_scenarios() if s.name == args.scenario)
+    sink = args.scenario == "image_binary" and not args.own_model
+    if not sink and not (scenario.repository / scenario.model / "config.pbtxt").is_file():
+        sys.exit(
+            f"error: {scenario.repository / scenario.model} is not built: .venv/bin/smtriton build-repository "
+            f"model_repository/recipe.toml --output model_repository --model {scenario.model}"
+        )
     work = Path(tempfile.mkdtemp(prefix="smtriton-ab-"))
     body = work / "body"
     body.write_bytes(scenario.body)
-    if args.scenario == "image_binary" and not args.own_model:
+    if sink:
         repository, model = _sink_model(work / "models"), "sink"
     else:
         repository, model = scenario.repository, scenario.model
