@@ -29,7 +29,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from bench.scenarios import build_scenarios
+from bench.scenarios import build_scenarios, not_built
 from bench.servers import export_revision, process_tree
 from smtriton.local.serve_process import free_port
 
@@ -156,11 +156,9 @@ def main() -> None:
     args = p.parse_args()
     scenario = next(s for s in build_scenarios() if s.name == args.scenario)
     sink = args.scenario == "image_binary" and not args.own_model
-    if not sink and not (scenario.repository / scenario.model / "config.pbtxt").is_file():
-        sys.exit(
-            f"error: {scenario.repository / scenario.model} is not built: .venv/bin/smtriton build-repository "
-            f"model_repository/recipe.toml --output model_repository --model {scenario.model}"
-        )
+    missing = None if sink else not_built(scenario.repository, scenario.model)
+    if missing:
+        sys.exit(f"error: {missing}")
     work = Path(tempfile.mkdtemp(prefix="smtriton-ab-"))
     body = work / "body"
     body.write_bytes(scenario.body)

@@ -20,6 +20,16 @@ TEST_REPOSITORY = REPO_ROOT / "tests" / "integration" / "models"
 TEXT_TOKENS = 32  # a short sentence; the demo text encoder takes 7..32 tokens in its recipe
 
 
+def not_built(repository: Path, model: str) -> str | None:
+    """Why ``model`` cannot be served from ``repository`` (with the command that builds it), or None."""
+    if (repository / model / "config.pbtxt").is_file():
+        return None
+    return (
+        f"{repository / model} is not built: .venv/bin/smtriton build-repository "
+        f"model_repository/recipe.toml --output model_repository --model {model}"
+    )
+
+
 @dataclass(frozen=True)
 class Scenario:
     name: str

@@ -31,6 +31,7 @@ import orjson
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 
+from bench.scenarios import not_built
 from smtriton.local import transform
 from smtriton.local.serve_process import ServeProcess, free_port
 
@@ -96,12 +97,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-payload-mb", type=int, help="MaxPayloadInMB [default: serve's answer, 6]")
     parser.add_argument("--output", type=Path, default=ROOT / "bench" / "results" / "transform.json")
     args = parser.parse_args(argv)
-    if not (args.repository / args.model / "config.pbtxt").is_file():
-        print(
-            f"error: {args.repository / args.model} is not built: .venv/bin/smtriton build-repository "
-            f"model_repository/recipe.toml --output model_repository --model {args.model}",
-            file=sys.stderr,
-        )
+    missing = not_built(args.repository, args.model)
+    if missing:
+        print(f"error: {missing}", file=sys.stderr)
         return 2
     kinds = [kind.strip() for kind in args.lengths.split(",") if kind.strip()]
     strategies = [s.strip() for s in args.strategies.split(",") if s.strip()]
