@@ -27,7 +27,7 @@ import orjson
 
 from bench import mme, report
 from bench.load import WrkMissing, run_wrk, wrk_binary
-from bench.scenarios import REPO_ROOT, Scenario, build_scenarios, check, compare, decode, self_check
+from bench.scenarios import REPO_ROOT, Scenario, build_scenarios, check, compare, decode, not_built, self_check
 from bench.servers import KINDS, Server, TritonSetup, known, loadavg, post
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -173,6 +173,14 @@ def _measure(server: Server, scenario: Scenario, body: Path, args: argparse.Name
 
 def main(argv: list[str] | None = None) -> int:
     args = _parse_args(argv)
+    needed = [(model, repository) for model, repository, _ in _by_model(args.scenarios)]
+    if args.cold_trials or args.mme_trials:
+        needed.append(COLD_MODEL)
+    for model, repository in needed:
+        missing = not_built(repository, model)
+        if missing:
+            print(f"error: {missing}", file=sys.stderr)
+            return 2
     try:
         wrk_binary()
     except WrkMissing as exc:
