@@ -278,18 +278,14 @@ def _met(ok: bool) -> str:
 
 
 def cold_starts(results: dict) -> dict[str, dict[str, float]]:
-    out = {}
-    servers = dict.fromkeys(s["server"] for s in results.get("starts", []) if "trial" in s)
-    for server in sorted(servers, key=lambda name: SERVER_ORDER.get(name, len(SERVER_ORDER))):
-        times = [s["ready_s"] for s in results.get("starts", []) if s["server"] == server and "trial" in s]
-        if times:
-            out[server] = {
-                "median_s": statistics.median(times),
-                "min_s": min(times),
-                "max_s": max(times),
-                "n": len(times),
-            }
-    return out
+    by_server: dict[str, list[float]] = {}
+    for start in results.get("starts", []):
+        if "trial" in start:
+            by_server.setdefault(start["server"], []).append(start["ready_s"])
+    return {
+        server: {"median_s": statistics.median(times), "min_s": min(times), "max_s": max(times), "n": len(times)}
+        for server, times in sorted(by_server.items(), key=lambda item: SERVER_ORDER.get(item[0], len(SERVER_ORDER)))
+    }
 
 
 def mme_loads(results: dict) -> dict[str, dict[str, float]]:
