@@ -308,8 +308,9 @@ class Settings(BaseSettings):
     )
     merge_in_flight: Integer = setting(
         "SMTRITON_MERGE_IN_FLIGHT",
-        "Triton requests a worker keeps in flight per instance of a model before it merges the next ones; "
-        "a request never waits while fewer are in flight",
+        "Triton requests the front keeps in flight per instance of a model before it merges the next ones, "
+        "shared evenly among the workers (each keeps its share, rounded up, at least 1); a request never "
+        "waits while fewer are in flight",
         2,
         ge=1,
     )

@@ -55,12 +55,12 @@ class Triton:
         return UpstreamResponse(200, "application/json", None, body)
 
 
-def run(scenario, per_instance: int = 1) -> Metrics:
+def run(scenario, per_instance: int = 1, workers: int = 1) -> Metrics:
     metrics = Metrics(enabled=False)
 
     async def main() -> None:
         triton = Triton()
-        coalescer = Coalescer(triton.send, per_instance, metrics)
+        coalescer = Coalescer(triton.send, per_instance, metrics, workers)
         try:
             await scenario(triton, coalescer)
         finally:
@@ -105,6 +105,32 @@ def test_below_the_bound_requests_go_at_once_and_only_later_ones_merge():
 
     metrics = run(scenario)
     assert (metrics.merges._value.get(), metrics.merged_requests._value.get()) == (1, 3)
+
+
+@pytest.mark.parametrize(
+    ("instances", "per_instance", "workers", "bound"),
+    [(8, 2, 8, 2), (4, 2, 8, 1), (1, 2, 8, 1), (4, 2, 3, 3), (2, 1, 1, 2)],
+)
+def test_the_bound_is_each_workers_share_of_the_fronts(instances, per_instance, workers, bound):
+    """All workers feed one Triton: each keeps its share of ``instances * per_instance`` in flight,
+    rounded up, never less than one."""
+    model = ModelBatching(max_batch_size=16, instances=instances)
+    assert Coalescer(Triton().send, per_instance, Metrics(enabled=False), workers).bound(model) == bound
+
+
+def test_a_worker_among_several_merges_beyond_its_share():
+    async def scenario(triton: Triton, coalescer: Coalescer) -> None:
+        triton.gate.clear()
+        model = ModelBatching(max_batch_size=8, instances=4)  # 8 in flight for the front: 2 for each of 4 workers
+        calls = [asyncio.ensure_future(coalescer.infer("m", request(v), model)) for v in (1, 2, 3, 4, 5)]
+        await settle()
+        assert triton.sent == [[1], [2]]
+        triton.gate.set()
+        answers = [doubled(a) for a in await asyncio.gather(*calls)]
+        assert answers == [[2], [4], [6], [8], [10]]
+        assert triton.sent[2:] == [[3, 4, 5]]
+
+    run(scenario, per_instance=2, workers=4)
 
 
 def test_what_waits_goes_in_groups_of_the_models_batch_size_and_by_key():

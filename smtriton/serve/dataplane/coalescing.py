@@ -5,9 +5,12 @@ requests from this worker are in flight there (a request alone, at c=1, goes at 
 that arrive while the bound is reached wait, and only until one of those in flight comes back: then
 the requests waiting that may merge (:mod:`smtriton.serve.dataplane.batching`) go as one Triton
 request, as many rows as the model's ``max_batch_size`` takes, and the answer is split back. The bound
-is a few requests per model instance (``SMTRITON_MERGE_IN_FLIGHT`` each): enough for every instance to
-have one executing and one queued, so Triton never idles for want of work, and no more, so that what
-arrives meanwhile is merged rather than queued inside Triton one request at a time.
+is a few requests per model instance (``SMTRITON_MERGE_IN_FLIGHT`` each), shared among the front's
+workers, since they all feed the one Triton: enough for every instance to have one executing and one
+queued, so Triton never idles for want of work, and no more, so that what arrives meanwhile is merged
+rather than queued inside Triton one request at a time. Each worker keeps its even share, at least one:
+8 workers in front of 8 instances keep 2 each, not 16 each (with 16 each, 64 clients never met the
+bound and nothing was ever merged).
 
 A merged request Triton fails, or answers in a way that cannot be split, is sent again unmerged: each
 client gets the answer it would have got alone, its own error included. A transport failure (Triton
@@ -61,16 +64,18 @@ class _Lane:
 class Coalescer:
     """Requests to Triton through ``send``, merged per model while its bound of requests is in flight."""
 
-    def __init__(self, send: Send, in_flight_per_instance: int, metrics: Metrics) -> None:
+    def __init__(self, send: Send, in_flight_per_instance: int, metrics: Metrics, workers: int = 1) -> None:
         self._send = send
         self._per_instance = in_flight_per_instance
+        self._workers = max(1, workers)
         self._metrics = metrics
         self._lanes: dict[str, _Lane] = {}
         self._sending: set[asyncio.Task[None]] = set()
 
     def bound(self, model: ModelBatching) -> int:
-        """Requests of a model this worker keeps in flight before it merges the next ones."""
-        return model.instances * self._per_instance
+        """Requests of a model this worker keeps in flight before it merges the next ones: its share of
+        what all the workers together keep, rounded up."""
+        return -(-model.instances * self._per_instance // self._workers)
 
     async def infer(self, triton_name: str, inference: Inference, model: ModelBatching) -> UpstreamResponse:
         """Triton's answer to ``inference``, as it would have been alone."""

@@ -82,7 +82,9 @@ class Upstream:
         self._batching: dict[str, ModelBatching | None] = {}  # Triton name -> how its requests merge (None: never)
         self._asking: dict[str, asyncio.Task[None]] = {}  # Triton name -> its configuration being asked for
         self.coalescer = (
-            coalescing.Coalescer(self._send, settings.merge_in_flight, metrics) if settings.merge_requests else None
+            coalescing.Coalescer(self._send, settings.merge_in_flight, metrics, settings.workers)
+            if settings.merge_requests
+            else None
         )
 
     def follow(self, old: EndpointState, state: EndpointState) -> Awaitable[None] | None:
