@@ -7,7 +7,8 @@ costs Triton next to nothing (FP32 [1,3,224,224] in, its mean out, built here wi
 wrk runs go to each variant in turn, the order reversed every round, so that drift in the machine's load
 falls on all of them alike; the first round warms up. Per variant, the median over rounds of: req/s, p50,
 the front's CPU per request (its processes, Triton's excluded), of it user time, its minor page faults
-per request, and Triton's CPU per request.
+per request, Triton's CPU per request, Triton's mean executed batch (rows an execution ran) and the
+requests Triton answered per client request (below 1 where the front merged).
 
     python -m bench.interleaved_ab --rounds 8 --seconds 2 --scenario image_binary --connections 1 \\
         house=house client=HEAD client-malloc=HEAD@MALLOC_MMAP_THRESHOLD_=4194304,MALLOC_TRIM_THRESHOLD_=16777216
@@ -18,6 +19,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
 import os
 import shutil
 import signal
@@ -30,7 +32,7 @@ import urllib.request
 from pathlib import Path
 
 from bench.scenarios import build_scenarios, not_built
-from bench.servers import export_revision, process_tree
+from bench.servers import export_revision, process_tree, triton_http_port, triton_stats
 from smtriton.local.serve_process import free_port
 
 LUA = Path(__file__).resolve().parent / "post.lua"
@@ -120,19 +122,28 @@ def _pings(port: int) -> bool:
         return False
 
 
-def _measure(pid: int, port: int, args: argparse.Namespace, wrk_env: dict[str, str]) -> tuple[float, ...]:
-    """One wrk run: req/s, p50 ms, front CPU ms/req, its user ms/req, minor faults/req, Triton CPU ms/req."""
+def _measure(pid: int, port: int, model: str, args: argparse.Namespace, wrk_env: dict[str, str]) -> tuple[float, ...]:
+    """One wrk run: req/s, p50 ms, front CPU ms/req, its user ms/req, minor faults/req, Triton CPU ms/req,
+    Triton's mean batch and its requests per client request (NaN where its statistics did not answer)."""
     roles = _tree_pids(pid)
+    stats_port = triton_http_port(roles["triton"])
+    stats0 = triton_stats(stats_port, model) if stats_port else None
     front0, triton0 = _usage(roles["front"]), _usage(roles["triton"])
     cmd = ["wrk", "-t1", f"-c{args.connections}", f"-d{args.seconds:g}s", "--timeout=10s", "-s", str(LUA)]
     cmd.append(f"http://127.0.0.1:{port}/invocations")
     out = subprocess.run(cmd, env=wrk_env, capture_output=True, text=True, timeout=args.seconds + 60).stdout
     front1, triton1 = _usage(roles["front"]), _usage(roles["triton"])
+    stats1 = triton_stats(stats_port, model) if stats_port else None
     raw = json.loads(next(ln for ln in out.splitlines() if ln.startswith("BENCH_RESULT "))[13:])
     errors = sum(raw[k] for k in ("connect", "read", "write", "status", "timeout"))
     if errors:
         raise SystemExit(f"port {port}: {errors} errors")
     n = raw["requests"]
+    batch = per_request = math.nan
+    if stats0 is not None and stats1 is not None:
+        executions = stats1["executions"] - stats0["executions"]
+        batch = (stats1["inferences"] - stats0["inferences"]) / executions if executions else math.nan
+        per_request = (stats1["requests"] - stats0["requests"]) / n
     return (
         n / (raw["duration_us"] / 1e6),
         raw["p50_us"] / 1000,
@@ -140,6 +151,8 @@ def _measure(pid: int, port: int, args: argparse.Namespace, wrk_env: dict[str, s
         (front1[1] - front0[1]) * 1000 / n,
         (front1[2] - front0[2]) / n,
         (triton1[0] - triton0[0]) * 1000 / n,
+        batch,
+        per_request,
     )
 
 
@@ -175,15 +188,18 @@ def main() -> None:
         results: dict[str, list[tuple[float, ...]]] = {name: [] for name in names}
         for round_ in range(args.rounds + 1):
             for name in names if round_ % 2 == 0 else names[::-1]:
-                measured = _measure(servers[name][0].pid, servers[name][1], args, wrk_env)
+                measured = _measure(servers[name][0].pid, servers[name][1], model, args, wrk_env)
                 if round_ > 0:  # the first round warms up
                     results[name].append(measured)
         print(f"{args.scenario} c={args.connections}, {args.rounds} rounds of {args.seconds:g} s, medians:")
         for name in names:
-            rate, p50, front, user, faults, triton = (statistics.median(r[i] for r in results[name]) for i in range(6))
+            rate, p50, front, user, faults, triton, batch, per_request = (
+                statistics.median(r[i] for r in results[name]) for i in range(8)
+            )
             print(
                 f"  {name:16s} {rate:7.0f} req/s  p50 {p50:7.3f} ms  front CPU {front:.3f} ms/req (user {user:.3f})"
                 f"  minor faults {faults:6.1f}/req  Triton CPU {triton:.3f} ms/req"
+                f"  Triton batch {batch:.2f} / {per_request:.2f} req per req"
             )
     finally:
         for proc, _ in servers.values():

@@ -179,6 +179,19 @@ def http_status(port: int, method: str, path: str, timeout: float = 2.0) -> int 
         conn.close()
 
 
+def triton_http_port(pids: list[int]) -> int | None:
+    """The loopback HTTP port on the command line of one of Triton's ``pids`` (serve starts it so)."""
+    for pid in pids:
+        try:
+            args = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
+        except OSError:
+            continue
+        for arg in args:
+            if arg.startswith("--http-port="):
+                return int(arg.split("=", 1)[1])
+    return None
+
+
 def triton_stats(port: int, model: str) -> dict[str, int] | None:
     """Triton's statistics of ``model`` so far (every version summed): requests it answered, inferences
     (rows) and executions; None when Triton does not answer them."""
@@ -384,15 +397,7 @@ class Server:
         """The loopback HTTP port of this server's Triton (ours: from its command line), for its statistics."""
         if self._triton_port is not None or not self.ours:
             return self._triton_port
-        for pid in self.pids()["triton"]:
-            try:
-                args = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
-            except OSError:
-                continue
-            for arg in args:
-                if arg.startswith("--http-port="):
-                    return int(arg.split("=", 1)[1])
-        return None
+        return triton_http_port(self.pids()["triton"])
 
     def memory(self) -> dict[str, object]:
         """Resident memory of the Python front's processes now (serve: its main process and workers)."""
