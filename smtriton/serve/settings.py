@@ -309,7 +309,7 @@ class Settings(BaseSettings):
     merge_in_flight: Integer = setting(
         "SMTRITON_MERGE_IN_FLIGHT",
         "Triton requests the front keeps in flight per instance of a model before it merges the next ones, "
-        "shared evenly among the workers (each keeps its share, rounded up, at least 1); a request never "
+        "shared evenly among the workers (each keeps its share, rounded up, and at least this many); a request never "
         "waits while fewer are in flight",
         2,
         ge=1,

@@ -109,11 +109,11 @@ def test_below_the_bound_requests_go_at_once_and_only_later_ones_merge():
 
 @pytest.mark.parametrize(
     ("instances", "per_instance", "workers", "bound"),
-    [(8, 2, 8, 2), (4, 2, 8, 1), (1, 2, 8, 1), (4, 2, 3, 3), (2, 1, 1, 2)],
+    [(8, 2, 8, 2), (16, 2, 8, 4), (4, 2, 8, 2), (1, 2, 8, 2), (1, 1, 8, 1), (4, 2, 3, 3), (2, 1, 1, 2)],
 )
 def test_the_bound_is_each_workers_share_of_the_fronts(instances, per_instance, workers, bound):
     """All workers feed one Triton: each keeps its share of ``instances * per_instance`` in flight,
-    rounded up, never less than one."""
+    rounded up, and never less than ``per_instance`` (one instance's worth)."""
     model = ModelBatching(max_batch_size=16, instances=instances)
     assert Coalescer(Triton().send, per_instance, Metrics(enabled=False), workers).bound(model) == bound
 
