@@ -27,7 +27,17 @@ import orjson
 
 from bench import mme, report
 from bench.load import WrkMissing, run_wrk, wrk_binary
-from bench.scenarios import REPO_ROOT, Scenario, build_scenarios, check, compare, decode, not_built, self_check
+from bench.scenarios import (
+    REPO_ROOT,
+    Scenario,
+    build_scenarios,
+    check,
+    compare,
+    decode,
+    not_built,
+    self_check,
+    with_instances,
+)
 from bench.servers import KINDS, Server, TritonSetup, known, loadavg, post
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -215,7 +225,7 @@ def main(argv: list[str] | None = None) -> int:
         references: dict[str, tuple[str, dict]] = {}
         for model, repository, group in _by_model(args.scenarios):
             if args.instances:
-                repository = _with_instances(repository, model, args.instances, work)
+                repository = with_instances(repository, model, args.instances, work)
             bodies = {}
             for s in group:
                 bodies[s.name] = work / f"{s.name}.body"
@@ -310,20 +320,6 @@ def _mme_loads(
         if row["problem"]:
             report.console.print(f"[red]{row['server']} MME invoke after load: {row['problem']}[/]")
     return rows
-
-
-def _with_instances(repository: Path, model: str, count: int, work: Path) -> Path:
-    """A repository holding a copy of ``model`` whose every instance group has ``count`` instances."""
-    from smtriton import model_config
-
-    target = work / f"repository-{model}-x{count}"
-    if not target.exists():
-        shutil.copytree(repository / model, target / model)
-        config = model_config.read(target / model)
-        for group in config.instance_group:
-            group.count = count
-        model_config.write(config, target / model)
-    return target
 
 
 def _check(server: Server, s: Scenario, references: dict[str, tuple[str, dict]], when: str) -> str | None:

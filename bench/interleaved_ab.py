@@ -1,8 +1,9 @@
 """An interleaved A/B of serve's variants, for a machine others share (bench/NOTES.md Parts 12 and 14).
 
 Every variant (a git revision's ``smtriton/``, optionally with environment variables) runs ``serve`` with
-one worker at once, each on its own Triton, in front of the scenario's model (the tiny scenario's
-``addsub``, the text encoder, with ``--own-model`` resnet) or, for the image body, ``sink``, a model that
+one worker (unless its variables say otherwise) at once, each on its own Triton, in front of the
+scenario's model (the tiny scenario's ``addsub``, the text encoder, with ``--own-model`` resnet; with
+``--instances N`` a copy of it with N instances) or, for the image body, ``sink``, a model that
 costs Triton next to nothing (FP32 [1,3,224,224] in, its mean out, built here with onnx). Rounds of short
 wrk runs go to each variant in turn, the order reversed every round, so that drift in the machine's load
 falls on all of them alike; the first round warms up. Per variant, the median over rounds of: req/s, p50,
@@ -31,7 +32,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from bench.scenarios import build_scenarios, not_built
+from bench.scenarios import build_scenarios, not_built, with_instances
 from bench.servers import export_revision, process_tree, triton_http_port, triton_stats
 from smtriton.local.serve_process import free_port
 
@@ -165,6 +166,12 @@ def main() -> None:
     p.add_argument(
         "--own-model", action="store_true", help="the image body goes to its own model (resnet), not to sink"
     )
+    p.add_argument(
+        "--instances",
+        type=int,
+        default=0,
+        help="serve a copy of the model with this many instances (0: as the repository has it)",
+    )
     p.add_argument("variants", nargs="+", help="NAME=REV or NAME=REV@VAR=VALUE,VAR=VALUE")
     args = p.parse_args()
     scenario = next(s for s in build_scenarios() if s.name == args.scenario)
@@ -179,6 +186,8 @@ def main() -> None:
         repository, model = _sink_model(work / "models"), "sink"
     else:
         repository, model = scenario.repository, scenario.model
+        if args.instances:
+            repository = with_instances(repository, model, args.instances, work)
     servers: Servers = {}
     try:
         servers = _start(args.variants, repository, model, work)
@@ -191,7 +200,8 @@ def main() -> None:
                 measured = _measure(servers[name][0].pid, servers[name][1], model, args, wrk_env)
                 if round_ > 0:  # the first round warms up
                     results[name].append(measured)
-        print(f"{args.scenario} c={args.connections}, {args.rounds} rounds of {args.seconds:g} s, medians:")
+        instances = f", {args.instances} instances" if args.instances else ""
+        print(f"{args.scenario} c={args.connections}{instances}, {args.rounds} rounds of {args.seconds:g} s, medians:")
         for name in names:
             rate, p50, front, user, faults, triton, batch, per_request = (
                 statistics.median(r[i] for r in results[name]) for i in range(8)

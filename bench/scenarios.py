@@ -7,6 +7,7 @@ becomes Python floats, as ``array.tolist()`` gives them), binary+json with ``tri
 
 from __future__ import annotations
 
+import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -28,6 +29,20 @@ def not_built(repository: Path, model: str) -> str | None:
         f"{repository / model} is not built: .venv/bin/smtriton build-repository "
         f"model_repository/recipe.toml --output model_repository --model {model}"
     )
+
+
+def with_instances(repository: Path, model: str, count: int, work: Path) -> Path:
+    """A repository holding a copy of ``model`` whose every instance group has ``count`` instances."""
+    from smtriton import model_config
+
+    target = work / f"repository-{model}-x{count}"
+    if not target.exists():
+        shutil.copytree(repository / model, target / model)
+        config = model_config.read(target / model)
+        for group in config.instance_group:
+            group.count = count
+        model_config.write(config, target / model)
+    return target
 
 
 @dataclass(frozen=True)
