@@ -89,12 +89,12 @@ def test_a_request_alone_is_sent_at_once():
     run(scenario)
 
 
-def test_below_the_bound_requests_go_at_once_and_only_later_ones_merge():
-    """The bound is per model instance: two instances at one request each keep two in flight."""
+def two_go_at_once_and_three_merge(model: ModelBatching):
+    """Five one-row requests while Triton holds them: a bound of two sends the first two at once, and
+    the other three, merged, once those come back."""
 
     async def scenario(triton: Triton, coalescer: Coalescer) -> None:
         triton.gate.clear()
-        model = ModelBatching(max_batch_size=4, instances=2)
         calls = [asyncio.ensure_future(coalescer.infer("m", request(v), model)) for v in (1, 2, 3, 4, 5)]
         await settle()
         assert triton.sent == [[1], [2]]
@@ -103,7 +103,12 @@ def test_below_the_bound_requests_go_at_once_and_only_later_ones_merge():
         assert answers == [[2], [4], [6], [8], [10]]
         assert triton.sent[2:] == [[3, 4, 5]]
 
-    metrics = run(scenario)
+    return scenario
+
+
+def test_below_the_bound_requests_go_at_once_and_only_later_ones_merge():
+    """The bound is per model instance: two instances at one request each keep two in flight."""
+    metrics = run(two_go_at_once_and_three_merge(ModelBatching(max_batch_size=4, instances=2)))
     assert (metrics.merges._value.get(), metrics.merged_requests._value.get()) == (1, 3)
 
 
@@ -119,18 +124,8 @@ def test_the_bound_is_each_workers_share_of_the_fronts(instances, per_instance, 
 
 
 def test_a_worker_among_several_merges_beyond_its_share():
-    async def scenario(triton: Triton, coalescer: Coalescer) -> None:
-        triton.gate.clear()
-        model = ModelBatching(max_batch_size=8, instances=4)  # 8 in flight for the front: 2 for each of 4 workers
-        calls = [asyncio.ensure_future(coalescer.infer("m", request(v), model)) for v in (1, 2, 3, 4, 5)]
-        await settle()
-        assert triton.sent == [[1], [2]]
-        triton.gate.set()
-        answers = [doubled(a) for a in await asyncio.gather(*calls)]
-        assert answers == [[2], [4], [6], [8], [10]]
-        assert triton.sent[2:] == [[3, 4, 5]]
-
-    run(scenario, per_instance=2, workers=4)
+    model = ModelBatching(max_batch_size=8, instances=4)  # 8 in flight for the front: 2 for each of 4 workers
+    run(two_go_at_once_and_three_merge(model), per_instance=2, workers=4)
 
 
 def test_what_waits_goes_in_groups_of_the_models_batch_size_and_by_key():
