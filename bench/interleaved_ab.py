@@ -9,10 +9,15 @@ wrk runs go to each variant in turn, the order reversed every round, so that dri
 falls on all of them alike; the first round warms up. Per variant, the median over rounds of: req/s, p50,
 the front's CPU per request (its processes, Triton's excluded), of it user time, its minor page faults
 per request, Triton's CPU per request, Triton's mean executed batch (rows an execution ran) and the
-requests Triton answered per client request (below 1 where the front merged).
+requests Triton answered per client request (below 1 where the front merged); and the front's
+proportional set size after the last round. A variant named ``anchor``
+is NVIDIA's SageMaker front end on the same Triton (its front is inside Triton, so it has no front CPU);
+beside it every other variant also gets the median over rounds of its req/s over the anchor's and its
+p50 minus the anchor's, each taken within a round: a ratio to the anchor on a machine whose load drifts.
 
     python -m bench.interleaved_ab --rounds 8 --seconds 2 --scenario image_binary --connections 1 \\
         house=house client=HEAD client-malloc=HEAD@MALLOC_MMAP_THRESHOLD_=4194304,MALLOC_TRIM_THRESHOLD_=16777216
+    python -m bench.interleaved_ab --rounds 8 --seconds 3 --scenario tiny_binary --connections 16 anchor ours=HEAD
 """
 
 from __future__ import annotations
@@ -33,7 +38,7 @@ import urllib.request
 from pathlib import Path
 
 from bench.scenarios import build_scenarios, not_built, with_instances
-from bench.servers import export_revision, process_tree, triton_http_port, triton_stats
+from bench.servers import TritonSetup, export_revision, process_tree, triton_http_port, triton_stats
 from smtriton.local.serve_process import free_port
 
 LUA = Path(__file__).resolve().parent / "post.lua"
@@ -91,10 +96,16 @@ def _usage(pids: list[int]) -> tuple[float, float, int]:
 Servers = dict[str, tuple[subprocess.Popen[bytes], int]]  # variant -> its serve and port
 
 
+ANCHOR = "anchor"
+
+
 def _start(variants: list[str], repository: Path, model: str, work: Path) -> Servers:
-    """Every variant's serve, started at once."""
+    """Every variant's server, started at once."""
     servers: Servers = {}
     for variant in variants:
+        if variant == ANCHOR:
+            servers[ANCHOR] = _start_anchor(repository, model, work)
+            continue
         name, _, spec = variant.partition("=")
         revision, _, extra = spec.partition("@")
         env = {k: v for k, v in os.environ.items() if not k.startswith(("SAGEMAKER_", "SMTRITON_"))}
@@ -114,6 +125,30 @@ def _start(variants: list[str], repository: Path, model: str, work: Path) -> Ser
                 raise SystemExit(f"{name} did not start: {work / f'{name}.log'}")
             time.sleep(0.2)
     return servers
+
+
+def _start_anchor(repository: Path, model: str, work: Path) -> tuple[subprocess.Popen[bytes], int]:
+    """Triton with its SageMaker front end, as the benchmark runs the anchor (its HTTP endpoint kept on
+    loopback for the statistics)."""
+    setup = TritonSetup.create(work)
+    port = free_port()
+    cmd = setup.sagemaker_command(repository, model, port, free_port())
+    env = {**setup.env, "SAGEMAKER_TRITON_DEFAULT_MODEL_NAME": model}
+    with (work / f"{ANCHOR}.log").open("wb") as log:
+        proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    return proc, port
+
+
+def _front_pss_mib(root: int) -> float:
+    """The proportional set size of ``root``'s front processes now, MiB (Triton's excluded)."""
+    total = 0
+    for pid in _tree_pids(root)["front"]:
+        try:
+            rollup = Path(f"/proc/{pid}/smaps_rollup").read_text()
+        except OSError:
+            continue
+        total += next((int(line.split()[1]) for line in rollup.splitlines() if line.startswith("Pss:")), 0)
+    return total / 1024
 
 
 def _pings(port: int) -> bool:
@@ -172,7 +207,7 @@ def main() -> None:
         default=0,
         help="serve a copy of the model with this many instances (0: as the repository has it)",
     )
-    p.add_argument("variants", nargs="+", help="NAME=REV or NAME=REV@VAR=VALUE,VAR=VALUE")
+    p.add_argument("variants", nargs="+", help="NAME=REV or NAME=REV@VAR=VALUE,VAR=VALUE, or anchor")
     args = p.parse_args()
     scenario = next(s for s in build_scenarios() if s.name == args.scenario)
     sink = args.scenario == "image_binary" and not args.own_model
@@ -202,14 +237,25 @@ def main() -> None:
                     results[name].append(measured)
         instances = f", {args.instances} instances" if args.instances else ""
         print(f"{args.scenario} c={args.connections}{instances}, {args.rounds} rounds of {args.seconds:g} s, medians:")
+        anchor = results.get(ANCHOR)
         for name in names:
             rate, p50, front, user, faults, triton, batch, per_request = (
                 statistics.median(r[i] for r in results[name]) for i in range(8)
             )
+            own_front = (
+                "front CPU     -"
+                if name == ANCHOR
+                else f"front CPU {front:.3f} ms/req (user {user:.3f}), {_front_pss_mib(servers[name][0].pid):.0f} MiB"
+            )
+            against = ""
+            if anchor is not None and name != ANCHOR:
+                ratio = statistics.median(r[0] / a[0] for r, a in zip(results[name], anchor, strict=True))
+                later = statistics.median(r[1] - a[1] for r, a in zip(results[name], anchor, strict=True))
+                against = f"  {ratio:.2f}x anchor, p50 {later:+.3f} ms"
             print(
-                f"  {name:16s} {rate:7.0f} req/s  p50 {p50:7.3f} ms  front CPU {front:.3f} ms/req (user {user:.3f})"
+                f"  {name:16s} {rate:7.0f} req/s  p50 {p50:7.3f} ms  {own_front}"
                 f"  minor faults {faults:6.1f}/req  Triton CPU {triton:.3f} ms/req"
-                f"  Triton batch {batch:.2f} / {per_request:.2f} req per req"
+                f"  Triton batch {batch:.2f} / {per_request:.2f} req per req{against}"
             )
     finally:
         for proc, _ in servers.values():
