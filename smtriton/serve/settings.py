@@ -314,6 +314,14 @@ class Settings(BaseSettings):
         2,
         ge=1,
     )
+    worker_keep_freed_bytes: Integer = setting(
+        "SMTRITON_WORKER_KEEP_FREED_BYTES",
+        "memory a front worker's allocator keeps for the next requests once freed (blocks up to 32 MiB come "
+        "from its heap), given back after a couple of seconds without work; a 600 KB body then costs no fresh "
+        "pages. 0: glibc's own policy",
+        64 * MIB,
+        ge=0,
+    )
     tritonserver: Path | None = setting(
         "TRITONSERVER",
         "tritonserver binary to use",

@@ -18,7 +18,7 @@ from typing import Any
 
 from smtriton.serve import eventloop
 from smtriton.serve.dataplane.plane import DataPlane
-from smtriton.serve.host import descriptors
+from smtriton.serve.host import descriptors, memory
 from smtriton.serve.http.server import http_server
 from smtriton.serve.http.sockets import listen
 from smtriton.serve.ipc.channel import Channel
@@ -76,11 +76,14 @@ async def _serve(channel_socket: socket.socket) -> int:
 
     reader.add_done_callback(owner_gone)
     # Out of descriptors, connections are refused without a word from the event loop: say so.
-    watcher = asyncio.create_task(descriptors.watch(lambda: len(server.server_state.connections)))
+    watchers = [asyncio.create_task(descriptors.watch(lambda: len(server.server_state.connections)))]
+    if memory.keep_freed(plane.settings.worker_keep_freed_bytes):  # and given back when there is no work
+        watchers.append(asyncio.create_task(memory.give_back_when_idle()))
     try:
         await server.serve(sockets=[listen(plane.settings.host, plane.settings.port)])
     finally:
-        watcher.cancel()
+        for watcher in watchers:
+            watcher.cancel()
         reader.remove_done_callback(owner_gone)
         await channel.close()
     return 0
