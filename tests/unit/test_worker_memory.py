@@ -37,7 +37,7 @@ def _run(script: str) -> dict[str, float]:
 # What a worker's heap sees for a 600 KB body that arrives in pieces: the reader's pieces and the
 # body, held together while the request lasts, then freed.
 _REQUESTS = """
-    import json, resource, sys
+    import json, resource
     from smtriton.serve.host import memory
     kept = memory.keep_freed({keep})
 
@@ -67,12 +67,12 @@ def test_a_kept_heap_answers_each_request_without_fresh_pages():
 
 
 _REST = """
-    import json
+    import json, resource
     from smtriton.serve.host import memory
 
     def resident_mib():
         with open("/proc/self/statm") as statm:
-            return int(statm.read().split()[1]) * memory._PAGE / (1 << 20)
+            return int(statm.read().split()[1]) * resource.getpagesize() / (1 << 20)
 
     memory.keep_freed(64 << 20)
     start = resident_mib()
