@@ -130,10 +130,8 @@ def _start(variants: list[str], repository: Path, model: str, work: Path) -> Ser
 def _start_anchor(repository: Path, model: str, work: Path) -> tuple[subprocess.Popen[bytes], int]:
     """Triton with its SageMaker front end, as the benchmark runs the anchor (its HTTP endpoint kept on
     loopback for the statistics)."""
-    setup = TritonSetup.create(work)
     port = free_port()
-    cmd = setup.sagemaker_command(repository, model, port, free_port())
-    env = {**setup.env, "SAGEMAKER_TRITON_DEFAULT_MODEL_NAME": model}
+    cmd, env = TritonSetup.create(work).anchor(repository, model, port, free_port())
     with (work / f"{ANCHOR}.log").open("wb") as log:
         proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     return proc, port

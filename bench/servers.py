@@ -262,6 +262,13 @@ class TritonSetup:
         namespacing = [] if model is not None else ["--model-namespacing=true"]
         return [*cmd, *namespacing, f"--sagemaker-port={sagemaker_port}"]
 
+    def anchor(
+        self, repository: Path, model: str, sagemaker_port: int, stats_port: int
+    ) -> tuple[list[str], dict[str, str]]:
+        """The anchor serving ``model`` alone: its argv and environment."""
+        env = {**self.env, "SAGEMAKER_TRITON_DEFAULT_MODEL_NAME": model}
+        return self.sagemaker_command(repository, model, sagemaker_port, stats_port), env
+
 
 def _clean_env() -> dict[str, str]:
     """This environment without any SageMaker or serve setting that could change a server's behaviour."""
@@ -341,9 +348,8 @@ class Server:
                 self._spawn("triton", self.setup.sagemaker_command(self._work, None, self.port), env, 9)
                 self._wait(self.port, "/ping", deadline)
             elif self.kind == "anchor":
-                env = {**self.setup.env, "SAGEMAKER_TRITON_DEFAULT_MODEL_NAME": self.model}
                 self._triton_port = free_port()
-                cmd = self.setup.sagemaker_command(self.repository, self.model, self.port, self._triton_port)
+                cmd, env = self.setup.anchor(self.repository, self.model, self.port, self._triton_port)
                 self._spawn("triton", cmd, env, 9)
                 self._wait(self.port, "/ping", deadline)
             elif self.ours:
