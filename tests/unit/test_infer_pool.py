@@ -310,6 +310,38 @@ def test_an_answer_past_the_timeout_is_the_calls_error_and_its_connection_is_dro
     wait_until(lambda: triton.closed_by_client == 1, "the timed-out connection was not closed")
 
 
+def test_a_kept_connection_times_out_each_call_at_its_own_deadline(run, serving):
+    """The deadline timer armed for a first call is moved, not made again, for the next one on the same
+    connection: a later call is not cut at the first call's deadline, and is cut at its own."""
+    delays = iter([0.0, 0.5, 1.0])
+
+    def script(conn: socket.socket, request: Received) -> None:
+        time.sleep(next(delays))
+        answer()(conn, request)
+
+    triton = serving(script)
+
+    async def main() -> tuple[float, float]:
+        pool = InferPool("127.0.0.1", triton.port, 0.7)
+        try:
+            assert (await pool.infer("m", b"{}", None)).status == 200  # arms the timer at about 0.7 s
+            await asyncio.sleep(0.4)
+            started = time.monotonic()
+            assert (await pool.infer("m", b"{}", None)).status == 200  # ends past the first deadline
+            second = time.monotonic() - started
+            started = time.monotonic()
+            with pytest.raises(UpstreamTimeout):
+                await pool.infer("m", b"{}", None)
+            return second, time.monotonic() - started
+        finally:
+            await pool.close()
+
+    second, third = run(main())
+    assert 0.45 < second < 0.7
+    assert 0.65 < third < 0.95
+    assert triton.connections == 1  # the first two on one connection; the third cut on it
+
+
 def test_a_cancelled_call_closes_its_connection_and_frees_its_place(run, serving):
     slow = threading.Event()
 

@@ -42,7 +42,7 @@ SETTINGS = TEST_SETTINGS.model_copy(update={"client_timeout_s": TIMEOUT_S})
 class Server:
     """uvicorn with serve's protocol, app and data plane, in a thread, in front of ``triton``."""
 
-    def __init__(self, triton: TritonStandIn, settings: Settings = SETTINGS) -> None:
+    def __init__(self, triton: TritonStandIn, settings: Settings = SETTINGS, keep_alive_s: float = 5) -> None:
         self.triton = triton
         self.plane = DataPlane(settings, Metrics(enabled=False), "m")
         app = create_app(self.plane)
@@ -61,7 +61,9 @@ class Server:
             self.asgi_paths.append(scope["path"])
             await app(scope, receive, send)
 
-        config = uvicorn.Config(asgi, http=self.protocol, lifespan="on", log_config=None, timeout_keep_alive=5)
+        config = uvicorn.Config(
+            asgi, http=self.protocol, lifespan="on", log_config=None, timeout_keep_alive=keep_alive_s
+        )
         self.server = uvicorn.Server(config)
         self.sock = socket.socket()
         self.sock.bind(("127.0.0.1", 0))
@@ -241,6 +243,23 @@ def test_keep_alive_serves_many_requests_on_one_connection(server, connection):
     assert connection.read()[:1] == (200,)
     assert server.bodies == [b'{"i":0}', b'{"i":1}', b'{"i":2}']
     assert server.asgi_paths == []  # all served by the fast path
+
+
+def test_a_connection_is_closed_once_idle_for_the_keep_alive_timeout_and_not_while_in_use(triton):
+    """One keep-alive timer lives across a connection's requests: requests closer together than the
+    timeout keep the connection, and it closes a timeout after the last answer."""
+    with Server(triton, keep_alive_s=TIMEOUT_S) as server:
+        client = server.connect()
+        started = time.monotonic()
+        while time.monotonic() - started < 2.5 * TIMEOUT_S:
+            client.send(post("/invocations", b"{}"))
+            assert client.read()[0] == 200
+            time.sleep(0.3 * TIMEOUT_S)
+        idle_from = time.monotonic() - 0.3 * TIMEOUT_S
+        assert client.closed_by_server()
+        assert TIMEOUT_S - 0.05 <= time.monotonic() - idle_from < TIMEOUT_S + 1  # libuv timers: ms granularity
+        client.close()
+        assert len(server.bodies) >= 6
 
 
 def test_pipelined_requests_are_answered_in_order_across_both_paths(server, connection):
@@ -447,6 +466,19 @@ def test_a_body_paused_too_long_is_408_and_does_not_hold_up_others(server):
     other.close()
     assert refused(slow.read(), 408) == f"request body paused for more than {TIMEOUT_S:g} s"
     assert server.bodies == [b"{}"]
+    slow.close()
+
+
+def test_a_body_pause_counts_from_its_last_piece(server):
+    slow = server.connect()
+    slow.send(b"POST /invocations HTTP/1.1\r\nHost: t\r\nContent-Length: 100\r\n\r\n{")
+    for _ in range(3):
+        time.sleep(0.6 * TIMEOUT_S)  # each pause shorter than the limit; together longer
+        slow.send(b" ")
+    last_piece = time.monotonic()
+    assert refused(slow.read(), 408) == f"request body paused for more than {TIMEOUT_S:g} s"
+    assert TIMEOUT_S - 0.05 <= time.monotonic() - last_piece < TIMEOUT_S + 1
+    assert server.bodies == []
     slow.close()
 
 

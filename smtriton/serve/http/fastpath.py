@@ -32,14 +32,15 @@ _JSON = b"application/json"
 
 # uvicorn releases (major.minor) the fast path was tested with; pyproject.toml allows only these.
 TESTED_UVICORN = ("0.54",)
-# What the fast path reads or calls of uvicorn's protocol and request cycle (not public API), beside
-# ``url``, which uvicorn's own ``on_message_begin`` sets: a test fails when one goes missing.
+# What the fast path and the edge protocol read or call of uvicorn's protocol and request cycle (not
+# public API), beside ``url``, which uvicorn's own ``on_message_begin`` sets: a test fails when one goes
+# missing.
 UVICORN_INTERNALS = {
     HttpToolsProtocol: (
         "parser", "scope", "cycle", "pipeline", "flow", "transport", "server_state", "tasks", "loop",
         "app", "root_path", "limit_concurrency", "expect_100_continue", "logger", "access_logger",
         "access_log", "on_response_complete", "_start_asgi_task", "_unset_keepalive_if_required",
-        "send_400_response",
+        "send_400_response", "timeout_keep_alive", "timeout_keep_alive_task", "timeout_keep_alive_handler",
     ),
     RequestResponseCycle: (
         "scope", "transport", "flow", "logger", "access_logger", "access_log", "default_headers",
