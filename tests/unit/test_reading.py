@@ -10,7 +10,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from smtriton.serve.dataplane import reading
 from smtriton.serve.dataplane.reading import (
+    KNOWN_HEADER_BYTES,
+    KNOWN_HEADERS,
     MAX_JSON_DEPTH,
     SMALL_JSON,
     JsonTooDeep,
@@ -191,6 +194,57 @@ def test_parameters_the_front_adds_are_set_in_what_was_read():
     assert orjson.loads(binary.body[: binary.header_length])["parameters"] == {"k": True}
     raw = read(b"\x01\x02", 0)
     assert raw.with_parameters({"k": True}) is raw  # raw mode has no JSON to carry them
+
+
+# ----- a binary request's JSON part, read once ---------------------------------------------------------
+def binary_request(name: str, padding: int = 0) -> tuple[bytes, int]:
+    header = b'{"inputs":[{"name":"%s","shape":[1,2],"datatype":"UINT8","parameters":{"binary_data_size":2}}]}' % (
+        name.encode()
+    )
+    header += b" " * padding
+    return header + b"\x01\x02", len(header)
+
+
+def test_a_binary_json_part_sent_again_is_read_once_and_gives_the_same_reading(monkeypatch):
+    reads: list[bytes] = []
+    read_json = reading.read_json_text
+    monkeypatch.setattr(reading, "read_json_text", lambda part: reads.append(bytes(part)) or read_json(part))
+    monkeypatch.setattr(reading, "_known", {})
+    body, length = binary_request("x")
+    first, again = read(body, length), read(body[:length] + b"\x03\x04", length)
+    assert again.header is first.header
+    assert again.body[length:] == b"\x03\x04"  # the request's own bytes, its reading shared
+    other = read(*binary_request("y"))
+    assert other.header is not None
+    assert other.header["inputs"][0]["name"] == "y"
+    assert len(reads) == 2  # x once, y once
+    json_body = body[:length]
+    assert read(json_body, None).header == read(json_body, None).header
+    assert len(reads) == 4  # a JSON body carries its data: read every time
+
+
+def test_a_refused_json_part_is_refused_every_time_it_is_sent(monkeypatch):
+    monkeypatch.setattr(reading, "_known", {})
+    header = (
+        b'{"inputs":[{"name":"x","shape":[1],"shape":[899970039],"datatype":"UINT8",'
+        b'"parameters":{"binary_data_size":1}}]}'
+    )
+    for _ in range(2):
+        with pytest.raises(RepeatedKey):
+            read(header + b"\x01", len(header))
+    assert reading._known == {}
+
+
+def test_the_readings_kept_are_bounded_in_number_and_size(monkeypatch):
+    known: dict[bytes, object] = {}
+    monkeypatch.setattr(reading, "_known", known)
+    read(*binary_request("x", padding=KNOWN_HEADER_BYTES))  # too long to keep
+    assert known == {}
+    for index in range(KNOWN_HEADERS):
+        read(*binary_request(f"x{index}"))
+    assert len(known) == KNOWN_HEADERS
+    read(*binary_request("one more"))  # full: what was kept is forgotten, this one kept
+    assert len(known) == 1
 
 
 def test_a_large_request_not_re_encoded_keeps_its_data_for_the_parameters_it_gets():
