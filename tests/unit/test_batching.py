@@ -158,12 +158,34 @@ def test_binary_requests_whose_bytes_disagree_with_their_shape_go_alone(why, cha
 
 
 def test_bytes_elements_are_counted_by_their_lengths():
+    """The same JSON part (two elements, 10 bytes) before two bodies: one holds two elements, the other
+    one element of 6 bytes; the second goes alone though the first's part was made (and kept) before."""
     good = binary_request(("S", "BYTES", np.array([[b"ab", b""]], dtype=object)))
+    assert good.header_length is not None
     assert batching.part(good, MODEL) is not None
-    one_element = binary_request(("S", "BYTES", np.array([[b"ab\x00\x00\x00\x00"]], dtype=object)))
-    assert one_element.header is not None
-    one_element.header["inputs"][0]["shape"] = [1, 2]  # two elements declared, one sent
+    one_element = read(
+        bytes(good.body[: good.header_length]) + _serialized("BYTES", np.array([b"ab\0\0\0\0"], object)),
+        good.header_length,
+    )
+    assert one_element.header is good.header
     assert batching.part(one_element, MODEL) is None
+
+
+def test_a_part_kept_for_a_json_part_is_used_only_for_a_body_it_fits():
+    """Requests that send the same JSON part share its reading and what their parts are made of; a body
+    of another length is checked again (and goes alone here: a byte past the last input)."""
+    first = binary_request(("X", "INT32", np.array([[1, 2]], np.int32)))
+    assert first.header_length is not None
+    head = bytes(first.body[: first.header_length])
+    second = read(head + np.array([[3, 4]], np.int32).tobytes(), first.header_length)
+    assert second.header is first.header
+    made, again = part_of(first), part_of(second)
+    assert (again.key, again.batch, again.request_id, again.tensors) == (made.key, made.batch, None, ((len(head), 8),))
+    assert again.inference.body == second.body
+    assert batching.merge([made, again]).inference.body.endswith(np.array([1, 2, 3, 4], np.int32).tobytes())
+    longer = read(bytes(second.body) + b"\x00", first.header_length)
+    assert longer.header is first.header
+    assert batching.part(longer, MODEL) is None
 
 
 # ----- the merged request ------------------------------------------------------------------------------------
