@@ -14,6 +14,9 @@ proportional set size after the last round. A variant named ``anchor``
 is NVIDIA's SageMaker front end on the same Triton (its front is inside Triton, so it has no front CPU);
 beside it every other variant also gets the median over rounds of its req/s over the anchor's and its
 p50 minus the anchor's, each taken within a round: a ratio to the anchor on a machine whose load drifts.
+With ``--think-ms N`` each connection waits N ms between an answer and its next request, as a client
+that does anything between its requests does: Triton then wakes from idle for every request (a closed
+loop at c=1 keeps the anchor's Triton busy and never lets it sleep, bench/NOTES.md Part 18).
 
     python -m bench.interleaved_ab --rounds 8 --seconds 2 --scenario image_binary --connections 1 \\
         house=house client=HEAD client-malloc=HEAD@MALLOC_MMAP_THRESHOLD_=4194304,MALLOC_TRIM_THRESHOLD_=16777216
@@ -205,6 +208,12 @@ def main() -> None:
         default=0,
         help="serve a copy of the model with this many instances (0: as the repository has it)",
     )
+    p.add_argument(
+        "--think-ms",
+        type=int,
+        default=0,
+        help="each connection waits this long between an answer and its next request (0: none, a closed loop)",
+    )
     p.add_argument("variants", nargs="+", help="NAME=REV or NAME=REV@VAR=VALUE,VAR=VALUE, or anchor")
     args = p.parse_args()
     scenario = next(s for s in build_scenarios() if s.name == args.scenario)
@@ -227,6 +236,7 @@ def main() -> None:
         names = list(servers)
         wrk_env = {**os.environ, "BENCH_METHOD": "POST", "BENCH_BODY": str(body)}
         wrk_env["BENCH_CONTENT_TYPE"] = scenario.content_type
+        wrk_env["BENCH_THINK_MS"] = str(args.think_ms)
         results: dict[str, list[tuple[float, ...]]] = {name: [] for name in names}
         for round_ in range(args.rounds + 1):
             for name in names if round_ % 2 == 0 else names[::-1]:
@@ -234,7 +244,9 @@ def main() -> None:
                 if round_ > 0:  # the first round warms up
                     results[name].append(measured)
         instances = f", {args.instances} instances" if args.instances else ""
-        print(f"{args.scenario} c={args.connections}{instances}, {args.rounds} rounds of {args.seconds:g} s, medians:")
+        think = f", {args.think_ms} ms between an answer and the next request" if args.think_ms else ""
+        rounds = f"{args.rounds} rounds of {args.seconds:g} s"
+        print(f"{args.scenario} c={args.connections}{instances}{think}, {rounds}, medians:")
         anchor = results.get(ANCHOR)
         for name in names:
             rate, p50, front, user, faults, triton, batch, per_request = (

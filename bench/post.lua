@@ -1,6 +1,6 @@
 -- wrk script: one fixed request (method, body file, Content-Type from the environment), and a
 -- one-line JSON summary on stdout at the end for bench/load.py to parse.
---   BENCH_METHOD (POST), BENCH_BODY (path of the body file, optional), BENCH_CONTENT_TYPE
+--   BENCH_METHOD (POST), BENCH_BODY (path of the body file, optional), BENCH_CONTENT_TYPE, BENCH_THINK_MS
 wrk.method = os.getenv("BENCH_METHOD") or "POST"
 local path = os.getenv("BENCH_BODY")
 if path and path ~= "" then
@@ -11,6 +11,14 @@ end
 local ctype = os.getenv("BENCH_CONTENT_TYPE")
 if ctype and ctype ~= "" then
   wrk.headers["Content-Type"] = ctype
+end
+-- BENCH_THINK_MS: each connection waits this long after an answer before its next request (a client
+-- that does something between requests, as most do; wrk's delay() has millisecond granularity)
+local think = tonumber(os.getenv("BENCH_THINK_MS") or "")
+if think and think > 0 then
+  function delay()
+    return think
+  end
 end
 
 function done(summary, latency, requests)
