@@ -322,6 +322,14 @@ class Settings(BaseSettings):
         64 * MIB,
         ge=0,
     )
+    worker_shm_input_bytes: Integer = setting(
+        "SMTRITON_WORKER_SHM_INPUT_BYTES",
+        "shared memory a front worker hands large binary inputs to Triton through, in pages of 1 MiB: a "
+        "binary part of 64 KiB to 8 MiB takes the pages it needs instead of going in the HTTP body. A page "
+        "takes memory of `/dev/shm` (and of the memory limit) when first used. 0: every input in the HTTP body",
+        32 * MIB,
+        ge=0,
+    )
     tritonserver: Path | None = setting(
         "TRITONSERVER",
         "tritonserver binary to use",

@@ -48,6 +48,7 @@ import simdjson
 
 from smtriton.serve.dataplane import codec, transcode
 from smtriton.serve.errors import BadRequest
+from smtriton.serve.triton import input_arena
 from smtriton.serve.triton.client import RequestBody
 from smtriton.serve.triton.request_body import BodyPieces, HeldBody
 
@@ -314,6 +315,7 @@ def check_header(header: dict[str, Any], json_bytes: int) -> None:
     for output in outputs if isinstance(outputs, list) else ():
         if isinstance(output, dict):
             _check_parameters(output.get("parameters"), f"output '{_name(output)}'")
+            _check_region(output.get("parameters"), f"output '{_name(output)}'")
     inputs = header.get("inputs")
     if not isinstance(inputs, list):
         return  # no inputs Triton would allocate for: it refuses the request itself
@@ -329,6 +331,7 @@ def check_header(header: dict[str, Any], json_bytes: int) -> None:
             raise BadRequest(f"input '{name}': shape must be a list of non-negative integers, got {_short(shape)}")
         parameters = spec.get("parameters")
         _check_parameters(parameters, f"input '{name}'")
+        _check_region(parameters, f"input '{name}'")
         elsewhere = isinstance(parameters, dict) and any(key in parameters for key in codec.DATA_ELSEWHERE)
         if elsewhere and "data" in spec:
             raise BadRequest(f"input '{name}' has both data and {_where(parameters)}: send one of them")
@@ -354,6 +357,12 @@ def _check_parameters(parameters: Any, owner: str) -> None:
     for key, value in parameters.items():
         if type(value) is int and not _INT_MIN <= value < _UINT_END:
             raise BadRequest(f"{owner}: parameter '{key}' is an integer past 64 bits")
+
+
+def _check_region(parameters: Any, owner: str) -> None:
+    """A region of the front's own shared memory holds other clients' tensors: no request may name one."""
+    if input_arena.names_own_region(parameters):
+        raise BadRequest(f"{owner}: shared memory region '{parameters['shared_memory_region']}' is not registered")
 
 
 def _name(spec: dict[str, Any]) -> str:

@@ -10,12 +10,15 @@ Answers come back as Triton gave them. Requests of one model that arrive while t
 ones are still with Triton may be merged into one Triton request and its answer split back, each
 client getting the answer it would have had alone (:mod:`smtriton.serve.dataplane.coalescing`); what
 that takes of a model's configuration is asked of Triton once per model, like where an image goes.
+A large binary part goes to Triton through the worker's shared memory rather than in the HTTP body
+(:mod:`smtriton.serve.triton.input_arena`), a new arena for each Triton.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -34,13 +37,16 @@ from smtriton.serve.errors import (
 from smtriton.serve.ipc.messages import EndpointState
 from smtriton.serve.metrics import Metrics
 from smtriton.serve.settings import Settings
+from smtriton.serve.triton import input_arena
 from smtriton.serve.triton.access import TritonAccess
 from smtriton.serve.triton.client import TritonClient, UpstreamResponse
+from smtriton.serve.triton.input_arena import InputArena
 from smtriton.serve.triton.request_body import BodyPieces, HeldBody, contiguous
 
 if TYPE_CHECKING:
     from smtriton.serve.triton.streams import StreamClient
 
+log = logging.getLogger("serve")
 _UNKNOWN: Any = object()  # a model whose configuration has not been asked for yet
 
 
@@ -86,6 +92,10 @@ class Upstream:
             if settings.merge_requests
             else None
         )
+        self._arena: InputArena | None = None  # mapped by the Triton of ``_arena_client`` (None: refused)
+        self._arena_client: TritonClient | None = None
+        self._arena_making: asyncio.Task[None] | None = None
+        self._calls: set[asyncio.Future[UpstreamResponse]] = set()  # through a slot, run to their answer
 
     def follow(self, old: EndpointState, state: EndpointState) -> Awaitable[None] | None:
         """New loopback ports (Triton restarted) mean new clients; the old ones close in what is returned."""
@@ -118,6 +128,14 @@ class Upstream:
         self._forget_batching()
         if self.coalescer is not None:
             await self.coalescer.close()
+        if self._arena_making is not None:
+            self._arena_making.cancel()
+        if self._arena is not None:
+            if self._arena_client is self.client and self.client is not None:
+                with contextlib.suppress(ServeError):  # Triton gone: its mapping went with it
+                    await self.client.shared_memory(self._arena.name)
+            self._arena.close()
+            self._arena = None
         if self.client is not None:
             await self.client.close()
         if self._stream_client is not None:
@@ -197,7 +215,86 @@ class Upstream:
         return await coalescing.send_all(self._send, triton_name, inferences, model, concurrency)
 
     async def _send(self, triton_name: str, inference: Inference) -> UpstreamResponse:
-        return await self.ready().infer(triton_name, inference.body, inference.header_length)
+        client = self.ready()
+        length = inference.header_length
+        if length and inference.header is not None and self.settings.worker_shm_input_bytes:
+            size = len(inference.body) - length
+            arena = self._arena_for(client) if size >= input_arena.MIN_BYTES else None
+            if arena is not None and size <= arena.largest:
+                sizes = input_arena.binary_inputs(inference.header, length, len(inference.body))
+                slot = arena.take(size) if sizes is not None else None
+                if slot is not None:
+                    assert sizes is not None
+                    return await self._send_through(client, arena, slot, triton_name, inference, sizes)
+        return await client.infer(triton_name, inference.body, length)
+
+    async def _send_through(
+        self,
+        client: TritonClient,
+        arena: InputArena,
+        slot: input_arena.Slot,
+        triton_name: str,
+        inference: Inference,
+        sizes: list[int],
+    ) -> UpstreamResponse:
+        """``inference`` with its binary part in ``slot`` of ``arena``, its JSON part naming the slot. The
+        call to Triton runs to its answer even if the client leaves (Triton does not stop a request whose
+        HTTP connection closes, and reads the slot until it answers): the slot is free again then. A call
+        that ends without an answer (out of time, Triton gone) leaves its slot retired."""
+        assert inference.header is not None and inference.header_length is not None
+        try:
+            arena.fill(slot, inference.body, inference.header_length)
+            request = arena.request(inference.header, sizes, slot)
+        except BaseException:
+            arena.give_back(slot)
+            raise
+        call = asyncio.ensure_future(client.infer(triton_name, request, None))
+        self._calls.add(call)
+
+        def done(call: asyncio.Future[UpstreamResponse]) -> None:
+            self._calls.discard(call)
+            if not call.cancelled() and call.exception() is None:
+                arena.give_back(slot)
+            else:
+                arena.retire(slot)  # Triton may still read it
+
+        call.add_done_callback(done)
+        return await asyncio.shield(call)
+
+    def _arena_for(self, client: TritonClient) -> InputArena | None:
+        """The arena ``client``'s Triton has mapped; None until it has (or when it refused)."""
+        if self._arena_client is client:
+            return self._arena
+        if self._arena_making is None:
+            self._arena_making = asyncio.create_task(self._make_arena(client))
+        return None
+
+    async def _make_arena(self, client: TritonClient) -> None:
+        arena: InputArena | None = None
+        try:
+            arena = InputArena(self.settings.worker_shm_input_bytes)
+            await client.shared_memory(arena.name, arena.key, arena.byte_size)
+        except (OSError, ServeError) as exc:
+            reason = exc.message if isinstance(exc, ServeError) else str(exc)
+            log.warning("no shared memory for inputs (%s): inputs go in the HTTP body to this Triton", reason)
+            if arena is not None:
+                arena.close()
+            arena = None
+        except BaseException:
+            if arena is not None:
+                arena.close()
+            raise
+        finally:
+            self._arena_making = None
+        if arena is not None:
+            arena.unlink()  # mapped by Triton and here: the name is no longer needed
+        if self.client is not client:  # Triton restarted meanwhile
+            if arena is not None:
+                arena.close()
+            return
+        if self._arena is not None:
+            self._arena.close()
+        self._arena, self._arena_client = arena, client
 
     async def batching(self, triton_name: str) -> ModelBatching | None:
         """How ``triton_name``'s requests may be merged (None: they go alone), asked of Triton if need be."""

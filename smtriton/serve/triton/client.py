@@ -149,6 +149,19 @@ class TritonClient:
                 config: dict[str, object] = orjson.loads(body)
                 return config
 
+    async def shared_memory(self, region: str, key: str = "", byte_size: int = 0) -> None:
+        """Register ``region``, the system shared memory ``key`` names (``byte_size`` bytes from its
+        start), with Triton; without ``key``, unregister it."""
+        action = "register" if key else "unregister"
+        url = f"{self.base_url}/v2/systemsharedmemory/region/{quote(region, safe='')}/{action}"
+        body = orjson.dumps({"key": key, "offset": 0, "byte_size": byte_size}) if key else b""
+        with _calling(TritonUnavailable("Triton did not answer in time")):
+            timeout = self._probe_timeout
+            async with self._session.post(url, data=body, headers=self._restricted, timeout=timeout) as resp:
+                answer = await resp.read()
+                if resp.status != 200:
+                    raise UpstreamError(resp.status, error_text(answer))
+
     async def model_metadata(self, model: str) -> dict[str, object]:
         """The model's inputs and outputs as Triton describes them (``GET /v2/models/<model>``)."""
         with _calling(TritonUnavailable("Triton did not answer in time")):
