@@ -90,6 +90,11 @@ class Metrics:
         self.transcoded = Counter(
             "smtriton_transcoded_requests", "Large JSON requests re-encoded binary for Triton", registry=self.registry
         )
+        self.through_shared_memory = Counter(
+            "smtriton_shared_memory_requests",
+            "Triton requests whose binary inputs went through the worker's shared memory, not the HTTP body",
+            registry=self.registry,
+        )
         self.merged_requests = Counter(
             "smtriton_merged_requests",
             "Requests answered from a Triton request that merged them with others",

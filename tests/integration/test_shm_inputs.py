@@ -15,7 +15,15 @@ import pytest
 import requests
 
 from tests.integration.conftest import start_serve
-from tests.integration.harness import ServeProcess, triton_key, triton_pids, triton_url, wait_for
+from tests.integration.harness import (
+    ServeProcess,
+    free_port,
+    metric_samples,
+    triton_key,
+    triton_pids,
+    triton_url,
+    wait_for,
+)
 
 BINARY_JSON = "application/vnd.sagemaker-triton.binary+json;json-header-size={}"
 ELEMENTS = 200_000  # 800 KB of FP32: between the arena's smallest and largest binary part
@@ -39,6 +47,10 @@ def output_bytes(response: requests.Response) -> bytes:
     return response.content[length:]
 
 
+def through_shared_memory(server: ServeProcess) -> float:
+    return metric_samples(server.metrics_url).get(("smtriton_shared_memory_requests_total", ()), 0.0)
+
+
 def our_regions(server: ServeProcess) -> list[str]:
     status = requests.get(f"{triton_url(server)}/v2/systemsharedmemory/status", headers=triton_key(server), timeout=5)
     assert status.status_code == 200, status.text
@@ -49,7 +61,9 @@ def our_regions(server: ServeProcess) -> list[str]:
 def servers(tmp_path_factory: pytest.TempPathFactory, test_repository: Path) -> Iterator[dict[str, ServeProcess]]:
     started: dict[str, ServeProcess] = {}
     try:
-        started["shm"] = start_serve(tmp_path_factory.mktemp("shm"), test_repository, "ident")
+        started["shm"] = start_serve(
+            tmp_path_factory.mktemp("shm"), test_repository, "ident", env={"SMTRITON_METRICS_PORT": str(free_port())}
+        )
         started["body"] = start_serve(
             tmp_path_factory.mktemp("body"),
             test_repository,
@@ -69,11 +83,13 @@ def test_a_large_binary_input_goes_through_shared_memory_and_is_answered_as_thro
     first = post(shm, body, content_type)
     assert output_bytes(first) == values.tobytes()  # went in the body while the arena was being made
     assert wait_for(lambda: our_regions(shm) != [], 10)
+    before = through_shared_memory(shm)
     answers = [post(shm, body, content_type) for _ in range(3)]
     alone = post(plain, body, content_type)
     assert [output_bytes(answer) for answer in answers] == [values.tobytes()] * 3
     assert output_bytes(alone) == values.tobytes()
     assert [answer.headers["Content-Type"] for answer in answers] == [alone.headers["Content-Type"]] * 3
+    assert through_shared_memory(shm) == before + 3  # each of the three through the region
     regions = our_regions(shm)
     assert len(regions) == 1  # one worker, one region
     assert not (Path("/dev/shm") / regions[0]).exists()  # mapped, and its name taken away
@@ -84,7 +100,9 @@ def test_inputs_that_do_not_fill_the_body_exactly_go_in_the_body_with_tritons_ow
     values = np.ones(ELEMENTS, np.float32)
     body, content_type = binary_request(values)
     shorter = body[:-4]  # the binary part says 800,000 bytes and 799,996 follow
+    before = through_shared_memory(servers["shm"])
     answers = [post(server, shorter, content_type) for server in (servers["shm"], servers["body"])]
+    assert through_shared_memory(servers["shm"]) == before
     assert answers[0].status_code == answers[1].status_code == 400
     assert answers[0].json() == answers[1].json()
 

@@ -250,6 +250,7 @@ class Upstream:
             raise
         call = asyncio.ensure_future(client.infer(triton_name, request, None))
         self._calls.add(call)
+        self.metrics.through_shared_memory.inc()
 
         def done(call: asyncio.Future[UpstreamResponse]) -> None:
             self._calls.discard(call)
