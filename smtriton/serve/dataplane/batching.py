@@ -40,6 +40,7 @@ from smtriton.serve.dataplane.answers import CUSTOM_ATTRIBUTES
 from smtriton.serve.dataplane.codec import DATA_ELSEWHERE
 from smtriton.serve.dataplane.reading import KNOWN_HEADER_BYTES, KNOWN_HEADERS, Inference
 from smtriton.serve.triton.client import UpstreamResponse
+from smtriton.serve.triton.input_arena import ITEM_BYTES
 from smtriton.serve.triton.request_body import contiguous
 
 _scanstring: Callable[[str, int], tuple[str, int]] = json.decoder.scanstring  # type: ignore[attr-defined]
@@ -51,11 +52,6 @@ ALONE_PARAMETERS = frozenset(
 )
 # Parameters that put an input's data, or an output, in shared memory rather than the request or answer.
 _SHARED_MEMORY = frozenset(DATA_ELSEWHERE) - {"binary_data_size"}
-# Bytes of one element of each fixed-size datatype (BYTES elements carry their own length).
-ITEM_BYTES = {
-    "BOOL": 1, "UINT8": 1, "INT8": 1, "UINT16": 2, "INT16": 2, "FP16": 2, "BF16": 2,
-    "UINT32": 4, "INT32": 4, "FP32": 4, "UINT64": 8, "INT64": 8, "FP64": 8,
-}  # fmt: skip
 # A merged body stays below this: Triton refuses an HTTP body past its --http-max-input-size (64 MB).
 MERGED_BYTES_MAX = 32 * 1024 * 1024
 _LENGTH = struct.Struct("<I")

@@ -46,8 +46,9 @@ REGION_PREFIX: Final = "smtriton_inputs_"
 PAGE_BYTES: Final = 1024 * 1024  # what an arena is cut into
 LARGEST_BYTES: Final = 8 * 1024 * 1024  # the largest binary part that goes through the arena
 MIN_BYTES: Final = 64 * 1024  # smaller binary parts cost less in the body than the copy into a slot
-# Bytes of one element of each fixed-size datatype (a BYTES tensor frames its own elements).
-_ITEM_BYTES: Final = {
+# Bytes of one element of each fixed-size datatype (a BYTES tensor frames its own elements); the
+# merging of requests checks binary sizes by the same table.
+ITEM_BYTES: Final = {
     "BOOL": 1, "UINT8": 1, "INT8": 1, "UINT16": 2, "INT16": 2, "FP16": 2, "BF16": 2,
     "UINT32": 4, "INT32": 4, "FP32": 4, "UINT64": 8, "INT64": 8, "FP64": 8,
 }  # fmt: skip
@@ -65,7 +66,7 @@ def binary_inputs(header: dict[str, Any], header_length: int, body_length: int) 
             return None
         parameters = spec.get("parameters")
         shape = spec.get("shape")
-        item = _ITEM_BYTES.get(spec.get("datatype"))  # type: ignore[arg-type]
+        item = ITEM_BYTES.get(spec.get("datatype"))  # type: ignore[arg-type]
         if not isinstance(parameters, dict) or item is None or not isinstance(shape, list):
             return None
         size = parameters.get("binary_data_size")
