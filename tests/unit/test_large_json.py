@@ -4,6 +4,8 @@ would get from the whole reading, the same refusals, and an event loop that is n
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import mmap
 import time
 from typing import Any
 
@@ -14,12 +16,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from smtriton.serve.dataplane import large_json
-from smtriton.serve.dataplane.reading import read
+from smtriton.serve.dataplane.reading import Inference, read
 from smtriton.serve.errors import BadRequest, PayloadTooLarge
+from smtriton.serve.triton.request_body import BodyPieces, contiguous
 
 
-def sliced(body: bytes) -> Any:
-    return asyncio.run(large_json.read(body))
+def sliced(body: bytes) -> Inference:
+    """The request read in slices, its body as Triton receives it (the JSON part, then the tensors)."""
+    got = asyncio.run(large_json.read(body))
+    return dataclasses.replace(got, body=bytes(contiguous(got.body)))
 
 
 def request(*inputs: dict[str, Any], **extra: Any) -> bytes:
@@ -47,6 +52,19 @@ def test_a_request_read_in_slices_is_the_one_the_whole_reading_sends():
     assert bytes(got.body) == bytes(whole.body)
     assert got.header_length == whole.header_length
     assert got.header == whole.header
+
+
+def test_the_tensors_are_written_into_a_mapping_of_their_own_after_the_json_part():
+    """Never one growing buffer: that is copied whole when its allocator cannot extend it in place."""
+    values = np.arange(24, dtype=np.float32).reshape(2, 12)
+    got = asyncio.run(large_json.read(request(tensor("x", values, "FP32"))))
+    assert isinstance(got.body, BodyPieces)
+    head, tensors = got.body.pieces
+    assert len(head) == got.header_length
+    assert isinstance(tensors, memoryview)
+    assert isinstance(tensors.obj, mmap.mmap)
+    assert np.array_equal(np.frombuffer(tensors, np.float32), values.ravel())
+    assert len(got.body) == len(head) + values.nbytes
 
 
 def test_keys_triton_does_not_read_are_not_carried_and_may_hold_anything():
@@ -126,7 +144,7 @@ def test_the_event_loop_is_served_between_the_slices():
         ticker = asyncio.ensure_future(tick())
         got = await large_json.read(body)
         ticker.cancel()
-        assert np.array_equal(np.frombuffer(got.body[got.header_length :], np.float32), values)
+        assert np.array_equal(np.frombuffer(contiguous(got.body)[got.header_length :], np.float32), values)
         assert ticks > 20  # the loop ran again and again while the request was read
 
     asyncio.run(scenario())

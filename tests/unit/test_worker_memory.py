@@ -131,3 +131,43 @@ def test_a_worker_that_never_worked_gives_nothing_back(monkeypatch):
 
 def test_nothing_is_kept_when_the_setting_is_zero():
     assert memory.keep_freed(0) is False
+
+
+_UNTOUCHED = """
+    import asyncio, json, resource, threading
+    from smtriton.serve.host import memory
+
+    def resident_mib():
+        with open("/proc/self/statm") as statm:
+            return int(statm.read().split()[1]) * resource.getpagesize() / (1 << 20)
+
+    start = resident_mib()
+    buffer = memory.untouched(256 << 20)
+    made = resident_mib()
+    buffer[: 64 << 20] = b"x" * (64 << 20)
+    written = resident_mib()
+    dropped_in = []
+    real = memory.drop_pages
+
+    def drop_pages(view):
+        dropped_in.append(threading.current_thread() is threading.main_thread())
+        real(view)
+
+    memory.drop_pages = drop_pages
+
+    async def give_back():
+        await memory.give_back_beside_loop(buffer)
+
+    asyncio.run(give_back())
+    print(json.dumps({"start": start, "made": made, "written": written, "given_back": resident_mib(),
+                      "zeros": buffer[(64 << 20) - 1] == 0, "on_main_thread": dropped_in}))
+"""
+
+
+def test_an_untouched_buffer_holds_only_the_pages_written_and_gives_them_back_beside_the_loop():
+    sizes = _run(_UNTOUCHED)
+    assert sizes["made"] - sizes["start"] < 2, sizes  # 256 MiB asked for, nothing given yet (no zero fill)
+    assert sizes["written"] - sizes["start"] >= 62, sizes
+    assert sizes["written"] - sizes["given_back"] >= 62, sizes
+    assert sizes["zeros"] is True
+    assert sizes["on_main_thread"] == [False]

@@ -43,8 +43,9 @@ from smtriton.serve.dataplane.reading import (
     simdjson_reason,
 )
 from smtriton.serve.errors import BadRequest, PayloadTooLarge
-from smtriton.serve.host import cgroups
+from smtriton.serve.host import cgroups, memory
 from smtriton.serve.triton.client import RequestBody
+from smtriton.serve.triton.request_body import BodyPieces
 
 # JSON bodies past this size are read in slices.
 SLICED_JSON_BYTES = 8 << 20
@@ -302,12 +303,22 @@ async def read(body: RequestBody) -> Inference:
     head = orjson.dumps(request)
     total = len(head) + sum(size for _, _, _, size in plan)
     _check_room(len(body), total)
-    # Grown a slice at a time (never a zero-filled buffer of the whole size first: filling a gigabyte
-    # with zeros would hold the event loop for most of a second).
-    out = bytearray(head)
-    for encoded, span, count, size in plan:
-        await _fill(body, span, encoded, count, size, out)
-    return Inference(out, len(head), request)
+    values_bytes = total - len(head)
+    if not values_bytes:
+        return Inference(head, len(head), request)
+    # The tensors are written a slice at a time into memory given as it is written (never zero-filled
+    # first: filling a gigabyte with zeros holds the event loop for most of a second; never grown: a
+    # growing buffer is copied whole when its allocator cannot extend it in place, a third of a second
+    # a gigabyte on the event loop). They go to Triton after the JSON part without being joined to it.
+    values = memory.untouched(values_bytes)
+    try:
+        written = 0
+        for encoded, span, count, size in plan:
+            written = await _fill(body, span, encoded, count, values[written : written + size])
+    except BaseException:
+        memory.give_back_beside_loop(values)
+        raise
+    return Inference(BodyPieces([head, values], total), len(head), request)
 
 
 def _plan(
@@ -347,11 +358,9 @@ def _check_room(body_bytes: int, encoded_bytes: int) -> None:
         )
 
 
-async def _fill(
-    body: RequestBody, span: tuple[int, int], spec: dict[str, Any], count: int, size: int, out: bytearray
-) -> None:
-    """Parse the data array at ``span`` a slice at a time onto the end of ``out`` (its binary form,
-    ``size`` bytes)."""
+async def _fill(body: RequestBody, span: tuple[int, int], spec: dict[str, Any], count: int, out: memoryview) -> int:
+    """Parse the data array at ``span`` a slice at a time into ``out`` (its binary form, exactly as long);
+    the bytes written, ``len(out)``."""
     name = spec.get("name")
     datatype = str(spec.get("datatype"))
     start, end = span[0] + 1, span[1] - 1  # inside the array's brackets
@@ -359,7 +368,8 @@ async def _fill(
         if body.find(b'"', at, min(at + _SCAN_WINDOW, end)) >= 0:
             raise BadRequest(f"input '{name}': {datatype} data must be numbers")
         await asyncio.sleep(0)
-    goal = len(out) + size
+    size = len(out)
+    written = 0
     at = start
     while at < end:
         stop = end if end - at <= _SLICE else body.rfind(b",", at, at + _SLICE)
@@ -370,14 +380,16 @@ async def _fill(
         if not piece.strip(b" \t\n\r,"):
             continue
         values = _numbers(piece, datatype, str(name))
-        if len(out) + values.nbytes > goal:
+        if written + values.nbytes > size:
             raise BadRequest(f"input '{name}': more values than its shape {spec.get('shape')} holds")
-        out += values.view(np.uint8).data  # one copy, onto its place
+        out[written : written + values.nbytes] = values.view(np.uint8).data  # one copy, onto its place
+        written += values.nbytes
         await asyncio.sleep(0)
-    if len(out) != goal:
+    if written != size:
         numeric = transcode.numeric_type(datatype)
-        written = (size - (goal - len(out))) // (numeric.itemsize if numeric is not None else 1)
-        raise BadRequest(f"input '{name}': {written} values for its shape {spec.get('shape')} ({count})")
+        values_written = written // (numeric.itemsize if numeric is not None else 1)
+        raise BadRequest(f"input '{name}': {values_written} values for its shape {spec.get('shape')} ({count})")
+    return written
 
 
 def _numbers(piece: RequestBody, datatype: str, name: str) -> np.ndarray[Any, Any]:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import mmap
 import time
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from dataclasses import dataclass
@@ -281,11 +282,16 @@ class DataPlane:
 
     def _give_back(self, buffer: object) -> None:
         """A large buffer of a request, no longer read, given back to the system beside the answer
-        (freed at once, a gigabyte holds the event loop for a tenth of a second)."""
+        (freed at once, a gigabyte holds the event loop for a tenth of a second): a body read whole, or
+        the tensors a large JSON request was re-encoded into (a mapping of their own)."""
         if isinstance(buffer, bytearray) and len(buffer) >= GIVE_BACK_FROM:
             task = asyncio.ensure_future(_shrink(buffer))
             self._giving_back.add(task)
             task.add_done_callback(self._giving_back.discard)
+        elif isinstance(buffer, BodyPieces):
+            for piece in buffer.pieces:
+                if isinstance(piece, memoryview) and isinstance(piece.obj, mmap.mmap) and len(piece) >= GIVE_BACK_FROM:
+                    memory.give_back_beside_loop(piece)
 
     async def _infer(self, request: Request, body: HeldBody, target: _Target) -> Reply:
         """An inference (streamed for a decoupled model), in its session if the request names one."""

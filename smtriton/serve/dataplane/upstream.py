@@ -219,7 +219,8 @@ class Upstream:
         length = inference.header_length
         if length and inference.header is not None and self.settings.worker_shm_input_bytes:
             size = len(inference.body) - length
-            arena = self._arena_for(client) if size >= input_arena.MIN_BYTES else None
+            fits = input_arena.MIN_BYTES <= size <= input_arena.LARGEST_BYTES
+            arena = self._arena_for(client) if fits else None
             if arena is not None and size <= arena.largest:
                 sizes = input_arena.binary_inputs(inference.header, length, len(inference.body))
                 slot = arena.take(size) if sizes is not None else None

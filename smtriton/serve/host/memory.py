@@ -45,7 +45,7 @@ def unused(buffer: bytearray) -> bool:
     return True
 
 
-def drop_pages(buffer: bytearray) -> None:
+def drop_pages(buffer: bytearray | memoryview) -> None:
     """Release the whole pages ``buffer`` holds (its contents become zeros): for a buffer no longer read,
     about to be freed. Runs with the GIL released: call it in a thread."""
     if not buffer:
@@ -55,6 +55,21 @@ def drop_pages(buffer: bytearray) -> None:
     end = (start + len(buffer)) // _PAGE * _PAGE
     for at in range(first, end, _STEP):
         _libc.madvise(at, min(_STEP, end - at), _MADV_DONTNEED)
+
+
+def untouched(size: int) -> memoryview:
+    """A writable buffer of ``size`` bytes (more than 0) whose pages are given only as they are first
+    written: an anonymous mapping, never zero-filled first, never moved or copied as it is written
+    (a ``bytearray`` grown to a gigabyte is copied whole whenever its allocator cannot extend it in
+    place, and that copy holds the event loop). Give it back with :func:`drop_pages`, in a thread: the
+    mapping, then holding no pages, is unmapped at once when its last view goes."""
+    return memoryview(mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE))  # private: its dropped pages are freed
+
+
+def give_back_beside_loop(buffer: memoryview) -> asyncio.Future[None]:
+    """Release ``buffer``'s pages in the event loop's threads (a gigabyte's take the kernel a tenth of a
+    second): for an :func:`untouched` buffer no longer read. Nothing needs to wait for it."""
+    return asyncio.get_running_loop().run_in_executor(None, drop_pages, buffer)
 
 
 def keep_freed(keep_bytes: int) -> bool:
