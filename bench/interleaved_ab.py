@@ -14,6 +14,9 @@ proportional set size after the last round. A variant named ``anchor``
 is NVIDIA's SageMaker front end on the same Triton (its front is inside Triton, so it has no front CPU);
 beside it every other variant also gets the median over rounds of its req/s over the anchor's and its
 p50 minus the anchor's, each taken within a round: a ratio to the anchor on a machine whose load drifts.
+A variant named ``floor`` is :mod:`bench.floor_front`, the least a Python front must do per request (parse
+HTTP, write to Triton, parse its answer, write it back), on a Triton of its own: what serve adds above it
+is what its checks, merging and contract cost.
 With ``--think-ms N`` each connection waits N ms between an answer and its next request, as a client
 that does anything between its requests does: Triton then wakes from idle for every request (a closed
 loop at c=1 keeps the anchor's Triton busy and never lets it sleep, bench/NOTES.md Part 18).
@@ -100,6 +103,8 @@ Servers = dict[str, tuple[subprocess.Popen[bytes], int]]  # variant -> its serve
 
 
 ANCHOR = "anchor"
+FLOOR = "floor"
+_REPO = Path(__file__).resolve().parent.parent
 
 
 def _start(variants: list[str], repository: Path, model: str, work: Path) -> Servers:
@@ -108,6 +113,9 @@ def _start(variants: list[str], repository: Path, model: str, work: Path) -> Ser
     for variant in variants:
         if variant == ANCHOR:
             servers[ANCHOR] = _start_anchor(repository, model, work)
+            continue
+        if variant == FLOOR:
+            servers[FLOOR] = _start_floor(repository, model, work)
             continue
         name, _, spec = variant.partition("=")
         revision, _, extra = spec.partition("@")
@@ -137,6 +145,16 @@ def _start_anchor(repository: Path, model: str, work: Path) -> tuple[subprocess.
     cmd, env = TritonSetup.create(work).anchor(repository, model, port, free_port())
     with (work / f"{ANCHOR}.log").open("wb") as log:
         proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    return proc, port
+
+
+def _start_floor(repository: Path, model: str, work: Path) -> tuple[subprocess.Popen[bytes], int]:
+    """The floor front (:mod:`bench.floor_front`) on a Triton of its own."""
+    port = free_port()
+    cmd = [sys.executable, "-m", "bench.floor_front", "--port", str(port), "--model-repository", str(repository)]
+    cmd += ["--model", model, "--work", str(work / FLOOR)]
+    with (work / f"{FLOOR}.log").open("wb") as log:
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=_REPO)
     return proc, port
 
 
@@ -214,7 +232,7 @@ def main() -> None:
         default=0,
         help="each connection waits this long between an answer and its next request (0: none, a closed loop)",
     )
-    p.add_argument("variants", nargs="+", help="NAME=REV or NAME=REV@VAR=VALUE,VAR=VALUE, or anchor")
+    p.add_argument("variants", nargs="+", help="NAME=REV or NAME=REV@VAR=VALUE,VAR=VALUE, anchor, or floor")
     args = p.parse_args()
     scenario = next(s for s in build_scenarios() if s.name == args.scenario)
     sink = args.scenario == "image_binary" and not args.own_model
