@@ -156,7 +156,9 @@ _UNTOUCHED = """
     memory.drop_pages = drop_pages
 
     async def give_back():
-        await memory.give_back_beside_loop(buffer)
+        giving = memory.give_back_beside_loop(buffer)
+        assert giving is not None
+        await giving
 
     asyncio.run(give_back())
     print(json.dumps({"start": start, "made": made, "written": written, "given_back": resident_mib(),

@@ -66,10 +66,14 @@ def untouched(size: int) -> memoryview:
     return memoryview(mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE))  # private: its dropped pages are freed
 
 
-def give_back_beside_loop(buffer: memoryview) -> asyncio.Future[None]:
+def give_back_beside_loop(buffer: memoryview) -> asyncio.Future[None] | None:
     """Release ``buffer``'s pages in the event loop's threads (a gigabyte's take the kernel a tenth of a
-    second): for an :func:`untouched` buffer no longer read. Nothing needs to wait for it."""
-    return asyncio.get_running_loop().run_in_executor(None, drop_pages, buffer)
+    second): for an :func:`untouched` buffer no longer read. Nothing needs to wait for it; None when the
+    loop's threads are already shut down (the mapping is then freed whole when its last view goes)."""
+    try:
+        return asyncio.get_running_loop().run_in_executor(None, drop_pages, buffer)
+    except RuntimeError:
+        return None
 
 
 def keep_freed(keep_bytes: int) -> bool:
