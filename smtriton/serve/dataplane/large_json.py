@@ -312,9 +312,10 @@ async def read(body: RequestBody) -> Inference:
     # a gigabyte on the event loop). They go to Triton after the JSON part without being joined to it.
     values = memory.untouched(values_bytes)
     try:
-        written = 0
+        at = 0
         for encoded, span, count, size in plan:
-            written = await _fill(body, span, encoded, count, values[written : written + size])
+            await _fill(body, span, encoded, count, values[at : at + size])
+            at += size
     except BaseException:
         memory.give_back_beside_loop(values)
         raise
@@ -358,9 +359,8 @@ def _check_room(body_bytes: int, encoded_bytes: int) -> None:
         )
 
 
-async def _fill(body: RequestBody, span: tuple[int, int], spec: dict[str, Any], count: int, out: memoryview) -> int:
-    """Parse the data array at ``span`` a slice at a time into ``out`` (its binary form, exactly as long);
-    the bytes written, ``len(out)``."""
+async def _fill(body: RequestBody, span: tuple[int, int], spec: dict[str, Any], count: int, out: memoryview) -> None:
+    """Parse the data array at ``span`` a slice at a time into ``out`` (its binary form, exactly as long)."""
     name = spec.get("name")
     datatype = str(spec.get("datatype"))
     start, end = span[0] + 1, span[1] - 1  # inside the array's brackets
@@ -389,7 +389,6 @@ async def _fill(body: RequestBody, span: tuple[int, int], spec: dict[str, Any], 
         numeric = transcode.numeric_type(datatype)
         values_written = written // (numeric.itemsize if numeric is not None else 1)
         raise BadRequest(f"input '{name}': {values_written} values for its shape {spec.get('shape')} ({count})")
-    return written
 
 
 def _numbers(piece: RequestBody, datatype: str, name: str) -> np.ndarray[Any, Any]:

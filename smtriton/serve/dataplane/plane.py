@@ -21,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import mmap
 import time
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from dataclasses import dataclass
@@ -290,7 +289,7 @@ class DataPlane:
             task.add_done_callback(self._giving_back.discard)
         elif isinstance(buffer, BodyPieces):
             for piece in buffer.pieces:
-                if isinstance(piece, memoryview) and isinstance(piece.obj, mmap.mmap) and len(piece) >= GIVE_BACK_FROM:
+                if memory.is_untouched(piece) and len(piece) >= GIVE_BACK_FROM:
                     memory.give_back_beside_loop(piece)
 
     async def _infer(self, request: Request, body: HeldBody, target: _Target) -> Reply:

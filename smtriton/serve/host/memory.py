@@ -20,6 +20,7 @@ import ctypes
 import ctypes.util
 import mmap
 import time
+from typing import TypeGuard
 
 _MADV_DONTNEED = 4
 _M_TRIM_THRESHOLD = -1
@@ -64,6 +65,11 @@ def untouched(size: int) -> memoryview:
     place, and that copy holds the event loop). Give it back with :func:`drop_pages`, in a thread: the
     mapping, then holding no pages, is unmapped at once when its last view goes."""
     return memoryview(mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE))  # private: its dropped pages are freed
+
+
+def is_untouched(piece: object) -> TypeGuard[memoryview]:
+    """Whether ``piece`` is a buffer :func:`untouched` made."""
+    return isinstance(piece, memoryview) and isinstance(piece.obj, mmap.mmap)
 
 
 def give_back_beside_loop(buffer: memoryview) -> asyncio.Future[None] | None:
