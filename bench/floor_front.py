@@ -31,14 +31,12 @@ from smtriton.local.serve_process import free_port
 BINARY_JSON = b"application/vnd.sagemaker-triton.binary+json;json-header-size="
 
 
-class _Upstream(asyncio.Protocol):
-    """One kept-alive connection to Triton, one request at a time."""
+class _HttpSide(asyncio.Protocol):
+    """A connection whose messages httptools parses, each message's body gathered in pieces."""
 
-    def __init__(self, client: _Client) -> None:
-        self.client = client
+    def __init__(self, parser: httptools.HttpRequestParser | httptools.HttpResponseParser) -> None:
         self.transport: asyncio.Transport | None = None
-        self.parser = httptools.HttpResponseParser(self)
-        self.header_length = b""
+        self.parser = parser
         self.body: list[bytes] = []
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -46,44 +44,51 @@ class _Upstream(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self.parser.feed_data(data)
+
+    def on_body(self, body: bytes) -> None:
+        self.body.append(body)
+
+    def take_body(self) -> bytes:
+        """The message's body, whole; the next message's starts empty."""
+        body, self.body = b"".join(self.body), []
+        return body
+
+
+class _Upstream(_HttpSide):
+    """One kept-alive connection to Triton, one request at a time."""
+
+    parser: httptools.HttpResponseParser
+
+    def __init__(self, client: _Client) -> None:
+        super().__init__(httptools.HttpResponseParser(self))
+        self.client = client
+        self.header_length = b""
 
     def on_header(self, name: bytes, value: bytes) -> None:
         if name.lower() == b"inference-header-content-length":
             self.header_length = value
 
-    def on_body(self, body: bytes) -> None:
-        self.body.append(body)
-
     def on_message_complete(self) -> None:
-        body, self.body = b"".join(self.body), []
         length, self.header_length = self.header_length, b""
-        self.client.answer(self.parser.get_status_code(), body, length)
+        self.client.answer(self.parser.get_status_code(), self.take_body(), length)
 
 
-class _Client(asyncio.Protocol):
+class _Client(_HttpSide):
     """A client connection; its requests go to Triton in turn."""
 
     def __init__(self, triton_port: int, path: bytes) -> None:
+        super().__init__(httptools.HttpRequestParser(self))
         self.triton_port = triton_port
         self.path = path
-        self.transport: asyncio.Transport | None = None
-        self.parser = httptools.HttpRequestParser(self)
         self.upstream: _Upstream | None = None
         self.connecting: asyncio.Future[None] | None = None
         self.url = b""
         self.content_type = b""
-        self.body: list[bytes] = []
         self.keep_alive = True
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = cast(asyncio.Transport, transport)  # uvloop's transports do not subclass it
 
     def connection_lost(self, exc: Exception | None) -> None:
         if self.upstream is not None and self.upstream.transport is not None:
             self.upstream.transport.close()
-
-    def data_received(self, data: bytes) -> None:
-        self.parser.feed_data(data)
 
     def on_url(self, url: bytes) -> None:
         self.url = url
@@ -92,16 +97,13 @@ class _Client(asyncio.Protocol):
         if name.lower() == b"content-type":
             self.content_type = value
 
-    def on_body(self, body: bytes) -> None:
-        self.body.append(body)
-
     def on_message_complete(self) -> None:
         assert self.transport is not None
         self.keep_alive = self.parser.should_keep_alive()
         if self.url == b"/ping":
             self._write(200, b"application/json", b"{}")
             return
-        body, self.body = b"".join(self.body), []
+        body = self.take_body()
         head = b"POST %s HTTP/1.1\r\nHost: triton\r\nContent-Length: %d\r\n" % (self.path, len(body))
         if self.content_type.startswith(BINARY_JSON):
             head += b"Inference-Header-Content-Length: %s\r\n" % self.content_type[len(BINARY_JSON) :]
