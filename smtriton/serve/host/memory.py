@@ -62,7 +62,7 @@ def untouched(size: int) -> memoryview:
     """A writable buffer of ``size`` bytes (more than 0) whose pages are given only as they are first
     written: an anonymous mapping, never zero-filled first, never moved or copied as it is written
     (a ``bytearray`` grown to a gigabyte is copied whole whenever its allocator cannot extend it in
-    place, and that copy holds the event loop). Give it back with :func:`drop_pages`, in a thread: the
+    place, and that copy holds the event loop). Give it back with :func:`give_back_beside_loop`: the
     mapping, then holding no pages, is unmapped at once when its last view goes."""
     return memoryview(mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE))  # private: its dropped pages are freed
 
