@@ -5,9 +5,11 @@ Per request it parses the client's HTTP (httptools), writes the body to Triton o
 connection of its own (one per client connection) with the binary+json header size carried over, parses
 Triton's answer and writes it back with SageMaker's content type; on uvloop. Nothing is checked, nothing
 is merged, no error is mapped, no limit is kept: a benchmark's yardstick, never a server. It starts its
-own Triton (loopback HTTP) and answers ``/ping`` 200 once that Triton is ready.
+own Triton (loopback HTTP) and answers ``/ping`` 200 once that Triton is ready. With ``--task`` each
+request is served by an asyncio task of its own that awaits Triton's answer, as serve serves each: what
+a task per request costs, beside the floor.
 
-    python -m bench.floor_front --port P --model-repository DIR --model NAME
+    python -m bench.floor_front --port P --model-repository DIR --model NAME [--task]
 """
 
 from __future__ import annotations
@@ -76,10 +78,12 @@ class _Upstream(_HttpSide):
 class _Client(_HttpSide):
     """A client connection; its requests go to Triton in turn."""
 
-    def __init__(self, triton_port: int, path: bytes) -> None:
+    def __init__(self, triton_port: int, path: bytes, task: bool = False) -> None:
         super().__init__(httptools.HttpRequestParser(self))
         self.triton_port = triton_port
         self.path = path
+        self.task = task
+        self.waiter: asyncio.Future[tuple[int, bytes, bytes]] | None = None  # the task's answer to come
         self.upstream: _Upstream | None = None
         self.connecting: asyncio.Future[None] | None = None
         self.url = b""
@@ -110,9 +114,20 @@ class _Client(_HttpSide):
         request = head + b"\r\n" + body
         if self.upstream is None:
             self.connecting = asyncio.ensure_future(self._connect_and_send(request))
+        elif self.task:
+            asyncio.get_running_loop().create_task(self._in_a_task(request))
         else:
             assert self.upstream.transport is not None
             self.upstream.transport.write(request)
+
+    async def _in_a_task(self, request: bytes) -> None:
+        """The request sent, its answer awaited and written, in a task of its own."""
+        assert self.upstream is not None
+        assert self.upstream.transport is not None
+        self.waiter = asyncio.get_running_loop().create_future()
+        self.upstream.transport.write(request)
+        status, body, header_length = await self.waiter
+        self.answer(status, body, header_length)
 
     async def _connect_and_send(self, request: bytes) -> None:
         loop = asyncio.get_running_loop()
@@ -122,6 +137,10 @@ class _Client(_HttpSide):
         upstream.transport.write(request)
 
     def answer(self, status: int, body: bytes, header_length: bytes) -> None:
+        waiter, self.waiter = self.waiter, None
+        if waiter is not None:  # its task writes it
+            waiter.set_result((status, body, header_length))
+            return
         content_type = BINARY_JSON + header_length if header_length else b"application/json"
         self._write(status, content_type, body)
 
@@ -147,6 +166,7 @@ def main() -> None:
     p.add_argument("--model-repository", type=Path, required=True)
     p.add_argument("--model", required=True)
     p.add_argument("--work", type=Path, default=Path("/tmp"))
+    p.add_argument("--task", action="store_true", help="serve each request in an asyncio task of its own")
     args = p.parse_args()
     setup = TritonSetup.create(args.work)
     triton_port = free_port()
@@ -162,7 +182,7 @@ def main() -> None:
 
     async def serve() -> None:
         loop = asyncio.get_running_loop()
-        server = await loop.create_server(lambda: _Client(triton_port, path), "127.0.0.1", args.port)
+        server = await loop.create_server(lambda: _Client(triton_port, path, args.task), "127.0.0.1", args.port)
         stop = asyncio.Event()
         loop.add_signal_handler(signal.SIGTERM, stop.set)
         async with server:

@@ -16,7 +16,8 @@ beside it every other variant also gets the median over rounds of its req/s over
 p50 minus the anchor's, each taken within a round: a ratio to the anchor on a machine whose load drifts.
 A variant named ``floor`` is :mod:`bench.floor_front`, the least a Python front must do per request (parse
 HTTP, write to Triton, parse its answer, write it back), on a Triton of its own: what serve adds above it
-is what its checks, merging and contract cost.
+is what its checks, merging and contract cost; ``floor-task`` is the floor with each request in an asyncio
+task of its own, as serve has it (what a task per request costs).
 With ``--think-ms N`` each connection waits N ms between an answer and its next request, as a client
 that does anything between its requests does: Triton then wakes from idle for every request (a closed
 loop at c=1 keeps the anchor's Triton busy and never lets it sleep, bench/NOTES.md Part 18).
@@ -104,6 +105,7 @@ Servers = dict[str, tuple[subprocess.Popen[bytes], int]]  # variant -> its serve
 
 ANCHOR = "anchor"
 FLOOR = "floor"
+FLOOR_TASK = "floor-task"  # the floor, each request in a task of its own
 _REPO = Path(__file__).resolve().parent.parent
 
 
@@ -114,8 +116,8 @@ def _start(variants: list[str], repository: Path, model: str, work: Path) -> Ser
         if variant == ANCHOR:
             servers[ANCHOR] = _start_anchor(repository, model, work)
             continue
-        if variant == FLOOR:
-            servers[FLOOR] = _start_floor(repository, model, work)
+        if variant in (FLOOR, FLOOR_TASK):
+            servers[variant] = _start_floor(repository, model, work, variant)
             continue
         name, _, spec = variant.partition("=")
         revision, _, extra = spec.partition("@")
@@ -148,12 +150,12 @@ def _start_anchor(repository: Path, model: str, work: Path) -> tuple[subprocess.
     return proc, port
 
 
-def _start_floor(repository: Path, model: str, work: Path) -> tuple[subprocess.Popen[bytes], int]:
-    """The floor front (:mod:`bench.floor_front`) on a Triton of its own."""
+def _start_floor(repository: Path, model: str, work: Path, variant: str) -> tuple[subprocess.Popen[bytes], int]:
+    """The floor front (:mod:`bench.floor_front`) on a Triton of its own (``floor-task``: with ``--task``)."""
     port = free_port()
     cmd = [sys.executable, "-m", "bench.floor_front", "--port", str(port), "--model-repository", str(repository)]
-    cmd += ["--model", model, "--work", str(work / FLOOR)]
-    with (work / f"{FLOOR}.log").open("wb") as log:
+    cmd += ["--model", model, "--work", str(work / variant)] + (["--task"] if variant == FLOOR_TASK else [])
+    with (work / f"{variant}.log").open("wb") as log:
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=_REPO)
     return proc, port
 
@@ -232,7 +234,7 @@ def main() -> None:
         default=0,
         help="each connection waits this long between an answer and its next request (0: none, a closed loop)",
     )
-    p.add_argument("variants", nargs="+", help="NAME=REV or NAME=REV@VAR=VALUE,VAR=VALUE, anchor, or floor")
+    p.add_argument("variants", nargs="+", help="NAME=REV or NAME=REV@VAR=VALUE,VAR=VALUE, anchor, floor or floor-task")
     args = p.parse_args()
     scenario = next(s for s in build_scenarios() if s.name == args.scenario)
     sink = args.scenario == "image_binary" and not args.own_model
