@@ -214,8 +214,8 @@ class LeavingWhenHandedItsPlace(coalescing._Waiting):
     """A waiting request whose client leaves the moment it is handed its place in flight, before its
     coroutine runs again."""
 
-    def __init__(self, part: Any) -> None:
-        super().__init__(part)
+    def __init__(self, part: Any, loop: asyncio.AbstractEventLoop) -> None:
+        super().__init__(part, loop)
         client = asyncio.current_task()
         assert client is not None
 

@@ -47,9 +47,9 @@ _ALONE = object()  # a waiting request's answer: the merged request failed, send
 class _Waiting:
     __slots__ = ("answer", "part")
 
-    def __init__(self, part: Part) -> None:
+    def __init__(self, part: Part, loop: asyncio.AbstractEventLoop) -> None:
         self.part = part
-        self.answer: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self.answer: asyncio.Future[Any] = loop.create_future()
 
 
 class _Lane:
@@ -73,6 +73,7 @@ class Coalescer:
         self._metrics = metrics
         self._lanes: dict[str, _Lane] = {}
         self._sending: set[asyncio.Task[None]] = set()
+        self._loop: asyncio.AbstractEventLoop | None = None  # the loop of the first request that waited
 
     def bound(self, model: ModelBatching) -> int:
         """Requests of a model this worker keeps in flight before it merges the next ones: its share of
@@ -91,7 +92,10 @@ class Coalescer:
         item = batching.part(inference, model)
         if item is None:
             return await self._send(triton_name, inference)
-        waiting = _Waiting(item)
+        loop = self._loop
+        if loop is None:  # asked once: asyncio's look-up is a system call on Python 3.11 and before
+            loop = self._loop = asyncio.get_running_loop()
+        waiting = _Waiting(item, loop)
         lane.waiting.append(waiting)
         try:
             answer = await waiting.answer

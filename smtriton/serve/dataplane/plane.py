@@ -294,7 +294,7 @@ class DataPlane:
 
     async def _infer(self, request: Request, body: HeldBody, target: _Target) -> Reply:
         """An inference (streamed for a decoupled model), in its session if the request names one."""
-        deadline = asyncio.get_running_loop().time() + self.settings.request_timeout_s
+        deadline = time.monotonic() + self.settings.request_timeout_s
         if target.decoupled and images.is_image(request.content_type):
             raise UnsupportedMediaType("a model that streams its answer takes JSON or binary+json, not an image body")
         if not isinstance(body, BodyPieces):  # a body held in pieces is a binary request's: no rows, no records

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 
 from smtriton.serve.dataplane.mirror import EndpointMirror
 from smtriton.serve.errors import NotReady
@@ -45,8 +46,8 @@ class Waiting:
     async def until_serving(self, deadline: float, newer_than: int | None = None) -> None:
         """Return once requests may go to Triton (to a Triton started after the one of generation
         ``newer_than``, when given). 503 when waiting is off, nothing is worth waiting for (see
-        :meth:`_may_wait`), the worker drains, its queue is full, or ``deadline`` (the event loop's clock)
-        passes first."""
+        :meth:`_may_wait`), the worker drains, its queue is full, or ``deadline`` (a :func:`time.monotonic`
+        reading) passes first."""
         if self._serving(newer_than):
             return
         reason = self.mirror.state.reason or "Triton is not ready"
@@ -54,13 +55,12 @@ class Waiting:
             raise NotReady(reason)
         if self.waiting >= self.limit:
             raise NotReady(f"{reason} ({self.limit} requests already wait for Triton on this front worker)")
-        loop = asyncio.get_running_loop()
         self.waiting += 1
         try:
             while not self._serving(newer_than):
                 if not self._may_wait():
                     raise NotReady(self.mirror.state.reason or reason)
-                remaining = deadline - loop.time()
+                remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     raise NotReady(f"{self.mirror.state.reason or reason}: Triton was not back in time")
                 with contextlib.suppress(asyncio.TimeoutError):

@@ -54,10 +54,13 @@ class FastCycle(RequestResponseCycle):
     """One data-route request: its body held once as the parser gives it, then one answer. If the
     client goes away before the answer, the request is cancelled, the call to Triton with it."""
 
-    def __init__(self, *args: Any, plane: DataPlane, route: Route, **kwargs: Any) -> None:
+    def __init__(
+        self, *args: Any, plane: DataPlane, route: Route, loop: asyncio.AbstractEventLoop, **kwargs: Any
+    ) -> None:
         super().__init__(*args, **kwargs)
         self.plane = plane
         self.route = route
+        self.loop = loop  # the protocol's, named so that finding the current task asks no system call
         self.reader = BodyReader(plane.settings.max_payload_bytes, before_wait=self._ready_for_body)
         self.task: asyncio.Task[None] | None = None
 
@@ -76,7 +79,7 @@ class FastCycle(RequestResponseCycle):
 
     async def run_asgi(self, app: Any) -> None:
         """Serve the request (the name is uvicorn's: its protocol starts every cycle through it)."""
-        self.task = asyncio.current_task()
+        self.task = asyncio.current_task(self.loop)
         try:
             kind, name = self.route
             if kind == "ping":
@@ -187,6 +190,7 @@ class DataProtocol(EdgeProtocol):
             on_response=self.on_response_complete,
             plane=self.plane,
             route=route,
+            loop=self.loop,
         )
         if existing is None or existing.response_complete:
             self._start_asgi_task(self.cycle, self.app)  # uvicorn's own start (its context handling too)

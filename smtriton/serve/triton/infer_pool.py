@@ -229,8 +229,8 @@ class _Connection(asyncio.Protocol):
 
 
 class InferPool:
-    """Keep-alive connections to one Triton HTTP endpoint, for its inference calls only. Create within
-    the event loop that will use it; close at shutdown."""
+    """Keep-alive connections to one Triton HTTP endpoint, for its inference calls only, on the event loop
+    of its first call (its connections belong to that loop); close at shutdown."""
 
     def __init__(self, host: str, port: int, timeout_s: float, limit: int = 256) -> None:
         self.host = host
@@ -243,10 +243,13 @@ class InferPool:
         self._waiting: collections.deque[asyncio.Future[None]] = collections.deque()
         self._heads: dict[str, tuple[bytes, bytes]] = {}  # model -> the start of its JSON and binary heads
         self._closed = False
+        self._loop: asyncio.AbstractEventLoop | None = None  # the loop of the first call
 
     async def infer(self, model: str, body: HeldBody, header_length: int | None) -> UpstreamResponse:
         """POST ``body`` to ``/v2/models/<model>/infer`` as is; ``header_length`` None means pure JSON."""
-        loop = asyncio.get_running_loop()
+        loop = self._loop
+        if loop is None:  # asked once: asyncio's look-up is a system call on Python 3.11 and before
+            loop = self._loop = asyncio.get_running_loop()
         deadline = loop.time() + self.timeout_s
         try:
             return await self._call(loop, model, body, header_length, deadline)
