@@ -2,7 +2,7 @@
 
 `serve`'s main process, each front worker and the benchmark's client (``smtriton perf``) start their
 loop here, and the workers' fork server and each worker freeze their heap here, so that each choice is
-made once.
+made once; an object that serves one loop keeps it (:class:`LoopOfFirstUse`).
 """
 
 from __future__ import annotations
@@ -23,6 +23,23 @@ def run(main: Coroutine[Any, Any, T]) -> T:
     except ImportError:  # pragma: no cover - uvloop is in the runtime's dependencies
         return asyncio.run(main)
     return uvloop.run(main)
+
+
+class LoopOfFirstUse:
+    """The event loop an object serves: the loop running at its first use, asked of asyncio that once.
+    asyncio's own look-up is a ``getpid`` system call each time on Python 3.11 and before, and the
+    request path would ask it several times a request (bench/NOTES.md Part 20)."""
+
+    __slots__ = ("_loop",)
+
+    def __init__(self) -> None:
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def get(self) -> asyncio.AbstractEventLoop:
+        loop = self._loop
+        if loop is None:
+            loop = self._loop = asyncio.get_running_loop()
+        return loop
 
 
 def freeze_heap() -> None:

@@ -32,6 +32,7 @@ from typing import Any
 from smtriton.serve.dataplane import batching
 from smtriton.serve.dataplane.batching import ModelBatching, Part
 from smtriton.serve.dataplane.reading import Inference
+from smtriton.serve.eventloop import LoopOfFirstUse
 from smtriton.serve.metrics import Metrics
 from smtriton.serve.triton.client import UpstreamResponse
 
@@ -73,7 +74,7 @@ class Coalescer:
         self._metrics = metrics
         self._lanes: dict[str, _Lane] = {}
         self._sending: set[asyncio.Task[None]] = set()
-        self._loop: asyncio.AbstractEventLoop | None = None  # the loop of the first request that waited
+        self._loop = LoopOfFirstUse()
 
     def bound(self, model: ModelBatching) -> int:
         """Requests of a model this worker keeps in flight before it merges the next ones: its share of
@@ -92,10 +93,7 @@ class Coalescer:
         item = batching.part(inference, model)
         if item is None:
             return await self._send(triton_name, inference)
-        loop = self._loop
-        if loop is None:  # asked once: asyncio's look-up is a system call on Python 3.11 and before
-            loop = self._loop = asyncio.get_running_loop()
-        waiting = _Waiting(item, loop)
+        waiting = _Waiting(item, self._loop.get())
         lane.waiting.append(waiting)
         try:
             answer = await waiting.answer

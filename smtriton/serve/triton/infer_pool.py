@@ -35,6 +35,7 @@ from urllib.parse import quote
 import httptools
 
 from smtriton.serve.errors import TritonUnavailable, UpstreamTimeout
+from smtriton.serve.eventloop import LoopOfFirstUse
 from smtriton.serve.triton.request_body import BodyPieces, HeldBody
 
 _ONE_WRITE: Final = 16 * 1024  # bodies up to this size are copied behind their head: one small write
@@ -243,13 +244,11 @@ class InferPool:
         self._waiting: collections.deque[asyncio.Future[None]] = collections.deque()
         self._heads: dict[str, tuple[bytes, bytes]] = {}  # model -> the start of its JSON and binary heads
         self._closed = False
-        self._loop: asyncio.AbstractEventLoop | None = None  # the loop of the first call
+        self._loop = LoopOfFirstUse()
 
     async def infer(self, model: str, body: HeldBody, header_length: int | None) -> UpstreamResponse:
         """POST ``body`` to ``/v2/models/<model>/infer`` as is; ``header_length`` None means pure JSON."""
-        loop = self._loop
-        if loop is None:  # asked once: asyncio's look-up is a system call on Python 3.11 and before
-            loop = self._loop = asyncio.get_running_loop()
+        loop = self._loop.get()
         deadline = loop.time() + self.timeout_s
         try:
             return await self._call(loop, model, body, header_length, deadline)
