@@ -71,10 +71,9 @@ class Waiting:
     async def died(self, generation: int) -> bool:
         """After a request to the Triton of ``generation`` found it unreachable: whether that Triton died
         (the owner says so within :data:`DEATH_GRACE_S`), rather than only the connection."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + DEATH_GRACE_S
+        deadline = time.monotonic() + DEATH_GRACE_S
         while self.mirror.state.generation == generation and self.mirror.state.serving:
-            remaining = deadline - loop.time()
+            remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return False
             try:
