@@ -10,6 +10,7 @@ path to the ASGI app's answers.
 from __future__ import annotations
 
 import asyncio
+import gc
 import gzip
 import json
 import logging
@@ -27,7 +28,13 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from smtriton.serve.dataplane.plane import DataPlane
 from smtriton.serve.http import protocol
 from smtriton.serve.http.app import create_app
-from smtriton.serve.http.fastpath import TESTED_UVICORN, UVICORN_INTERNALS, DataProtocol, data_protocol
+from smtriton.serve.http.fastpath import (
+    TESTED_UVICORN,
+    UVICORN_INTERNALS,
+    DataProtocol,
+    FastCycle,
+    data_protocol,
+)
 from smtriton.serve.http.server import http_server
 from smtriton.serve.ipc.messages import EndpointState
 from smtriton.serve.metrics import Metrics
@@ -243,6 +250,30 @@ def test_keep_alive_serves_many_requests_on_one_connection(server, connection):
     assert connection.read()[:1] == (200,)
     assert server.bodies == [b'{"i":0}', b'{"i":1}', b'{"i":2}']
     assert server.asgi_paths == []  # all served by the fast path
+
+
+def test_a_served_request_is_freed_with_its_answer_not_by_the_garbage_collector(server, connection):
+    """A request's cycle, reader, task and scope are freed when the answer is out: none of them is left in
+    a reference cycle for the collector's passes, which cost a worker some 3.5 µs a request."""
+    body = b'{"inputs":[]}'
+    gc.collect()
+    gc.disable()  # what is left from now on stays until counted
+    try:
+        for _ in range(10):
+            connection.send(post("/invocations", body, "Content-Type: application/json"))  # one read
+            assert connection.read()[0] == 200
+            connection.send(get("/ping"))  # its body never read
+            assert connection.read()[0] == 200
+            head = post("/invocations", b"", "Expect: 100-continue")  # the body waited for
+            connection.send(head.replace(b"Content-Length: 0", b"Content-Length: %d" % len(body)))
+            assert connection.read()[0] == 100
+            connection.send(body)
+            assert connection.read()[0] == 200
+        time.sleep(0.05)  # the last request's task ends just after its answer is written
+        alive = [obj for obj in gc.get_objects() if type(obj) is FastCycle]
+    finally:
+        gc.enable()
+    assert len(alive) <= 1  # the connection's current cycle, kept until its next request
 
 
 def test_a_connection_is_closed_once_idle_for_the_keep_alive_timeout_and_not_while_in_use(triton):

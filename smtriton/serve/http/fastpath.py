@@ -102,6 +102,7 @@ class FastCycle(RequestResponseCycle):
                 self.transport.close()
         finally:
             self.on_response = lambda: None
+            self.reader.answered()
 
     async def answer(self, status: int, content_type: bytes, body: bytes, headers: Headers) -> None:
         """The whole answer, head and body, with the route's ``headers``, in one write (two for a large body)."""
