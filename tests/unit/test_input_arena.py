@@ -17,6 +17,7 @@ import pytest
 from smtriton.serve.dataplane.reading import read
 from smtriton.serve.dataplane.upstream import Upstream
 from smtriton.serve.errors import BadRequest, TritonUnavailable, UpstreamTimeout
+from smtriton.serve.eventloop import LoopOfFirstUse
 from smtriton.serve.metrics import Metrics
 from smtriton.serve.triton.client import UpstreamResponse
 from smtriton.serve.triton.input_arena import REGION_PREFIX, InputArena, binary_inputs, names_own_region
@@ -190,6 +191,7 @@ def _through(arena: InputArena, triton: _Triton, client_leaves: bool) -> object:
     inference = read(header + b"x" * PAGE, len(header))
     upstream = Upstream.__new__(Upstream)
     upstream._calls = set()
+    upstream._loop = LoopOfFirstUse()
     upstream.metrics = Metrics(enabled=False)
     slot = arena.take(PAGE)
     assert slot is not None

@@ -125,7 +125,7 @@ class Coalescer:
             if len(group) == 1:
                 group[0].answer.set_result(_SLOT)  # alone: the client's own coroutine sends it
                 continue
-            task = asyncio.create_task(self._send_group(lane, triton_name, group))
+            task = self._loop.get().create_task(self._send_group(lane, triton_name, group))
             self._sending.add(task)
             task.add_done_callback(self._sending.discard)
 

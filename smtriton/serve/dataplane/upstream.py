@@ -34,6 +34,7 @@ from smtriton.serve.errors import (
     TritonUnavailable,
     UnsupportedMediaType,
 )
+from smtriton.serve.eventloop import LoopOfFirstUse
 from smtriton.serve.ipc.messages import EndpointState
 from smtriton.serve.metrics import Metrics
 from smtriton.serve.settings import Settings
@@ -96,6 +97,7 @@ class Upstream:
         self._arena_client: TritonClient | None = None
         self._arena_making: asyncio.Task[None] | None = None
         self._calls: set[asyncio.Future[UpstreamResponse]] = set()  # through a slot, run to their answer
+        self._loop = LoopOfFirstUse()
 
     def follow(self, old: EndpointState, state: EndpointState) -> Awaitable[None] | None:
         """New loopback ports (Triton restarted) mean new clients; the old ones close in what is returned."""
@@ -249,7 +251,7 @@ class Upstream:
         except BaseException:
             arena.give_back(slot)
             raise
-        call = asyncio.ensure_future(client.infer(triton_name, request, None))
+        call = self._loop.get().create_task(client.infer(triton_name, request, None))
         self._calls.add(call)
         self.metrics.through_shared_memory.inc()
 
