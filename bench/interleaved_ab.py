@@ -1,6 +1,7 @@
 """An interleaved A/B of serve's variants, for a machine others share (bench/NOTES.md Parts 12 and 14).
 
-Every variant (a git revision's ``smtriton/``, optionally with environment variables) runs ``serve`` with
+Every variant (a git revision's ``smtriton/``, or with ``.`` the working tree's where no history is at
+hand, as on a lent GPU host; optionally with environment variables) runs ``serve`` with
 one worker (unless its variables say otherwise) at once, each on its own Triton, in front of the
 scenario's model (the tiny scenario's ``addsub``, the text encoder, with ``--own-model`` resnet; with
 ``--instances N`` a copy of it with N instances) or, for the image body, ``sink``, a model that
@@ -106,6 +107,7 @@ Servers = dict[str, tuple[subprocess.Popen[bytes], int]]  # variant -> its serve
 ANCHOR = "anchor"
 FLOOR = "floor"
 FLOOR_TASK = "floor-task"  # the floor, each request in a task of its own
+WORKING_TREE = "."  # a variant's revision: the working tree as it is (where no git history is at hand)
 _REPO = Path(__file__).resolve().parent.parent
 
 
@@ -122,7 +124,8 @@ def _start(variants: list[str], repository: Path, model: str, work: Path) -> Ser
         name, _, spec = variant.partition("=")
         revision, _, extra = spec.partition("@")
         env = {k: v for k, v in os.environ.items() if not k.startswith(("SAGEMAKER_", "SMTRITON_"))}
-        env.update(PYTHONPATH=str(export_revision(revision, work)), PYTHONSAFEPATH="1")
+        source = _REPO if revision == WORKING_TREE else export_revision(revision, work)
+        env.update(PYTHONPATH=str(source), PYTHONSAFEPATH="1")
         env.update(SAGEMAKER_MODEL_SERVER_WORKERS="1", SMTRITON_WORK_DIR=str(work / f"work-{name}"))
         env.update(dict(kv.split("=", 1) for kv in extra.split(",") if kv))
         port = free_port()
@@ -234,7 +237,11 @@ def main() -> None:
         default=0,
         help="each connection waits this long between an answer and its next request (0: none, a closed loop)",
     )
-    p.add_argument("variants", nargs="+", help="NAME=REV or NAME=REV@VAR=VALUE,VAR=VALUE, anchor, floor or floor-task")
+    p.add_argument(
+        "variants",
+        nargs="+",
+        help="NAME=REV or NAME=REV@VAR=VALUE,VAR=VALUE (REV . is the working tree), anchor, floor or floor-task",
+    )
     args = p.parse_args()
     scenario = next(s for s in build_scenarios() if s.name == args.scenario)
     sink = args.scenario == "image_binary" and not args.own_model
