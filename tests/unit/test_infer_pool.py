@@ -463,6 +463,37 @@ def test_a_request_whose_first_write_fails_goes_once_more_on_a_fresh_connection(
     assert triton.connections == 2
 
 
+def test_a_fresh_connection_closed_before_its_request_is_written_sends_it_on_another(run, serving, monkeypatch):
+    """Triton dying just after it accepted: the connection made for a request is closed (and the loop has
+    seen it) before the request is written. Nothing of it left, so it goes once more on a fresh
+    connection; uvloop refuses a write to a closed transport, which must not reach the caller."""
+    triton = serving(answer())
+    made = InferPool._connect
+    closed_first: list[bool] = []
+
+    async def connect_then_lose(self: InferPool, loop: asyncio.AbstractEventLoop, deadline: float) -> Any:
+        connection = await made(self, loop, deadline)
+        if not closed_first:
+            closed_first.append(True)
+            connection.abort()
+            for _ in range(3):  # the loop closes the transport and tells the connection
+                await asyncio.sleep(0)
+            assert connection.closed
+        return connection
+
+    monkeypatch.setattr(InferPool, "_connect", connect_then_lose)
+
+    async def main() -> UpstreamResponse:
+        pool = InferPool("127.0.0.1", triton.port, 5.0)
+        try:
+            return await pool.infer("m", b'{"n":1}', None)
+        finally:
+            await pool.close()
+
+    assert run(main()).status == 200
+    assert [received.body for received in triton.requests] == [b'{"n":1}']
+
+
 def test_unreachable_is_503_and_closing_the_pool_fails_the_calls_in_flight(run, serving):
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))

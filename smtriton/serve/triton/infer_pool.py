@@ -153,6 +153,11 @@ class _Connection(asyncio.Protocol):
         transport = self.transport
         assert transport is not None
         self.waiter = waiter
+        if self.closed or transport.is_closing():
+            # Closed since it was made (Triton died just after accepting it): nothing is written, and
+            # uvloop would refuse the write with a RuntimeError rather than drop it.
+            self._fail(_Lost("the connection was closed", unsent=True))
+            return waiter
         self._keep_alive = False
         self._content_type = b""
         self._header_length = None
