@@ -125,7 +125,9 @@ def _start(variants: list[str], repository: Path, model: str, work: Path) -> Ser
         revision, _, extra = spec.partition("@")
         env = {k: v for k, v in os.environ.items() if not k.startswith(("SAGEMAKER_", "SMTRITON_"))}
         source = _REPO if revision == WORKING_TREE else export_revision(revision, work)
-        env.update(PYTHONPATH=str(source), PYTHONSAFEPATH="1")
+        # The revision first; what the environment already puts on the path (a lent host's packages) after it.
+        env.update(PYTHONPATH=os.pathsep.join(filter(None, (str(source), os.environ.get("PYTHONPATH")))))
+        env.update(PYTHONSAFEPATH="1")
         env.update(SAGEMAKER_MODEL_SERVER_WORKERS="1", SMTRITON_WORK_DIR=str(work / f"work-{name}"))
         env.update(dict(kv.split("=", 1) for kv in extra.split(",") if kv))
         port = free_port()

@@ -357,7 +357,8 @@ class Server:
                 env = {**self.setup.env, **self.serve_env, "SMTRITON_WORK_DIR": str(self._work)}
                 revision = ours_revision(self.kind)
                 if revision is not None:  # that commit's smtriton first on the path, not the working tree's
-                    env["PYTHONPATH"] = str(export_revision(revision, self.log_dir))
+                    exported = str(export_revision(revision, self.log_dir))
+                    env["PYTHONPATH"] = os.pathsep.join(filter(None, (exported, env.get("PYTHONPATH"))))
                     env["PYTHONSAFEPATH"] = "1"
                 workers = ours_workers(self.kind)
                 if workers is not None:
