@@ -140,7 +140,8 @@ def _start(variants: list[str], repository: Path, model: str, work: Path) -> Ser
         deadline = time.monotonic() + 180
         while not _pings(port):
             if time.monotonic() > deadline or proc.poll() is not None:
-                raise SystemExit(f"{name} did not start: {work / f'{name}.log'}")
+                tail = (work / f"{name}.log").read_text(errors="replace").splitlines()[-20:]
+                raise SystemExit("\n".join([f"{name} did not start; the end of its log:", *tail]))
             time.sleep(0.2)
     return servers
 

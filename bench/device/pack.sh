@@ -23,7 +23,7 @@ OUT=.device
 ON_HOST='aiohttp|aiohappyeyeballs|aiosignal|attrs|frozenlist|multidict|propcache|yarl|grpcio|pillow|ml-dtypes|rich|pygments|markdown-it-py|mdurl|click|typer|shellingham|certifi|idna|urllib3|packaging|typing-extensions|prometheus-client|nvidia-ml-py|async-timeout|exceptiongroup'
 # Packages of the lock's local extra that serve does not import (the wheel's Python side, the ONNX
 # Runtime the host has): only the wheel's binaries are used.
-NOT_NEEDED='nvidia-pytriton|onnxruntime|sympy|mpmath|flatbuffers|coloredlogs|humanfriendly|pyreadline3|pyzmq|sh|wrapt|typing-inspect|mypy-extensions|lazy-importer|opentelemetry-api|importlib-metadata|zipp'
+NOT_NEEDED='nvidia-pytriton|onnxruntime|sympy|mpmath|flatbuffers|coloredlogs|humanfriendly|pyreadline3|pyzmq|sh|wrapt|typing-inspect|mypy-extensions|importlib-metadata|lazy-importer|zipp'
 platforms=()
 for p in manylinux_2_35 manylinux_2_28 manylinux_2_27 manylinux_2_24 manylinux_2_17 manylinux2014 manylinux_2_5 manylinux1; do
   platforms+=(--platform "${p}_x86_64")

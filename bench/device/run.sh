@@ -18,25 +18,32 @@ OUT=${OUT:-$repo/bench/results/device}
 ROUNDS=${ROUNDS:-6}
 SECONDS_PER_RUN=${SECONDS_PER_RUN:-3}
 WORKERS=${WORKERS:-8}
-PYTHON=${PYTHON:-python3}
+HOST_PYTHON=${HOST_PYTHON:-python3}
 mkdir -p "$OUT"
 
+# A virtual environment of the kit, the host's packages after it (its numpy 2 among them) through a .pth
+# file: Triton's Python stub ignores PYTHONPATH and finds its packages through the venv whose bin is
+# first on PATH (serve puts its own interpreter's there), so the kit must be a venv's, not a path's.
+venv=$RUNTIME/venv
+PYTHON=$venv/bin/python
 if [[ ! -f "$RUNTIME/.unpacked" ]]; then
   [[ -f "$KIT/site.tar.xz" && -f "$KIT/triton.tar.xz" ]] || {
     echo "error: $KIT has no kit: run bash bench/device/pack.sh where pip reaches PyPI, and carry $KIT" >&2
     exit 2
   }
-  rm -rf "$RUNTIME" && mkdir -p "$RUNTIME/site"
-  tar -xJf "$KIT/site.tar.xz" -C "$RUNTIME/site" && tar -xJf "$KIT/triton.tar.xz" -C "$RUNTIME/site" || exit 2
+  rm -rf "$RUNTIME" && mkdir -p "$RUNTIME" || exit 2
+  "$HOST_PYTHON" -m venv --without-pip "$venv" || exit 2
+  site=$("$PYTHON" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+  tar -xJf "$KIT/site.tar.xz" -C "$site" && tar -xJf "$KIT/triton.tar.xz" -C "$site" || exit 2
+  "$HOST_PYTHON" -c 'import site; print("\n".join(site.getsitepackages()))' >"$site/zz-host-packages.pth" || exit 2
+  echo "$repo" >"$site/smtriton-checkout.pth"
   cp -r "$KIT/bin" "$KIT/lib" "$RUNTIME/" || exit 2
   touch "$RUNTIME/.unpacked"
 fi
 if [[ ! -f model_repository/text_encoder/config.pbtxt ]]; then
   cp -r "$KIT/models/text_encoder" model_repository/ || exit 2
 fi
-# The kit ahead of the host's own packages (its numpy 2 among them); the repository ahead of both.
-export PYTHONPATH="$repo:$RUNTIME/site${PYTHONPATH:+:$PYTHONPATH}"
-export PATH="$RUNTIME/bin:$PATH" LD_LIBRARY_PATH="$RUNTIME/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export PATH="$venv/bin:$RUNTIME/bin:$PATH" LD_LIBRARY_PATH="$RUNTIME/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export PYTHONUNBUFFERED=1
 
 {
@@ -53,6 +60,9 @@ from smtriton.serve.triton.installation import find_triton
 for name in ("numpy", "uvloop", "httptools", "uvicorn", "orjson", "pydantic", "fastapi", "onnxruntime", "onnx"):
     print(name, md.version(name))
 print("tritonserver", find_triton().binary)
+# What a worker, the benchmark and the fault tests import: a package missing fails here, in seconds, not
+# as servers that never answer /ping.
+import bench.interleaved_ab, smtriton.serve.http.worker, smtriton.serve.owner.cli, tests.integration.test_faults
 EOF
 } 2>&1 | tee "$OUT/host.txt" || exit 2
 
