@@ -46,7 +46,14 @@ import urllib.request
 from pathlib import Path
 
 from bench.scenarios import build_scenarios, not_built, with_instances
-from bench.servers import TritonSetup, export_revision, process_tree, triton_http_port, triton_stats
+from bench.servers import (
+    TritonSetup,
+    export_revision,
+    first_on_path,
+    process_tree,
+    triton_http_port,
+    triton_stats,
+)
 from smtriton.local.serve_process import free_port
 
 LUA = Path(__file__).resolve().parent / "post.lua"
@@ -125,9 +132,7 @@ def _start(variants: list[str], repository: Path, model: str, work: Path) -> Ser
         revision, _, extra = spec.partition("@")
         env = {k: v for k, v in os.environ.items() if not k.startswith(("SAGEMAKER_", "SMTRITON_"))}
         source = _REPO if revision == WORKING_TREE else export_revision(revision, work)
-        # The revision first; what the environment already puts on the path (a lent host's packages) after it.
-        env.update(PYTHONPATH=os.pathsep.join(filter(None, (str(source), os.environ.get("PYTHONPATH")))))
-        env.update(PYTHONSAFEPATH="1")
+        env.update(PYTHONPATH=first_on_path(source, env), PYTHONSAFEPATH="1")
         env.update(SAGEMAKER_MODEL_SERVER_WORKERS="1", SMTRITON_WORK_DIR=str(work / f"work-{name}"))
         env.update(dict(kv.split("=", 1) for kv in extra.split(",") if kv))
         port = free_port()

@@ -63,6 +63,12 @@ def known(kind: str) -> bool:
     return kind in KINDS or kind == UNMERGED or ours_workers(kind) is not None or ours_revision(kind) is not None
 
 
+def first_on_path(source: Path, env: dict[str, str]) -> str:
+    """``PYTHONPATH`` with ``source`` (a revision's ``smtriton/``) first and what ``env`` had on it after:
+    the packages a lent host's environment puts there stay seen."""
+    return os.pathsep.join(filter(None, (str(source), env.get("PYTHONPATH"))))
+
+
 def export_revision(revision: str, into: Path) -> Path:
     """``smtriton/`` as ``revision`` has it, exported under ``into`` (once per run); a directory to put
     first on ``PYTHONPATH``."""
@@ -357,8 +363,7 @@ class Server:
                 env = {**self.setup.env, **self.serve_env, "SMTRITON_WORK_DIR": str(self._work)}
                 revision = ours_revision(self.kind)
                 if revision is not None:  # that commit's smtriton first on the path, not the working tree's
-                    exported = str(export_revision(revision, self.log_dir))
-                    env["PYTHONPATH"] = os.pathsep.join(filter(None, (exported, env.get("PYTHONPATH"))))
+                    env["PYTHONPATH"] = first_on_path(export_revision(revision, self.log_dir), env)
                     env["PYTHONSAFEPATH"] = "1"
                 workers = ours_workers(self.kind)
                 if workers is not None:
