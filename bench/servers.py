@@ -64,8 +64,8 @@ def known(kind: str) -> bool:
 
 
 def first_on_path(source: Path, env: dict[str, str]) -> str:
-    """``PYTHONPATH`` with ``source`` (a revision's ``smtriton/``) first and what ``env`` had on it after:
-    the packages a lent host's environment puts there stay seen."""
+    """``PYTHONPATH`` with ``source`` (a revision's ``smtriton/``) first and what ``env`` had on it after
+    (packages put there by hand stay seen)."""
     return os.pathsep.join(filter(None, (str(source), env.get("PYTHONPATH"))))
 
 

@@ -72,10 +72,13 @@ rows() {
   # Half the workers beside: on 2 cores at c=64, one worker merged fuller and spent less CPU a request than
   # two (bench/NOTES.md Part 22); whether the same holds with 16 cores is what this variant tells.
   local half="half=.@SAGEMAKER_MODEL_SERVER_WORKERS=$(((WORKERS + 1) / 2))"
-  "${ab[@]}" --scenario tiny_binary --instances 8 anchor "$ours" "$half" 2>&1 | tee "$OUT/tiny-c64.txt"
+  local failed=0  # a row that fails is reported; the next rows still run
+  "${ab[@]}" --scenario tiny_binary --instances 8 anchor "$ours" "$half" 2>&1 | tee "$OUT/tiny-c64.txt" || failed=1
   "${ab[@]}" --scenario text_binary --instances 4 anchor "$ours" "$half" \
-    "unmerged=.@SAGEMAKER_MODEL_SERVER_WORKERS=$WORKERS,SMTRITON_MERGE_REQUESTS=false" 2>&1 | tee "$OUT/text-c64.txt"
-  "${ab[@]}" --scenario image_binary anchor "$ours" 2>&1 | tee "$OUT/image-c64.txt"
+    "unmerged=.@SAGEMAKER_MODEL_SERVER_WORKERS=$WORKERS,SMTRITON_MERGE_REQUESTS=false" 2>&1 |
+    tee "$OUT/text-c64.txt" || failed=1
+  "${ab[@]}" --scenario image_binary anchor "$ours" 2>&1 | tee "$OUT/image-c64.txt" || failed=1
+  return $failed
 }
 
 faults() {
