@@ -118,9 +118,9 @@ WORKING_TREE = "."  # a variant's revision: the working tree as it is (where no 
 _REPO = Path(__file__).resolve().parent.parent
 
 
-def _start(variants: list[str], repository: Path, model: str, work: Path) -> Servers:
-    """Every variant's server, started at once."""
-    servers: Servers = {}
+def _start(variants: list[str], repository: Path, model: str, work: Path, servers: Servers) -> None:
+    """Every variant's server, started at once, each put in ``servers`` as it starts (so that the caller
+    stops those started when another does not start)."""
     for variant in variants:
         if variant == ANCHOR:
             servers[ANCHOR] = _start_anchor(repository, model, work)
@@ -148,7 +148,6 @@ def _start(variants: list[str], repository: Path, model: str, work: Path) -> Ser
                 tail = (work / f"{name}.log").read_text(errors="replace").splitlines()[-20:]
                 raise SystemExit("\n".join([f"{name} did not start; the end of its log:", *tail]))
             time.sleep(0.2)
-    return servers
 
 
 def _start_anchor(repository: Path, model: str, work: Path) -> tuple[subprocess.Popen[bytes], int]:
@@ -267,7 +266,7 @@ def main() -> None:
             repository = with_instances(repository, model, args.instances, work)
     servers: Servers = {}
     try:
-        servers = _start(args.variants, repository, model, work)
+        _start(args.variants, repository, model, work, servers)
         names = list(servers)
         wrk_env = {**os.environ, "BENCH_METHOD": "POST", "BENCH_BODY": str(body)}
         wrk_env["BENCH_CONTENT_TYPE"] = scenario.content_type
