@@ -201,16 +201,17 @@ def test_an_answer_split_anywhere_is_read_whole(run, serving):
                 time.sleep(0.001)  # the client reads the pieces apart, a header name or value cut in two
 
     triton = serving(byte_by_byte)
-
-    async def main() -> UpstreamResponse:
-        pool = InferPool("127.0.0.1", triton.port, 5.0)
-        try:
-            return await pool.infer("m", b"{}", None)
-        finally:
-            await pool.close()
-
-    got = run(main())
+    got = run(_one_answer(triton.port, b"{}"))
     assert (got.status, got.content_type, got.header_length, got.body) == (200, "application/json", 4, b"HEAD123456")
+
+
+async def _one_answer(port: int, body: bytes) -> UpstreamResponse:
+    """The answer to one request through a pool of its own."""
+    pool = InferPool("127.0.0.1", port, 5.0)
+    try:
+        return await pool.infer("m", body, None)
+    finally:
+        await pool.close()
 
 
 async def _two_answers(port: int) -> list[bytes]:
@@ -482,15 +483,7 @@ def test_a_fresh_connection_closed_before_its_request_is_written_sends_it_on_ano
         return connection
 
     monkeypatch.setattr(InferPool, "_connect", connect_then_lose)
-
-    async def main() -> UpstreamResponse:
-        pool = InferPool("127.0.0.1", triton.port, 5.0)
-        try:
-            return await pool.infer("m", b'{"n":1}', None)
-        finally:
-            await pool.close()
-
-    assert run(main()).status == 200
+    assert run(_one_answer(triton.port, b'{"n":1}')).status == 200
     assert [received.body for received in triton.requests] == [b'{"n":1}']
 
 
