@@ -1,13 +1,14 @@
 """Requests merged along the batch dimension, on the real Triton: every client gets the answer Triton
 gives its request alone. Generated requests (every datatype, JSON and binary data, outputs asked for
 in JSON or binary, ids, wrong rows) are merged as serve merges them and sent to Triton, and each part of
-the split answer is compared with Triton's answer to that part alone; then serve itself, with clients
-at once, merging what waits and answering an error in a merged request as each client's own."""
+the split answer is compared, byte for byte, with Triton's answer to that part alone; then serve
+itself, with clients at once, merging what waits and answering an error in a merged request as each
+client's own. A Python model that pads each request to its longest text is never merged (it does not
+declare its rows its own), and an ONNX model is, each client's answer what it gets alone."""
 
 from __future__ import annotations
 
 import json
-import math
 import struct
 import threading
 import time
@@ -188,24 +189,6 @@ def post_to_triton(url: str, body: bytes, header_length: int | None) -> Upstream
     return UpstreamResponse(answer.status_code, "", int(length) if length else None, answer.content)
 
 
-def _named_constants(value: Any) -> Any:
-    """JSON values with NaN and the infinities as words, so that equal answers compare equal."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return repr(value)
-    if isinstance(value, list):
-        return [_named_constants(v) for v in value]
-    if isinstance(value, dict):
-        return {k: _named_constants(v) for k, v in value.items()}
-    return value
-
-
-def opened(answer: UpstreamResponse) -> tuple[int, list[str], Any, bytes]:
-    """An answer as compared: status, the order of its keys, its JSON values, its binary bytes."""
-    end = len(answer.body) if answer.header_length is None else answer.header_length
-    header = json.loads(answer.body[:end].decode("utf-8", "surrogateescape"))  # BYTES outputs: as the model made them
-    return answer.status, list(header), _named_constants(header), answer.body[end:]
-
-
 def check_merged_against_alone(url: str, bodies: list[tuple[bytes, int | None]], model: batching.ModelBatching) -> int:
     """Merge ``bodies`` as serve does, send each group to Triton, and compare every part of the split
     answer with Triton's answer to the part alone; the number of requests that went merged."""
@@ -216,14 +199,15 @@ def check_merged_against_alone(url: str, bodies: list[tuple[bytes, int | None]],
         if len(group) < 2:
             continue
         merged = batching.merge([part for index in group if (part := parts[index]) is not None])
-        answers = merged.split(post_to_triton(url, merged.inference.body, merged.inference.header_length))
+        answers = merged.split(post_to_triton(url, merged.inference.body, merged.inference.header_length), model)
         if any(alone[index].status != 200 for index in group):
             assert answers is None  # sent again alone: each gets the answer above, its own error included
             continue
         assert answers is not None
         merged_requests += len(group)
         for index, answer in zip(group, answers, strict=True):
-            assert opened(answer) == opened(alone[index])  # JSON values and keys equal, binary bytes identical
+            assert answer.body == alone[index].body  # Triton's own text and bytes
+            assert answer.header_length == alone[index].header_length
     return merged_requests
 
 
@@ -232,7 +216,8 @@ def rows_model(server: ServeProcess) -> batching.ModelBatching:
     url = f"{triton_url(server)}/v2/models/rows/config"
     config = requests.get(url, headers=triton_key(server), timeout=10).json()
     model = batching.model_batching(config)
-    assert model == batching.ModelBatching(max_batch_size=8, instances=1)
+    assert (model.max_batch_size, model.instances) == (8, 1)
+    assert model.outputs == (("F2", (-1,)), ("FSUM", (1,)), ("I2", (2,)), ("S2", (1,)), ("B2", (1,)))
     return model
 
 
@@ -346,3 +331,118 @@ def test_an_error_in_a_merged_request_is_answered_to_each_client_as_its_own(serv
     for value, answer in zip((2, 4, 6), (answers[0], answers[2], answers[3]), strict=True):
         assert answer.json()["outputs"][2]["data"] == [2 * value + 1, 3]
     assert merged_so_far(server)[1] > retried_before  # the merged request failed and was sent again
+
+
+# ----- only what cannot change an answer is merged ---------------------------------------------------------
+def _server_of(tmp: Path, repository: Path, model: str) -> ServeProcess:
+    env = {
+        "SAGEMAKER_MODEL_SERVER_WORKERS": "1",
+        "SMTRITON_MERGE_IN_FLIGHT": "1",
+        "SMTRITON_METRICS_PORT": str(free_port()),
+    }
+    return start_serve(tmp, repository, model, env=env)
+
+
+@pytest.fixture(scope="module")
+def pad_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServeProcess]:
+    started = _server_of(tmp_path_factory.mktemp("pad"), MODELS, "pad")
+    try:
+        yield started
+    finally:
+        started.stop()
+
+
+def text_request(text: str) -> bytes:
+    return orjson.dumps({"inputs": [{"name": "TEXT", "datatype": "BYTES", "shape": [1, 1], "data": [text]}]})
+
+
+def test_a_python_model_that_pads_to_its_request_is_never_merged_and_answers_as_alone(pad_server):
+    texts = [" ".join(["w" * (1 + n % 5)] * (1 + 3 * n)) for n in range(16)]  # 1 word to 46 words
+    bodies = [text_request(text) for text in texts]
+    alone = [invoke(pad_server, body).content for body in bodies]
+    assert orjson.loads(alone[0])["outputs"][0]["shape"] == [1, 1]
+    merges_before = merged_so_far(pad_server)[0]
+    for _ in range(5):  # 16 clients at once, behind a 20-ms execution: merged, 1 word would become [1, 46]
+        answers = at_once(pad_server, bodies)
+        assert [answer.content for answer in answers] == alone
+    assert merged_so_far(pad_server)[0] == merges_before
+
+
+DENSE_CONFIG = """name: "dense"
+platform: "onnxruntime_onnx"
+max_batch_size: 8
+input [{ name: "X", data_type: TYPE_FP32, dims: [4] }, { name: "IDS", data_type: TYPE_INT64, dims: [2] }]
+output [{ name: "Y", data_type: TYPE_FP32, dims: [3] }, { name: "IDS2", data_type: TYPE_INT64, dims: [2] }]
+instance_group [{ kind: KIND_CPU, count: 1 }]
+dynamic_batching {}
+"""
+
+
+def _dense_onnx(path: Path) -> None:
+    """Y = tanh(X W + b) with seeded weights, and IDS2 = IDS * 2: each row computed from its own row."""
+    onnx = pytest.importorskip("onnx")
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(7)
+    weights = numpy_helper.from_array(rng.standard_normal((4, 3)).astype(np.float32), "W")
+    bias = numpy_helper.from_array(rng.standard_normal(3).astype(np.float32), "B")
+    two = numpy_helper.from_array(np.array(2, dtype=np.int64), "TWO")
+    graph = helper.make_graph(
+        [
+            helper.make_node("MatMul", ["X", "W"], ["XW"]),
+            helper.make_node("Add", ["XW", "B"], ["Z"]),
+            helper.make_node("Tanh", ["Z"], ["Y"]),
+            helper.make_node("Mul", ["IDS", "TWO"], ["IDS2"]),
+        ],
+        "dense",
+        [
+            helper.make_tensor_value_info("X", TensorProto.FLOAT, ["batch", 4]),
+            helper.make_tensor_value_info("IDS", TensorProto.INT64, ["batch", 2]),
+        ],
+        [
+            helper.make_tensor_value_info("Y", TensorProto.FLOAT, ["batch", 3]),
+            helper.make_tensor_value_info("IDS2", TensorProto.INT64, ["batch", 2]),
+        ],
+        [weights, bias, two],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, path)
+
+
+@pytest.fixture(scope="module")
+def dense_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServeProcess]:
+    repository = tmp_path_factory.mktemp("dense_repository")
+    (repository / "dense" / "1").mkdir(parents=True)
+    (repository / "dense" / "config.pbtxt").write_text(DENSE_CONFIG)
+    _dense_onnx(repository / "dense" / "1" / "model.onnx")
+    started = _server_of(tmp_path_factory.mktemp("dense"), repository, "dense")
+    try:
+        yield started
+    finally:
+        started.stop()
+
+
+def test_an_onnx_model_is_merged_and_each_client_gets_its_answer_alone(dense_server):
+    rng = np.random.default_rng(3)
+    bodies = []
+    for n in range(16):
+        rows = 1 + n % 3
+        x = rng.standard_normal((rows, 4)).astype(np.float32)
+        inputs = [
+            {"name": "X", "datatype": "FP32", "shape": [rows, 4], "data": x.ravel().tolist()},
+            {"name": "IDS", "datatype": "INT64", "shape": [rows, 2], "data": list(range(n, n + 2 * rows))},
+        ]
+        bodies.append(orjson.dumps({"id": f"c{n}", "inputs": inputs}))
+    alone = [invoke(dense_server, body).json() for body in bodies]
+    merges_before = merged_so_far(dense_server)[0]
+    for _ in range(5):
+        for answer, expected in zip(at_once(dense_server, bodies), alone, strict=True):
+            got = answer.json()
+            assert got["id"] == expected["id"]
+            y, expected_y = got["outputs"][0], expected["outputs"][0]
+            assert (y["name"], y["shape"]) == (expected_y["name"], expected_y["shape"])
+            # floats as Triton's own batching computes them: a batch may round the last bit otherwise
+            np.testing.assert_allclose(y["data"], expected_y["data"], rtol=1e-6, atol=1e-7)
+            assert got["outputs"][1] == expected["outputs"][1]  # integers exactly
+    assert merged_so_far(dense_server)[0] > merges_before, "nothing was merged"

@@ -19,7 +19,12 @@ from smtriton.serve.dataplane.reading import Inference, read
 from smtriton.serve.triton.client import UpstreamResponse
 
 MODEL = ModelBatching(max_batch_size=8, instances=1)
-CONFIG = {"max_batch_size": 8, "dynamic_batching": {}, "instance_group": [{"count": 2, "gpus": []}]}
+CONFIG = {
+    "backend": "onnxruntime",
+    "max_batch_size": 8,
+    "dynamic_batching": {},
+    "instance_group": [{"count": 2, "gpus": []}],
+}
 
 
 def json_request(rows: list[list[Any]], **extra: Any) -> Inference:
@@ -60,9 +65,38 @@ def part_of(inference: Inference) -> Part:
 
 # ----- which models, which requests --------------------------------------------------------------------
 def test_a_model_merges_where_triton_batches_it_and_counts_its_instances_per_gpu():
-    assert batching.model_batching(CONFIG) == ModelBatching(8, 2)
+    assert batching.model_batching(CONFIG) == ModelBatching(8, 2, ())
     on_gpus = {**CONFIG, "instance_group": [{"count": 2, "gpus": [0, 1]}, {"count": 1}]}
-    assert batching.model_batching(on_gpus) == ModelBatching(8, 5)
+    assert batching.model_batching(on_gpus) == ModelBatching(8, 5, ())
+
+
+def test_the_outputs_declared_dims_are_kept_to_check_the_answers_shape():
+    outputs = [{"name": "Y", "dims": [-1, 3]}, {"name": "Z", "dims": ["4"]}, {"name": "W", "dims": ["x"]}]
+    assert batching.model_batching({**CONFIG, "output": outputs}) == ModelBatching(8, 2, (("Y", (-1, 3)), ("Z", (4,))))
+
+
+def merge_rows(value: str) -> dict[str, Any]:
+    return {"parameters": {"smtriton_merge_rows": {"string_value": value}}}
+
+
+@pytest.mark.parametrize(
+    ("change", "merges"),
+    [
+        ({"platform": "onnxruntime_onnx", "backend": ""}, True),
+        ({"platform": "pytorch_libtorch", "backend": "pytorch"}, True),
+        ({"platform": "tensorrt_plan", "backend": "tensorrt"}, True),
+        ({"platform": "tensorflow_savedmodel", "backend": "tensorflow"}, True),
+        ({"backend": "openvino"}, True),
+        ({"backend": "python"}, False),  # handed a list of requests: it may pad each to the longest
+        ({"backend": "custom"}, False),
+        ({"backend": "python", **merge_rows("true")}, True),  # declared: each row's answer is its own
+        ({"backend": "python", **merge_rows(" TRUE ")}, True),
+        ({"backend": "onnxruntime", **merge_rows("false")}, False),  # turned off for one model
+        ({"backend": "python", **merge_rows("yes")}, False),  # neither: never merged
+    ],
+)
+def test_a_model_merges_where_its_backend_concatenates_or_its_config_declares_it(change, merges):
+    assert (batching.model_batching({**CONFIG, **change}) is not None) is merges
 
 
 @pytest.mark.parametrize(
@@ -253,7 +287,7 @@ def test_each_part_gets_its_rows_its_id_and_tritons_other_fields():
         ],
         parameters={"p": "q"},
     )
-    first, second = merged.split(answer) or []
+    first, second = merged.split(answer, MODEL) or []
     assert first.header_length is None
     assert first.body == (
         b'{"id":"first","model_name":"m","model_version":"1","parameters":{"p":"q"},"outputs":['
@@ -281,7 +315,7 @@ def test_binary_outputs_are_cut_at_the_rows_bytes_elements_by_their_lengths():
         ],
         [y.tobytes(), s],
     )
-    first, second = batching.merge(parts).split(answer) or []
+    first, second = batching.merge(parts).split(answer, MODEL) or []
     for answer_part, rows, y_rows, s_rows in ((first, 2, y[:4], s[:11]), (second, 1, y[4:], s[11:])):
         assert answer_part.header_length is not None
         header = orjson.loads(answer_part.body[: answer_part.header_length])
@@ -298,7 +332,7 @@ def test_nan_and_infinity_are_written_back_as_triton_writes_them():
         None,
         b'{"model_name":"m","model_version":"1","outputs":[{"name":"Y","datatype":"FP32","shape":[2],"data":[NaN,-Infinity]}]}',
     )
-    first, second = batching.merge(parts).split(answer) or []
+    first, second = batching.merge(parts).split(answer, MODEL) or []
     assert first.body.endswith(b'"shape":[1],"data":[NaN]}]}')
     assert second.body.endswith(b'"shape":[1],"data":[-Infinity]}]}')
 
@@ -319,4 +353,54 @@ def test_nan_and_infinity_are_written_back_as_triton_writes_them():
 )
 def test_an_answer_that_cannot_be_split_by_rows_is_none(answer):
     parts = [part_of(json_request([[1, 2]] * rows)) for rows in (1, 2)]
-    assert batching.merge(parts).split(answer) is None
+    assert batching.merge(parts).split(answer, MODEL) is None
+
+
+def test_json_data_is_triton_own_text_and_the_id_is_written_as_triton_writes_it():
+    parts = [part_of(json_request([[1, 2]], id='a"\\\x01\n')), part_of(json_request([[3, 4], [5, 6]], id="é"))]
+    answer = UpstreamResponse(
+        200,
+        "application/json",
+        None,
+        b'{"model_name":"m","model_version":"1","outputs":[{"name":"Y","datatype":"FP32","shape":[3],'
+        b'"data":[1E-7,2.50,0.10000000149011612]},{"name":"S","datatype":"BYTES","shape":[3,1],'
+        b'"data":["a,\\"]","",","]}]}',
+    )
+    first, second = batching.merge(parts).split(answer, MODEL) or []
+    assert first.body == (
+        b'{"id":"a\\"\\\\\\u0001\\n","model_name":"m","model_version":"1","outputs":[{"name":"Y","datatype":"FP32",'
+        b'"shape":[1],"data":[1E-7]},{"name":"S","datatype":"BYTES","shape":[1,1],"data":["a,\\"]"]}]}'
+    )
+    assert (
+        second.body
+        == (
+            '{"id":"é","model_name":"m","model_version":"1","outputs":[{"name":"Y","datatype":"FP32",'
+            '"shape":[2],"data":[2.50,0.10000000149011612]},{"name":"S","datatype":"BYTES","shape":[2,1],'
+            '"data":["",","]}]}'
+        ).encode()
+    )
+
+
+DECLARED = ModelBatching(8, 1, (("Y", (-1,)), ("Z", (2,))))
+
+
+@pytest.mark.parametrize(
+    ("outputs", "splits"),
+    [
+        ([{"name": "Y", "datatype": "INT32", "shape": [3, 1], "data": [1, 2, 3]}], True),
+        # as many elements as rows, but no batch dimension: the model's configuration says [batch, -1]
+        ([{"name": "Y", "datatype": "INT32", "shape": [3], "data": [1, 2, 3]}], False),
+        ([{"name": "Z", "datatype": "INT32", "shape": [3, 3], "data": [0] * 9}], False),  # declared [batch, 2]
+        ([{"name": "Q", "datatype": "INT32", "shape": [3, 1], "data": [1, 2, 3]}], False),  # not declared
+    ],
+)
+def test_an_answer_is_split_only_where_each_output_is_the_batch_and_then_its_declared_dims(outputs, splits):
+    parts = [part_of(json_request([[1, 2]] * rows)) for rows in (1, 2)]
+    answers = batching.merge(parts).split(triton_answer(outputs), DECLARED)
+    assert (answers is not None) is splits
+
+
+@pytest.mark.parametrize(("status", "whole"), [(503, True), (504, True), (429, True), (400, False), (500, False)])
+def test_what_triton_refuses_as_a_whole_is_told_apart_from_a_rows_failure(status, whole):
+    answer = UpstreamResponse(status, "application/json", None, b'{"error":"Exceeds maximum queue size"}')
+    assert batching.refused_as_a_whole(answer) is whole

@@ -41,6 +41,7 @@ class Triton:
         self.gate = asyncio.Event()
         self.gate.set()
         self.failure: Exception | None = None
+        self.refusal: UpstreamResponse | None = None
 
     async def send(self, triton_name: str, inference: Inference) -> UpstreamResponse:
         values = list(orjson.loads(inference.body)["inputs"][0]["data"])
@@ -48,6 +49,8 @@ class Triton:
         await self.gate.wait()
         if self.failure is not None:
             raise self.failure
+        if self.refusal is not None and len(values) > 1:
+            return self.refusal
         if 13 in values:
             return UpstreamResponse(400, "application/json", None, orjson.dumps({"error": f"13 among {values}"}))
         output = {"name": "Y", "datatype": "INT32", "shape": [len(values), 1], "data": [2 * v for v in values]}
@@ -189,6 +192,45 @@ def test_a_transport_failure_of_a_merged_request_is_each_clients_own():
         assert all(isinstance(r, TritonUnavailable) for r in results)
         assert results[1] is not results[2]  # each its own exception
         assert triton.sent == [[1], [2, 3]]
+
+    run(scenario)
+
+
+QUEUE_FULL = UpstreamResponse(503, "application/json", None, b'{"error":"Exceeds maximum queue size"}')
+
+
+def test_a_merged_request_triton_refuses_as_a_whole_is_each_clients_own_refusal_never_resent():
+    async def scenario(triton: Triton, coalescer: Coalescer) -> None:
+        triton.gate.clear()
+        first = asyncio.ensure_future(coalescer.infer("m", request(1), MODEL))
+        await settle()
+        calls = [asyncio.ensure_future(coalescer.infer("m", request(v), MODEL)) for v in (2, 3, 4)]
+        await settle()
+        triton.refusal = QUEUE_FULL
+        triton.gate.set()
+        answers = await asyncio.gather(first, *calls)
+        assert [a.status for a in answers] == [200, 503, 503, 503]
+        assert triton.sent == [[1], [2, 3, 4]]  # not sent again row by row to an overloaded Triton
+
+    metrics = run(scenario)
+    assert metrics.unmerged_again._value.get() == 0
+
+
+def test_send_all_gives_a_timeout_or_a_refusal_of_merged_records_to_each_never_resent():
+    async def scenario(triton: Triton, coalescer: Coalescer) -> None:
+        inferences = [request(1), request(2), request(3), request(4)]
+        triton.refusal = QUEUE_FULL
+        results = await coalescing.send_all(triton.send, "m", inferences, MODEL, concurrency=2)
+        assert [r.status for r in results if isinstance(r, UpstreamResponse)] == [503] * 4
+        assert triton.sent == [[1, 2, 3, 4]]
+
+        triton.sent.clear()
+        triton.refusal = None
+        triton.failure = TimeoutError("Triton did not answer in time")
+        results = await coalescing.send_all(triton.send, "m", inferences, MODEL, concurrency=2)
+        assert all(isinstance(r, TimeoutError) for r in results)
+        assert len({id(r) for r in results}) == 4  # each its own exception
+        assert triton.sent == [[1, 2, 3, 4]]  # one Triton request, not five
 
     run(scenario)
 

@@ -6,21 +6,26 @@ worker holds for the same model at the same moment, merged along the batch dimen
 one request and one execution (:mod:`smtriton.serve.dataplane.coalescing` decides when; a batch
 transform body of several records can use the same merge).
 
-Only where Triton itself would batch them (:func:`model_batching`, :func:`part`): the model has
-``dynamic_batching`` and ``max_batch_size`` ≥ 2, is not decoupled, has no sequence batcher and no
-ragged inputs (Triton's batches of those are no plain concatenation along the batch dimension); the
-requests agree on input names, datatypes, non-batch dimensions and encodings, on the outputs they ask
-for and on their parameters, carry no sequence, priority, timeout or custom-attribute parameter, and
-together fit ``max_batch_size``. Every size a request declares is checked here as Triton would check it
-alone (JSON element counts, binary byte counts, BYTES framing), so that two wrong requests can never
-add up to a right-looking merged one. Anything else goes alone.
+Only where the answer cannot change (:func:`model_batching`, :func:`part`): the model's rows are
+answered each on its own (its backend runs a batch as one concatenated tensor, or its config
+declares it: :mod:`smtriton.row_merging`); it has ``dynamic_batching`` and ``max_batch_size`` ≥ 2, is
+not decoupled, has no sequence batcher and no ragged inputs (Triton's batches of those are no plain
+concatenation along the batch dimension); the requests agree on input names, datatypes, non-batch
+dimensions and encodings, on the outputs they ask for and on their parameters, carry no sequence,
+priority, timeout or custom-attribute parameter, and together fit ``max_batch_size``. Every size a
+request declares is checked here as Triton would check it alone (JSON element counts, binary byte
+counts, BYTES framing), so that two wrong requests can never add up to a right-looking merged one.
+Anything else goes alone.
 
 Exactly: a binary input is the concatenation of the requests' bytes; a JSON input's ``data`` is the
 requests' own text, joined, so Triton parses the very characters each client sent. The answer is split
-by rows: binary outputs are byte for byte what each request gets alone, JSON outputs the same values,
-datatypes and shapes; ``id`` is each request's own, ``model_name``, ``model_version`` and
-``parameters`` are Triton's. An answer that cannot be split that way (a failure, an output without the
-batch dimension) is None, and the requests are then sent alone.
+by rows, from Triton's own text: each client's answer is Triton's answer with its ``id``, its outputs'
+shapes, its ``binary_data_size`` and its rows of each output's data in place of the whole request's —
+the JSON data of its rows is the very text Triton wrote, binary outputs the very bytes. An answer that
+cannot be split that way (an output that is not the batch dimension first, as the model's
+configuration declares it) is None, and the requests are then sent alone; one Triton refused as a whole
+(:func:`refused_as_a_whole`: it was unavailable, overloaded or out of time) is every client's own
+refusal, never sent again.
 """
 
 from __future__ import annotations
@@ -34,8 +39,10 @@ from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import orjson
 
+from smtriton.row_merging import RowMerging, config_parameter, row_merging
 from smtriton.serve.dataplane.answers import CUSTOM_ATTRIBUTES
 from smtriton.serve.dataplane.codec import DATA_ELSEWHERE
 from smtriton.serve.dataplane.reading import KNOWN_HEADER_BYTES, KNOWN_HEADERS, Inference
@@ -55,6 +62,7 @@ _SHARED_MEMORY = frozenset(DATA_ELSEWHERE) - {"binary_data_size"}
 # A merged body stays below this: Triton refuses an HTTP body past its --http-max-input-size (64 MB).
 MERGED_BYTES_MAX = 32 * 1024 * 1024
 _LENGTH = struct.Struct("<I")
+_INTEGER = re.compile(r"-?[0-9]{1,18}\Z")
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,11 +71,15 @@ class ModelBatching:
 
     max_batch_size: int
     instances: int
+    # Each output's dims after the batch dimension, as the configuration declares them (-1: any size).
+    # An answer is split only where each output has its declared rank and sizes: the first dimension
+    # is then the batch. None: not known (the rows are then checked by count alone).
+    outputs: tuple[tuple[str, tuple[int, ...]], ...] | None = None
 
 
 def model_batching(config: dict[str, Any]) -> ModelBatching | None:
     """How a model's requests may be merged, from its configuration as Triton completed it; None when
-    Triton would not batch them itself."""
+    they may not: Triton would not batch them itself, or a row's answer may depend on its batch."""
     max_batch = config.get("max_batch_size")
     if type(max_batch) is not int or max_batch < 2 or not isinstance(config.get("dynamic_batching"), dict):
         return None  # (a batch of one row merges with nothing)
@@ -79,7 +91,31 @@ def model_batching(config: dict[str, Any]) -> ModelBatching | None:
     policy = config.get("model_transaction_policy")
     if isinstance(policy, dict) and policy.get("decoupled"):
         return None
-    return ModelBatching(max_batch, _instances(config.get("instance_group")))
+    if not row_merging_of(config).allowed:
+        return None
+    return ModelBatching(max_batch, _instances(config.get("instance_group")), _output_dims(config.get("output")))
+
+
+def row_merging_of(config: dict[str, Any]) -> RowMerging:
+    """The rule of :mod:`smtriton.row_merging` for a configuration as Triton gives it in JSON."""
+    backend, platform = config.get("backend"), config.get("platform")
+    return row_merging(
+        backend if isinstance(backend, str) else "",
+        platform if isinstance(platform, str) else "",
+        config_parameter(config.get("parameters")),
+    )
+
+
+def _output_dims(outputs: Any) -> tuple[tuple[str, tuple[int, ...]], ...]:
+    declared = []
+    for spec in outputs if isinstance(outputs, list) else []:
+        if not isinstance(spec, dict) or not isinstance(spec.get("name"), str):
+            continue
+        dims = spec.get("dims")
+        # (protobuf's JSON may write an int64 as text)
+        if isinstance(dims, list) and all(type(d) is int or (isinstance(d, str) and _INTEGER.match(d)) for d in dims):
+            declared.append((spec["name"], tuple(int(d) for d in dims)))
+    return tuple(declared)
 
 
 def _instances(groups: Any) -> int:
@@ -333,6 +369,23 @@ def _object(text: str, at: int, member: Callable[[str, int], int]) -> int:
         at = _skip(text, at + 1)
 
 
+def _array(text: str, at: int, element: Callable[[int], int]) -> int:
+    """Walk the JSON array at ``at``: ``element(start)`` returns each element's end; the array's end is
+    returned."""
+    if text[at] != "[":
+        raise _Alone
+    at = _skip(text, at + 1)
+    if text[at] == "]":
+        return at + 1
+    while True:
+        at = _skip(text, element(at))
+        if text[at] == "]":
+            return at + 1
+        if text[at] != ",":
+            raise _Alone
+        at = _skip(text, at + 1)
+
+
 def _data_texts(text: str) -> list[str | None]:
     """The text of each input's ``data`` value in a request's JSON (None for an input without): the
     reading refused repeated keys, so each is the one Triton reads."""
@@ -347,19 +400,12 @@ def _data_texts(text: str) -> list[str | None]:
     def inputs(key: str, start: int) -> int:
         if key != "inputs":
             return _value_end(text, start)
-        if text[start] != "[":
-            raise _Alone
-        at = _skip(text, start + 1)
-        if text[at] == "]":
-            return at + 1
-        while True:
+
+        def one_input(at: int) -> int:
             found.append(None)
-            at = _skip(text, _object(text, at, data_of))
-            if text[at] == "]":
-                return at + 1
-            if text[at] != ",":
-                raise _Alone
-            at = _skip(text, at + 1)
+            return _object(text, at, data_of)
+
+        return _array(text, start, one_input)
 
     _object(text, 0, inputs)
     return found
@@ -399,15 +445,23 @@ class Merged:
     inference: Inference
     parts: tuple[Part, ...]
 
-    def split(self, response: UpstreamResponse) -> list[UpstreamResponse] | None:
+    def split(self, response: UpstreamResponse, model: ModelBatching) -> list[UpstreamResponse] | None:
         """Each part's answer as it would have had it alone, or None when Triton's answer cannot be split
-        (not a success, or an output without the batch dimension first)."""
+        (not a success, or an output that is not the batch dimension first)."""
         if response.status != 200:
             return None
         try:
-            return _split(response, self.parts)
-        except (TypeError, ValueError, KeyError, IndexError, AttributeError, struct.error, orjson.JSONEncodeError):
+            return _split(response, self.parts, model)
+        except (_Alone, TypeError, ValueError, KeyError, IndexError, AttributeError, struct.error):
             return None
+
+
+def refused_as_a_whole(response: UpstreamResponse) -> bool:
+    """Whether Triton refused a merged request for what it is as a whole — unavailable, its queue full,
+    out of time — rather than for a client's rows: then it is each client's own refusal, as it would
+    have met alone at that moment, and sending the rows again would only load an overloaded Triton
+    more."""
+    return response.status in (429, 503, 504)
 
 
 def merge(parts: Sequence[Part]) -> Merged:
@@ -457,71 +511,127 @@ def merge(parts: Sequence[Part]) -> Merged:
     return Merged(Inference(b"".join([head, *tensors]), len(head), merged, complete=False), tuple(parts))
 
 
-def _load(head: bytes) -> tuple[dict[str, Any], bool]:
-    """Triton's answer header, and whether orjson read it. Else the standard library did, from the text
-    with any byte that is not UTF-8 kept as it was: Triton writes NaN and Infinity, and a BYTES output
-    as the model made it, neither of which orjson reads; they are written back the same way."""
-    try:
-        value = orjson.loads(head)
-        exact = True
-    except orjson.JSONDecodeError:
-        value = json.loads(head.decode("utf-8", "surrogateescape"))
-        exact = False
-    if not isinstance(value, dict):
-        raise ValueError("the answer is no JSON object")
-    return value, exact
+# ----- Triton's answer, split by its own text ------------------------------------------------------------
+@dataclass(slots=True)
+class _OutputText:
+    """Where one output's members lie in the text of Triton's answer."""
+
+    name: str = ""
+    datatype: str = ""
+    shape: list[int] | None = None
+    shape_at: tuple[int, int] = (0, 0)
+    data_at: tuple[int, int] | None = None
+    size: int | None = None  # binary_data_size
+    size_at: tuple[int, int] = (0, 0)
 
 
-def _dump(header: dict[str, Any], exact: bool) -> bytes:
-    if exact:
-        return orjson.dumps(header)
-    return json.dumps(header, separators=(",", ":"), ensure_ascii=False).encode("utf-8", "surrogateescape")
+def _answer_layout(text: str) -> list[_OutputText]:
+    """Each output's shape, data and binary size, and where their text lies; an ``id`` (the merged
+    request has none) or an answer that is not Triton's plain form raises :class:`_Alone`."""
+    outputs: list[_OutputText] = []
+
+    def size_of(key: str, start: int) -> int:
+        end = _value_end(text, start)
+        if key == "binary_data_size":
+            outputs[-1].size = json.loads(text[start:end])
+            outputs[-1].size_at = (start, end)
+        return end
+
+    def member(key: str, start: int) -> int:
+        output = outputs[-1]
+        if key == "data":
+            if text[start] != "[":
+                raise _Alone
+            # numbers, booleans and NaN as Triton writes them hold no bracket: no need to parse them
+            end = text.index("]", start) + 1 if output.datatype not in ("", "BYTES") else _value_end(text, start)
+            output.data_at = (start, end)
+            return end
+        if key == "parameters":
+            return _object(text, start, size_of)
+        end = _value_end(text, start)
+        if key == "name":
+            output.name = json.loads(text[start:end])
+        elif key == "datatype":
+            output.datatype = json.loads(text[start:end])
+        elif key == "shape":
+            output.shape, output.shape_at = json.loads(text[start:end]), (start, end)
+        return end
+
+    def top(key: str, start: int) -> int:
+        if key == "id":
+            raise _Alone
+        if key != "outputs":
+            return _value_end(text, start)
+
+        def one_output(at: int) -> int:
+            outputs.append(_OutputText())
+            return _object(text, at, member)
+
+        return _array(text, start, one_output)
+
+    if _object(text, 0, top) != len(text):
+        raise _Alone  # (Triton writes nothing around its object)
+    return outputs
 
 
-def _split(response: UpstreamResponse, parts: Sequence[Part]) -> list[UpstreamResponse] | None:
+def _split(response: UpstreamResponse, parts: Sequence[Part], model: ModelBatching) -> list[UpstreamResponse]:
     body = response.body
     end = len(body) if response.header_length is None else response.header_length
-    header, exact = _load(bytes(body[:end]))
+    text = bytes(body[:end]).decode("utf-8", "surrogateescape")  # a BYTES output as the model made it
+    outputs = _answer_layout(text)
     rows = [item.batch for item in parts]
     total = sum(rows)
-    outputs = header["outputs"]
+    declared = dict(model.outputs) if model.outputs is not None else None
+    # Per output: each part's piece of text (JSON data) or bytes (binary), cut at its rows.
+    pieces: list[list[str] | list[memoryview]] = []
     offset = end
-    # per output: each part's JSON data or binary bytes
-    pieces: list[list[Any]] = []
     for output in outputs:
-        shape = output["shape"]
-        if not isinstance(shape, list) or not shape or shape[0] != total:
-            return None
+        shape = output.shape
+        if not isinstance(shape, list) or not shape or shape[0] != total or not all(type(d) is int for d in shape):
+            raise _Alone
+        if declared is not None and not _as_declared(shape, declared.get(output.name)):
+            raise _Alone  # the first dimension may be something else that happens to equal the rows
         per_row = math.prod(shape[1:])
-        size = (output.get("parameters") or {}).get("binary_data_size")
-        if size is None:
-            data = output["data"]
-            if not isinstance(data, list) or len(data) != total * per_row:
-                return None
-            pieces.append(_cut(data, rows, per_row))
+        if output.size is None:
+            if output.data_at is None:
+                raise _Alone
+            pieces.append(_text_cuts(text, output, rows, per_row))
         else:
-            chunk = memoryview(body)[offset : offset + size]
-            offset += size
-            if len(chunk) != size:
-                return None
-            cuts = _byte_cuts(output["datatype"], chunk, rows, per_row)
-            if cuts is None:
-                return None
-            pieces.append(cuts)
-    if offset != (len(body) if response.header_length is not None else end):
-        return None
+            if type(output.size) is not int or output.data_at is not None:
+                raise _Alone
+            chunk = memoryview(body)[offset : offset + output.size]
+            offset += output.size
+            if len(chunk) != output.size:
+                raise _Alone
+            pieces.append(_byte_cuts(output.datatype, chunk, rows, per_row))
+    if offset != len(body):
+        raise _Alone
+    # Each part's answer: Triton's text with the part's id first and its own shapes, sizes and data.
+    places = sorted(
+        [(o.shape_at, n, "shape") for n, o in enumerate(outputs)]
+        + [(o.data_at, n, "data") for n, o in enumerate(outputs) if o.data_at is not None]
+        + [(o.size_at, n, "size") for n, o in enumerate(outputs) if o.size is not None]
+    )
     answers = []
     for index, item in enumerate(parts):
-        mine: dict[str, Any] = {"id": item.request_id} if item.request_id else {}
-        tensors: list[Any] = []
-        for key, value in header.items():
-            if key == "outputs":
-                mine[key] = [
-                    _output_of(output, rows[index], pieces[n][index], tensors) for n, output in enumerate(value)
-                ]
-            elif key != "id":
-                mine[key] = value
-        head = _dump(mine, exact)
+        texts = ["{"]
+        if item.request_id:
+            texts += ['"id":', _json_string(item.request_id), "," if _skip(text, 1) < len(text) - 1 else ""]
+        at = 1
+        tensors: list[memoryview] = []
+        for (start, stop), n, what in places:
+            texts.append(text[at:start])
+            if what == "shape":
+                texts.append("[" + ",".join(map(str, [rows[index], *outputs[n].shape[1:]])) + "]")  # type: ignore[index]
+            elif what == "data":
+                texts.append("[" + pieces[n][index] + "]")  # type: ignore[operator]
+            else:
+                piece = pieces[n][index]
+                texts.append(str(len(piece)))
+                tensors.append(piece)  # type: ignore[arg-type]
+            at = stop
+        texts.append(text[at:])
+        head = "".join(texts).encode("utf-8", "surrogateescape")
         if response.header_length is None:
             answers.append(UpstreamResponse(200, response.content_type, None, head))
         else:
@@ -529,43 +639,88 @@ def _split(response: UpstreamResponse, parts: Sequence[Part]) -> list[UpstreamRe
     return answers
 
 
-def _output_of(output: dict[str, Any], rows: int, piece: Any, tensors: list[Any]) -> dict[str, Any]:
-    mine = dict(output)
-    mine["shape"] = [rows, *output["shape"][1:]]
-    if isinstance(piece, list):
-        mine["data"] = piece
-    else:
-        mine["parameters"] = {**output["parameters"], "binary_data_size": len(piece)}
-        tensors.append(piece)
-    return mine
+def _as_declared(shape: list[int], dims: tuple[int, ...] | None) -> bool:
+    """Whether an output's shape is the batch dimension and then the dims its configuration declares."""
+    if dims is None or len(shape) != len(dims) + 1:
+        return False
+    return all(want == -1 or want == got for want, got in zip(dims, shape[1:], strict=True))
 
 
-def _cut(data: list[Any], rows: list[int], per_row: int) -> list[list[Any]]:
-    out, at = [], 0
-    for count in rows:
-        out.append(data[at : at + count * per_row])
-        at += count * per_row
-    return out
+def _text_cuts(text: str, output: _OutputText, rows: list[int], per_row: int) -> list[str]:
+    """A JSON output's data text, inside its brackets, cut after each part's rows: Triton's own
+    characters for each value."""
+    assert output.data_at is not None
+    inner = text[output.data_at[0] + 1 : output.data_at[1] - 1]
+    if output.datatype == "BYTES":
+        ends = _string_ends(inner)
+    else:  # no value holds a comma: the commas are the boundaries
+        if not inner.isascii():
+            raise _Alone
+        ends = np.flatnonzero(np.frombuffer(inner.encode("ascii"), np.uint8) == 44).tolist()
+        ends.append(len(inner))
+        if not inner:
+            ends = []
+    if len(ends) != sum(rows) * per_row:
+        raise _Alone
+    cuts, at, count = [], 0, 0
+    for part_rows in rows:
+        count += part_rows * per_row
+        stop = ends[count - 1] if count else 0
+        cuts.append(inner[at:stop].strip(_SPACE))
+        at = stop + 1
+    return cuts
 
 
-def _byte_cuts(datatype: str, chunk: memoryview, rows: list[int], per_row: int) -> list[memoryview] | None:
+def _string_ends(inner: str) -> list[int]:
+    """Where each string of a JSON array's inside ends (its comma, or the end)."""
+    ends: list[int] = []
+    at = _skip(inner, 0) if inner.strip(_SPACE) else len(inner)
+    while at < len(inner):
+        if inner[at] != '"':
+            raise _Alone
+        at = _skip_end(inner, _scanstring(inner, at + 1)[1])
+        if at < len(inner) and inner[at] != ",":
+            raise _Alone
+        ends.append(at)
+        at = _skip_end(inner, at + 1) if at < len(inner) else at
+    return ends
+
+
+def _skip_end(text: str, at: int) -> int:
+    return _SPACE_RUN.match(text, at).end()  # type: ignore[union-attr]
+
+
+def _json_string(value: str) -> str:
+    """``value`` as Triton writes a string: only the quote, the backslash and control characters escaped
+    (the short escapes where JSON has them, else ``\\u00XX`` with capital hex digits)."""
+    if value.isprintable() and '"' not in value and "\\" not in value:
+        return f'"{value}"'
+    return '"' + "".join(_ESCAPES.get(c) or (f"\\u{ord(c):04X}" if c < " " else c) for c in value) + '"'
+
+
+_ESCAPES = {'"': '\\"', "\\": "\\\\", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def _byte_cuts(datatype: str, chunk: memoryview, rows: list[int], per_row: int) -> list[memoryview]:
     """A binary output's bytes cut at the parts' rows."""
     item = ITEM_BYTES.get(datatype)
     out, at = [], 0
     if item is not None:
         if len(chunk) != sum(rows) * per_row * item:
-            return None
+            raise _Alone
         for count in rows:
             out.append(chunk[at : at + count * per_row * item])
             at += count * per_row * item
         return out
     if datatype != "BYTES":
-        return None
+        raise _Alone
     for count in rows:
         start = at
         for _ in range(count * per_row):
             if at + 4 > len(chunk):
-                return None
+                raise _Alone
             at += 4 + _LENGTH.unpack_from(chunk, at)[0]
         out.append(chunk[start:at])
-    return out if at == len(chunk) else None
+    if at != len(chunk):
+        raise _Alone
+    return out

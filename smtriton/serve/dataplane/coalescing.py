@@ -14,9 +14,11 @@ bound and nothing was ever merged). And never less than one instance's worth: a 
 worker's second request wait a whole round trip to merge with little or nothing (2 workers, one
 instance, 4 clients: 13 % fewer answers than with 2 each).
 
-A merged request Triton fails, or answers in a way that cannot be split, is sent again unmerged: each
-client gets the answer it would have got alone, its own error included. A transport failure (Triton
-unreachable, out of time) is each client's own such failure.
+A merged request Triton fails for a client's rows (a 400, a model's error), or answers in a way that
+cannot be split, is sent again unmerged: each client gets the answer it would have got alone, its own
+error included. One Triton refuses as a whole (unavailable, its queue full, out of time:
+:func:`~smtriton.serve.dataplane.batching.refused_as_a_whole`), and a transport failure (Triton
+unreachable, out of time), is each client's own such failure, never sent again row by row.
 """
 
 from __future__ import annotations
@@ -132,7 +134,7 @@ class Coalescer:
     async def _send_group(self, lane: _Lane, triton_name: str, group: list[_Waiting]) -> None:
         """Send ``group`` merged; each waiting client gets its part of the answer (or sends alone)."""
         try:
-            answers = await self._merged(triton_name, group)
+            answers = await self._merged(triton_name, group, lane.model)
         except asyncio.CancelledError:
             for waiting in group:
                 waiting.answer.cancel()
@@ -150,7 +152,9 @@ class Coalescer:
             if not waiting.answer.done():
                 waiting.answer.set_result(_ALONE if answers is None else answers[index])
 
-    async def _merged(self, triton_name: str, group: list[_Waiting]) -> list[UpstreamResponse] | None:
+    async def _merged(
+        self, triton_name: str, group: list[_Waiting], model: ModelBatching
+    ) -> list[UpstreamResponse] | None:
         try:
             merged = batching.merge([waiting.part for waiting in group])
         except Exception:  # a bug in the merge: the requests still go, alone
@@ -158,7 +162,9 @@ class Coalescer:
             return None
         response = await self._send(triton_name, merged.inference)
         self._metrics.merged(len(group))
-        return merged.split(response)
+        if batching.refused_as_a_whole(response):
+            return [response] * len(group)
+        return merged.split(response, model)
 
     def forget(self, triton_name: str) -> None:
         """The model was loaded or unloaded: its lane goes once nothing is in it (an MME loads many)."""
@@ -225,14 +231,26 @@ async def send_all(
                 results[index] = exc
 
     async def together(indices: list[int]) -> None:
-        answers = None
+        assert model is not None
         try:
             merged = batching.merge([part for index in indices if (part := parts[index]) is not None])
-            async with gate:
-                answers = merged.split(await send(triton_name, merged.inference))
-        except Exception:  # sent again alone below: each record gets its own answer or error
-            answers = None
-        if answers is None:
+        except Exception:  # a bug in the merge: the records still go, alone
+            log.exception("merging %d records to %s failed; sent alone", len(indices), triton_name)
+            await asyncio.gather(*(alone(index) for index in indices))
+            return
+        async with gate:
+            try:
+                response = await send(triton_name, merged.inference)
+            except Exception as exc:  # each record's own failure (its own copy: tracebacks differ)
+                for index in indices:
+                    results[index] = copy.copy(exc)
+                return
+        if batching.refused_as_a_whole(response):
+            for index in indices:
+                results[index] = response
+            return
+        answers = merged.split(response, model)
+        if answers is None:  # sent again alone: each record gets its own answer or error
             await asyncio.gather(*(alone(index) for index in indices))
             return
         for index, answer in zip(indices, answers, strict=True):
