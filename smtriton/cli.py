@@ -31,7 +31,7 @@ from smtriton.convert.cli_shared import validate_written
 from smtriton.convert.config_cli import config_command
 from smtriton.convert.recipe import DEFAULT_RECIPE, RecipeError
 from smtriton.errors import ToolError
-from smtriton.repo.cli import package_app, validate_command
+from smtriton.repo.cli import package_app, report_merging, validate_command
 
 console = Console(stderr=True)
 HELP_OPTIONS = {"help_option_names": ["-h", "--help"]}
@@ -326,6 +326,7 @@ def build_repository_command(
         raise typer.Exit(1)
     present = [r for r in report.results if r.status != "skipped"]
     validate_written(report.output, [r.name for r in present])
+    report_merging(report.output, [r.name for r in present])
     skipped = f", {len(report.results) - len(present)} skipped" if len(present) < len(report.results) else ""
     if report.up_to_date:
         console.print(f"All {len(present)} models up to date{skipped} ({report.seconds:.2f} s), nothing to build.")

@@ -59,6 +59,16 @@ def _report(repo: Path, problems: list[Problem], quiet_ok: bool = False, checked
     return n_errors
 
 
+def report_merging(repo: Path, models: list[str] | None = None) -> None:
+    """One line per model Triton batches: whether serve merges its requests from different clients."""
+    from smtriton.repo.validate import merging
+
+    for name, rule in merging(repo, models):
+        verdict = "[green]merged[/]" if rule.allowed else "[yellow]not merged[/]"
+        line = f"{escape(name)}: requests of different clients {verdict} ({escape(rule.reason)})"
+        console.print(line, highlight=False)
+
+
 def validate_command(
     repo: Annotated[Path, typer.Argument(metavar="REPO", help="Model repository (one directory per model).")],
     mme: Annotated[bool, typer.Option("--mme", help="Multi-model endpoint rules: model names unique.")] = False,
@@ -83,7 +93,9 @@ def validate_command(
     Layout (model and numeric version directories), every config parses, the artifact each platform
     loads is present, config inputs/outputs agree with the artifact (names, dtypes, ranks, fixed
     dims), max_batch_size agrees with the batch dimension, ensemble steps reference existing models
-    and tensors, TensorRT sidecars match their plans. Exits 1 on any error.
+    and tensors, TensorRT sidecars match their plans. Exits 1 on any error. Then, for each model Triton
+    batches, whether serve merges requests of different clients (its backend runs a batch as one
+    tensor, or its config declares smtriton_merge_rows).
 
     Next: smtriton package sme REPO (one endpoint serving the repository) or package mme REPO (one archive
     per model, for a multi-model endpoint).
@@ -97,6 +109,7 @@ def validate_command(
     checked = len(model_directories(repo)) if repo.is_dir() else None
     if _report(repo, problems, checked=checked):
         raise typer.Exit(1)
+    report_merging(repo)
     console.print(
         f"next: smtriton package sme {escape(str(repo))} (or package mme, one archive per model)", highlight=False
     )

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from smtriton import dtypes, model_config
+from smtriton import dtypes, model_config, row_merging
 from smtriton.model_config import CONFIG_FILE, PLATFORM_BACKENDS, ConfigParseError, ModelConfig
 from smtriton.repo import ensemble, layout
 from smtriton.repo.artifacts import (
@@ -124,6 +124,31 @@ def validate_repository(
     return problems
 
 
+def merging(repo: Path, models: Collection[str] | None = None) -> list[tuple[str, row_merging.RowMerging]]:
+    """For each model Triton batches (``dynamic_batching``, ``max_batch_size`` ≥ 2, neither decoupled
+    nor a sequence), whether the front merges its requests from different clients, and why: the rule
+    serve follows (:mod:`smtriton.row_merging`)."""
+    found = []
+    for directory in model_directories(repo):
+        if models is not None and directory.name not in models:
+            continue
+        try:
+            config = model_config.read(directory)
+        except (ConfigParseError, OSError):
+            continue  # validate_repository reports it
+        batches = config.max_batch_size >= 2 and config.HasField("dynamic_batching")
+        if not batches or config.HasField("sequence_batching") or config.model_transaction_policy.decoupled:
+            continue
+        rule = row_merging.row_merging(config.backend, config.platform, _merge_rows_parameter(config))
+        found.append((model_config.served_name(config, directory), rule))
+    return found
+
+
+def _merge_rows_parameter(config: ModelConfig) -> str | None:
+    entry = config.parameters.get(row_merging.MERGE_ROWS_PARAMETER)
+    return None if entry is None else entry.string_value
+
+
 def errors(problems: Iterable[Problem]) -> list[Problem]:
     return [p for p in problems if p.severity == "error"]
 
@@ -194,6 +219,10 @@ def _check_model(
         if bad and mbs > 0:
             add(f"preferred_batch_size {bad} exceeds max_batch_size {mbs}")
     _check_io_declarations(config, kind, add)
+    try:
+        row_merging.declared(_merge_rows_parameter(config))
+    except row_merging.BadDeclaration as exc:
+        add(f"{exc}; the front does not merge this model's requests")
     if config.version_policy.HasField("specific"):
         for v in config.version_policy.specific.versions:
             if str(v) not in model.versions:

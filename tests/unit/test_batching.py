@@ -404,3 +404,31 @@ def test_an_answer_is_split_only_where_each_output_is_the_batch_and_then_its_dec
 def test_what_triton_refuses_as_a_whole_is_told_apart_from_a_rows_failure(status, whole):
     answer = UpstreamResponse(status, "application/json", None, b'{"error":"Exceeds maximum queue size"}')
     assert batching.refused_as_a_whole(answer) is whole
+
+
+def test_a_long_json_output_is_cut_at_its_rows_commas_as_a_short_one_is():
+    parts = [part_of(json_request([[1, 2]] * rows)) for rows in (2, 1)]
+    values = [f"{n}.{n % 7}E-3" for n in range(3 * 700)]  # 3 rows of 700: past the short path's 4 KiB
+    answer = UpstreamResponse(
+        200,
+        "application/json",
+        None,
+        b'{"model_name":"m","model_version":"1","outputs":[{"name":"Y","datatype":"FP64","shape":[3,700],"data":['
+        + ",".join(values).encode()
+        + b"]}]}",
+    )
+    first, second = batching.merge(parts).split(answer, MODEL) or []
+    assert first.body.endswith(b'"shape":[2,700],"data":[' + ",".join(values[:1400]).encode() + b"]}]}")
+    assert second.body.endswith(b'"shape":[1,700],"data":[' + ",".join(values[1400:]).encode() + b"]}]}")
+
+
+def test_a_plan_kept_for_a_repeated_header_is_used_only_for_a_body_of_its_length():
+    parts = [part_of(json_request([[1, 2]])) for _ in range(2)]
+    merged = batching.merge(parts)
+    answer = triton_answer(
+        [{"name": "Y", "datatype": "INT32", "shape": [2], "parameters": {"binary_data_size": 8}}], [b"\x01" * 8]
+    )
+    assert [a.body[a.header_length :] for a in merged.split(answer, MODEL) or []] == [b"\x01" * 4] * 2
+    assert [a.body[a.header_length :] for a in merged.split(answer, MODEL) or []] == [b"\x01" * 4] * 2  # kept
+    longer = UpstreamResponse(200, answer.content_type, answer.header_length, answer.body + b"\x00")
+    assert merged.split(longer, MODEL) is None

@@ -445,3 +445,45 @@ def test_a_packed_environment_that_would_not_load_is_named_with_why(tmp_path, en
     (tmp_path / "env.tar.gz").write_bytes((model / "env.tar.gz").read_bytes())  # beside the model: still outside
     found = _env_problems(tmp_path)
     assert any(message in m for m in found), found
+
+
+PYTHON_BATCHED = """
+name: "tok"
+backend: "python"
+max_batch_size: 8
+input { name: "text" data_type: TYPE_STRING dims: [ 1 ] }
+output { name: "ids" data_type: TYPE_INT64 dims: [ -1 ] }
+dynamic_batching { }
+"""
+
+
+def test_validate_says_which_models_serve_merges_and_why(tmp_path):
+    add_model(tmp_path, "clf", CLASSIFIER)
+    add_model(tmp_path, "tok", PYTHON_BATCHED, artifact=False)
+    (tmp_path / "tok" / "1" / "model.py").write_text("class TritonPythonModel:\n    pass\n")
+    declared = PYTHON_BATCHED.replace('name: "tok"', 'name: "rows"')
+    add_model(
+        tmp_path, "rows", declared + 'parameters { key: "smtriton_merge_rows" value: { string_value: "true" } }\n'
+    )
+    (tmp_path / "rows" / "1" / "model.onnx").unlink()
+    (tmp_path / "rows" / "1" / "model.py").write_text("class TritonPythonModel:\n    pass\n")
+    add_model(tmp_path, "single", CLASSIFIER.replace("dynamic_batching { preferred_batch_size: [ 4 ] }", ""))
+    result = CliRunner().invoke(app, ["validate", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    said = [line for line in result.output.splitlines() if "requests of different clients" in line]
+    assert said == [
+        "clf: requests of different clients merged (backend onnxruntime runs a batch as one tensor)",
+        "rows: requests of different clients merged (smtriton_merge_rows is true)",
+        "tok: requests of different clients not merged (backend python may answer a row from the whole request; "
+        'declare smtriton_merge_rows "true" if each row\'s answer is its own)',
+    ]  # "single" is not batched by Triton: nothing to say
+
+
+def test_a_merge_declaration_other_than_true_or_false_is_an_error(tmp_path):
+    add_model(
+        tmp_path, "clf", CLASSIFIER + 'parameters { key: "smtriton_merge_rows" value: { string_value: "yes" } }\n'
+    )
+    assert lines(tmp_path) == [
+        'clf/config.pbtxt: error: parameter smtriton_merge_rows is "true" or "false", not \'yes\'; the front does '
+        "not merge this model's requests"
+    ]

@@ -36,7 +36,7 @@ import math
 import re
 import struct
 from collections.abc import Callable, Hashable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -63,6 +63,9 @@ _SHARED_MEMORY = frozenset(DATA_ELSEWHERE) - {"binary_data_size"}
 MERGED_BYTES_MAX = 32 * 1024 * 1024
 _LENGTH = struct.Struct("<I")
 _INTEGER = re.compile(r"-?[0-9]{1,18}\Z")
+# A shape and a size as Triton writes them in an answer: compact, non-negative integers.
+_SHAPE = re.compile(r"\[((?:[0-9]{1,18}(?:,[0-9]{1,18})*)?)\]")
+_DIGITS = re.compile(r"[0-9]{1,18}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -518,7 +521,7 @@ class _OutputText:
 
     name: str = ""
     datatype: str = ""
-    shape: list[int] | None = None
+    shape: list[int] = field(default_factory=list)
     shape_at: tuple[int, int] = (0, 0)
     data_at: tuple[int, int] | None = None
     size: int | None = None  # binary_data_size
@@ -530,64 +533,123 @@ def _answer_layout(text: str) -> list[_OutputText]:
     request has none) or an answer that is not Triton's plain form raises :class:`_Alone`."""
     outputs: list[_OutputText] = []
 
-    def size_of(key: str, start: int) -> int:
-        end = _value_end(text, start)
-        if key == "binary_data_size":
-            outputs[-1].size = json.loads(text[start:end])
-            outputs[-1].size_at = (start, end)
-        return end
-
-    def member(key: str, start: int) -> int:
-        output = outputs[-1]
-        if key == "data":
-            if text[start] != "[":
-                raise _Alone
-            # numbers, booleans and NaN as Triton writes them hold no bracket: no need to parse them
-            end = text.index("]", start) + 1 if output.datatype not in ("", "BYTES") else _value_end(text, start)
-            output.data_at = (start, end)
-            return end
-        if key == "parameters":
-            return _object(text, start, size_of)
-        end = _value_end(text, start)
-        if key == "name":
-            output.name = json.loads(text[start:end])
-        elif key == "datatype":
-            output.datatype = json.loads(text[start:end])
-        elif key == "shape":
-            output.shape, output.shape_at = json.loads(text[start:end]), (start, end)
-        return end
+    def one_output(at: int) -> int:
+        output = _OutputText()
+        outputs.append(output)
+        return _object(text, at, lambda key, start: _output_member(text, output, key, start))
 
     def top(key: str, start: int) -> int:
         if key == "id":
             raise _Alone
-        if key != "outputs":
-            return _value_end(text, start)
-
-        def one_output(at: int) -> int:
-            outputs.append(_OutputText())
-            return _object(text, at, member)
-
-        return _array(text, start, one_output)
+        return _array(text, start, one_output) if key == "outputs" else _value_end(text, start)
 
     if _object(text, 0, top) != len(text):
         raise _Alone  # (Triton writes nothing around its object)
     return outputs
 
 
+def _output_member(text: str, output: _OutputText, key: str, start: int) -> int:
+    """Note one member of an output of Triton's answer; its end."""
+    if key == "data":
+        if text[start] != "[":
+            raise _Alone
+        # numbers, booleans and NaN as Triton writes them hold no bracket: no need to parse them
+        end = text.index("]", start) + 1 if output.datatype not in ("", "BYTES") else _value_end(text, start)
+        output.data_at = (start, end)
+        return end
+    if key in ("name", "datatype"):
+        if text[start] != '"':
+            raise _Alone
+        value, end = _scanstring(text, start + 1)
+        if key == "name":
+            output.name = value
+        else:
+            output.datatype = value
+        return end
+    if key == "shape":
+        found = _SHAPE.match(text, start)
+        if found is None:
+            raise _Alone
+        inside = found.group(1)
+        output.shape, output.shape_at = [int(d) for d in inside.split(",")] if inside else [], found.span()
+        return found.end()
+    if key == "parameters":
+        return _object(text, start, lambda name, at: _parameter_member(text, output, name, at))
+    return _value_end(text, start)
+
+
+def _parameter_member(text: str, output: _OutputText, key: str, start: int) -> int:
+    if key != "binary_data_size":
+        return _value_end(text, start)
+    found = _DIGITS.match(text, start)
+    if found is None:
+        raise _Alone
+    output.size, output.size_at = int(found.group()), found.span()
+    return found.end()
+
+
+@dataclass(frozen=True, slots=True)
+class _Plan:
+    """How one answer of Triton's is cut: each part's answer text after its opening brace (its shapes,
+    sizes and JSON data in place), and where each part's binary outputs lie in the body."""
+
+    rests: list[str]
+    ranges: list[list[tuple[int, int]]]
+    more: bool  # members follow the opening brace: an id goes before them with a comma
+    body_length: int
+    reusable: bool  # it depends on the header's text alone (binary outputs of fixed-size items)
+
+
+# A plan of an answer whose header is the same text (small binary outputs: the header repeats) for the
+# same rows of the same model: kept, so that the header is walked once, not once per merged request.
+_plans: dict[tuple[str, tuple[int, ...], ModelBatching], _Plan] = {}
+_PLANS_MAX = 256
+_PLAN_TEXT_MAX = 4096
+
+
 def _split(response: UpstreamResponse, parts: Sequence[Part], model: ModelBatching) -> list[UpstreamResponse]:
     body = response.body
     end = len(body) if response.header_length is None else response.header_length
     text = bytes(body[:end]).decode("utf-8", "surrogateescape")  # a BYTES output as the model made it
+    rows = tuple(item.batch for item in parts)
+    key = (text, rows, model)
+    plan = _plans.get(key)
+    if plan is None:
+        plan = _plan(text, body, end, rows, model)
+        if plan.reusable and len(text) <= _PLAN_TEXT_MAX:
+            if len(_plans) >= _PLANS_MAX:
+                _plans.clear()
+            _plans[key] = plan
+    if plan.body_length != len(body):
+        raise _Alone
+    answers = []
+    for index, item in enumerate(parts):
+        if item.request_id:
+            head = "".join(['{"id":', _json_string(item.request_id), "," if plan.more else "", plan.rests[index]])
+        else:
+            head = "{" + plan.rests[index]
+        encoded = head.encode("utf-8", "surrogateescape")
+        if response.header_length is None:
+            answers.append(UpstreamResponse(200, response.content_type, None, encoded))
+        else:
+            whole = memoryview(body)
+            tensors = [whole[start:stop] for start, stop in plan.ranges[index]]
+            answers.append(UpstreamResponse(200, response.content_type, len(encoded), b"".join([encoded, *tensors])))
+    return answers
+
+
+def _plan(text: str, body: Any, end: int, rows: tuple[int, ...], model: ModelBatching) -> _Plan:
+    """Cut Triton's answer (its header ``text``, its ``body``) at the parts' ``rows``."""
     outputs = _answer_layout(text)
-    rows = [item.batch for item in parts]
     total = sum(rows)
     declared = dict(model.outputs) if model.outputs is not None else None
-    # Per output: each part's piece of text (JSON data) or bytes (binary), cut at its rows.
-    pieces: list[list[str] | list[memoryview]] = []
+    # Per output: each part's piece of JSON data text, or where its bytes lie.
+    pieces: list[list[str] | list[tuple[int, int]]] = []
     offset = end
+    reusable = True
     for output in outputs:
         shape = output.shape
-        if not isinstance(shape, list) or not shape or shape[0] != total or not all(type(d) is int for d in shape):
+        if not shape or shape[0] != total:
             raise _Alone
         if declared is not None and not _as_declared(shape, declared.get(output.name)):
             raise _Alone  # the first dimension may be something else that happens to equal the rows
@@ -596,47 +658,42 @@ def _split(response: UpstreamResponse, parts: Sequence[Part], model: ModelBatchi
             if output.data_at is None:
                 raise _Alone
             pieces.append(_text_cuts(text, output, rows, per_row))
+            reusable = False
         else:
-            if type(output.size) is not int or output.data_at is not None:
+            if output.data_at is not None or offset + output.size > len(body):
                 raise _Alone
-            chunk = memoryview(body)[offset : offset + output.size]
+            pieces.append(_byte_cuts(output.datatype, body, offset, output.size, rows, per_row))
+            reusable = reusable and output.datatype != "BYTES"
             offset += output.size
-            if len(chunk) != output.size:
-                raise _Alone
-            pieces.append(_byte_cuts(output.datatype, chunk, rows, per_row))
     if offset != len(body):
         raise _Alone
-    # Each part's answer: Triton's text with the part's id first and its own shapes, sizes and data.
+    # Each part's answer: Triton's text with its own shapes, sizes and data.
     places = sorted(
         [(o.shape_at, n, "shape") for n, o in enumerate(outputs)]
         + [(o.data_at, n, "data") for n, o in enumerate(outputs) if o.data_at is not None]
         + [(o.size_at, n, "size") for n, o in enumerate(outputs) if o.size is not None]
     )
-    answers = []
-    for index, item in enumerate(parts):
-        texts = ["{"]
-        if item.request_id:
-            texts += ['"id":', _json_string(item.request_id), "," if _skip(text, 1) < len(text) - 1 else ""]
+    rests, ranges = [], []
+    for index, part_rows in enumerate(rows):
+        texts: list[str] = []
+        mine: list[tuple[int, int]] = []
         at = 1
-        tensors: list[memoryview] = []
         for (start, stop), n, what in places:
             texts.append(text[at:start])
+            piece = pieces[n][index]
             if what == "shape":
-                texts.append("[" + ",".join(map(str, [rows[index], *outputs[n].shape[1:]])) + "]")  # type: ignore[index]
+                texts.append("[" + ",".join(map(str, [part_rows, *outputs[n].shape[1:]])) + "]")
             elif what == "data":
-                texts.append("[" + pieces[n][index] + "]")  # type: ignore[operator]
+                texts.append("[" + piece + "]")  # type: ignore[operator]
             else:
-                piece = pieces[n][index]
-                texts.append(str(len(piece)))
-                tensors.append(piece)  # type: ignore[arg-type]
+                assert isinstance(piece, tuple)
+                texts.append(str(piece[1] - piece[0]))
+                mine.append(piece)
             at = stop
         texts.append(text[at:])
-        head = "".join(texts).encode("utf-8", "surrogateescape")
-        if response.header_length is None:
-            answers.append(UpstreamResponse(200, response.content_type, None, head))
-        else:
-            answers.append(UpstreamResponse(200, response.content_type, len(head), b"".join([head, *tensors])))
-    return answers
+        rests.append("".join(texts))
+        ranges.append(mine)
+    return _Plan(rests, ranges, _skip(text, 1) < len(text) - 1, len(body), reusable)
 
 
 def _as_declared(shape: list[int], dims: tuple[int, ...] | None) -> bool:
@@ -646,14 +703,23 @@ def _as_declared(shape: list[int], dims: tuple[int, ...] | None) -> bool:
     return all(want == -1 or want == got for want, got in zip(dims, shape[1:], strict=True))
 
 
-def _text_cuts(text: str, output: _OutputText, rows: list[int], per_row: int) -> list[str]:
+def _text_cuts(text: str, output: _OutputText, rows: tuple[int, ...], per_row: int) -> list[str]:
     """A JSON output's data text, inside its brackets, cut after each part's rows: Triton's own
     characters for each value."""
     assert output.data_at is not None
     inner = text[output.data_at[0] + 1 : output.data_at[1] - 1]
     if output.datatype == "BYTES":
         ends = _string_ends(inner)
-    else:  # no value holds a comma: the commas are the boundaries
+    elif len(inner) <= 4096:  # no value holds a comma: the commas are the boundaries
+        values = inner.split(",") if inner else []
+        if len(values) != sum(rows) * per_row:
+            raise _Alone
+        cuts, at = [], 0
+        for part_rows in rows:
+            cuts.append(",".join(values[at : at + part_rows * per_row]))
+            at += part_rows * per_row
+        return cuts
+    else:  # the same, the commas found at once
         if not inner.isascii():
             raise _Alone
         ends = np.flatnonzero(np.frombuffer(inner.encode("ascii"), np.uint8) == 44).tolist()
@@ -701,15 +767,17 @@ def _json_string(value: str) -> str:
 _ESCAPES = {'"': '\\"', "\\": "\\\\", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
 
 
-def _byte_cuts(datatype: str, chunk: memoryview, rows: list[int], per_row: int) -> list[memoryview]:
-    """A binary output's bytes cut at the parts' rows."""
+def _byte_cuts(
+    datatype: str, body: Any, offset: int, size: int, rows: tuple[int, ...], per_row: int
+) -> list[tuple[int, int]]:
+    """Where each part's rows of a binary output lie: ``size`` bytes at ``offset`` of ``body``."""
     item = ITEM_BYTES.get(datatype)
-    out, at = [], 0
+    out, at, end = [], offset, offset + size
     if item is not None:
-        if len(chunk) != sum(rows) * per_row * item:
+        if size != sum(rows) * per_row * item:
             raise _Alone
         for count in rows:
-            out.append(chunk[at : at + count * per_row * item])
+            out.append((at, at + count * per_row * item))
             at += count * per_row * item
         return out
     if datatype != "BYTES":
@@ -717,10 +785,10 @@ def _byte_cuts(datatype: str, chunk: memoryview, rows: list[int], per_row: int) 
     for count in rows:
         start = at
         for _ in range(count * per_row):
-            if at + 4 > len(chunk):
+            if at + 4 > end:
                 raise _Alone
-            at += 4 + _LENGTH.unpack_from(chunk, at)[0]
-        out.append(chunk[start:at])
-    if at != len(chunk):
+            at += 4 + _LENGTH.unpack_from(body, at)[0]
+        out.append((start, at))
+    if at != end:
         raise _Alone
     return out
