@@ -15,12 +15,21 @@ import pytest
 
 from smtriton.serve.dataplane.batching import ModelBatching
 from smtriton.serve.dataplane.codec import BINARY_JSON
-from smtriton.serve.dataplane.plane import DataPlane
+from smtriton.serve.dataplane.plane import SEQUENCE_LOST, DataPlane
 from smtriton.serve.dataplane.reading import Inference
 from smtriton.serve.dataplane.request import Reply, Request
 from smtriton.serve.dataplane.sessions import SessionStep
 from smtriton.serve.errors import BadRequest, ModelNotFound, NotReady, TritonUnavailable
-from smtriton.serve.ipc.messages import STARTING, EndpointState, ModelAdded, ModelDraining, ModelRemoved
+from smtriton.serve.ipc.messages import (
+    STARTING,
+    EndpointState,
+    Message,
+    ModelAdded,
+    ModelDraining,
+    ModelRemoved,
+    Probation,
+    ProbationOver,
+)
 from smtriton.serve.metrics import Metrics
 from smtriton.serve.multimodel.records import ModelRecord
 from smtriton.serve.settings import Settings
@@ -261,6 +270,123 @@ def test_a_connection_that_fails_while_triton_lives_is_503_as_before():
     run(scenario)
 
 
+class _Desk(RecordingOwner):
+    """The owner's side of turns on probation: it records whether Triton served when a turn was asked
+    for, and grants it at once (``hold``: never, so only the asker's own timeout ends the wait)."""
+
+    def __init__(self, plane: DataPlane, hold: bool = False) -> None:
+        super().__init__()
+        self.plane = plane
+        self.hold = hold
+        self.serving_when_asked: list[bool] = []
+        self.on_grant: Callable[[], None] | None = None  # what happens as a turn comes
+
+    async def call(self, message: Message, timeout: float | None = None) -> object:
+        await super().call(message, timeout)
+        if not isinstance(message, Probation):
+            return None
+        self.serving_when_asked.append(self.plane.mirror.state.serving)
+        if self.hold:
+            await asyncio.wait_for(asyncio.Event().wait(), timeout)
+        if self.on_grant is not None:
+            self.on_grant()
+        return True
+
+
+def _restarts_after_one_death(triton: TritonStandIn, plane: DataPlane) -> None:
+    """The next request finds Triton dying under it; a new one serves 0.3 s later."""
+    triton.die_on_infer = 1
+
+    def death() -> None:
+        _tell(plane, _down(1))
+        asyncio.get_running_loop().call_later(0.3, lambda: _tell(plane, _up(triton, 2)))
+
+    triton.on_death = death
+
+
+def test_a_request_sent_again_asks_its_turn_on_probation_once_triton_serves_and_gives_it_back():
+    """A turn asked for while Triton restarts would run out its lease before Triton is back."""
+
+    async def scenario(triton: TritonStandIn, plane: DataPlane) -> None:
+        owner = _Desk(plane)
+        plane.owner.channel = owner  # type: ignore[assignment]
+        _restarts_after_one_death(triton, plane)
+        reply = await asyncio.wait_for(invoke(plane, b'{"inputs":[]}'), 5)
+        assert reply.status == 200
+        assert owner.serving_when_asked == [True]
+        assert owner.said == [("call", "probation"), ("notice", "probation_over")]
+        asked, over = owner.messages
+        assert isinstance(asked, Probation)
+        assert isinstance(over, ProbationOver)
+        assert (over.worker, over.ticket) == (asked.worker, asked.ticket)
+
+    run(scenario)
+
+
+def test_a_turn_that_comes_once_triton_died_again_goes_back_and_the_request_waits_for_the_next_triton():
+    async def scenario(triton: TritonStandIn, plane: DataPlane) -> None:
+        owner = _Desk(plane)
+        plane.owner.channel = owner  # type: ignore[assignment]
+        _restarts_after_one_death(triton, plane)
+
+        def dies_again() -> None:  # another request on probation killed it while this one waited
+            owner.on_grant = None
+            _tell(plane, _down(3))
+            asyncio.get_running_loop().call_later(0.3, lambda: _tell(plane, _up(triton, 4)))
+
+        owner.on_grant = dies_again
+        reply = await asyncio.wait_for(invoke(plane, b'{"inputs":[]}'), 5)
+        assert reply.status == 200
+        assert owner.said == [("call", "probation"), ("notice", "probation_over")] * 2
+        assert owner.serving_when_asked == [True, True]
+        assert len(triton.requests) == 2  # not sent while Triton was down: the turn went back unused
+
+    run(scenario)
+
+
+def test_the_wait_for_a_turn_on_probation_ends_at_the_requests_own_timeout_and_gives_the_turn_back():
+    settings = Settings.from_env({"SMTRITON_REQUEST_TIMEOUT_S": "1"})
+
+    async def scenario(triton: TritonStandIn, plane: DataPlane) -> None:
+        owner = _Desk(plane, hold=True)  # another request holds the turn for longer than this one may wait
+        plane.owner.channel = owner  # type: ignore[assignment]
+        _restarts_after_one_death(triton, plane)
+        reply = await asyncio.wait_for(invoke(plane, b'{"inputs":[]}'), 5)
+        assert reply.status == 503
+        assert "turn to be sent again" in error_of(reply)
+        assert owner.said == [("call", "probation"), ("notice", "probation_over")]
+        assert len(triton.requests) == 1
+
+    run(scenario, settings=settings)
+
+
+SEQUENCE_STEP = b'{"inputs":[],"parameters":{"sequence_id":5}}'
+
+
+def test_a_request_of_its_own_sequence_in_flight_at_a_death_is_503_and_not_sent_again():
+    async def scenario(triton: TritonStandIn, plane: DataPlane) -> None:
+        _restarts_after_one_death(triton, plane)
+        reply = await asyncio.wait_for(invoke(plane, SEQUENCE_STEP), 5)
+        assert reply.status == 503
+        assert SEQUENCE_LOST in error_of(reply)
+        await asyncio.sleep(0.5)  # Triton serves again meanwhile: still sent once
+        assert len(triton.requests) == 1
+
+    run(scenario)
+
+
+def test_a_request_of_its_own_sequence_that_meets_triton_restarting_is_503_at_once():
+    async def scenario(triton: TritonStandIn, plane: DataPlane) -> None:
+        _tell(plane, _down(1))
+        reply = await asyncio.wait_for(invoke(plane, SEQUENCE_STEP), 1)
+        assert reply.status == 503
+        assert error_of(reply) == f"Triton is restarting: {SEQUENCE_LOST}"
+        assert plane.waiting.waiting == 0
+        assert triton.requests == []
+
+    run(scenario)
+
+
 def test_large_json_goes_to_triton_binary_and_custom_attributes_as_a_parameter():
     async def scenario(triton: TritonStandIn, plane: DataPlane) -> None:
         data = list(range(20_000))
@@ -384,14 +510,14 @@ def test_how_a_model_merges_is_asked_once_without_holding_its_first_request_and_
             try:
                 assert (await invoke(plane, b"{}")).status == 200
                 assert (triton.configs_asked, triton.configs_answered) == (1, 0)  # the request did not wait
-                assert await plane.upstream.batching("m") == ModelBatching(max_batch_size=4, instances=2)
+                assert await plane.upstream.batching("m") == ModelBatching(max_batch_size=4, instances=2, outputs=())
                 for _ in range(3):
                     assert (await invoke(plane, b"{}")).status == 200
                 assert triton.configs_asked == 1
                 plane.upstream.model_changed("m")
                 triton.max_batch_size["m"] = 2
                 assert (await invoke(plane, b"{}")).status == 200
-                assert await plane.upstream.batching("m") == ModelBatching(max_batch_size=2, instances=2)
+                assert await plane.upstream.batching("m") == ModelBatching(max_batch_size=2, instances=2, outputs=())
                 assert triton.configs_asked == 2
             finally:
                 await plane.close()

@@ -144,7 +144,8 @@ class TritonStandIn:
         if model in self.decoupled:
             config["model_transaction_policy"] = {"decoupled": True}
         if model in self.max_batch_size:
-            config.update(max_batch_size=self.max_batch_size[model], dynamic_batching={})
+            # as an ONNX model would be: its backend runs a batch as one tensor, so its requests may merge
+            config.update(backend="onnxruntime", max_batch_size=self.max_batch_size[model], dynamic_batching={})
         return web.json_response(config)
 
     async def _metadata(self, request: web.Request) -> web.Response:

@@ -30,27 +30,24 @@ refusal, never sent again.
 
 from __future__ import annotations
 
-import json
-import json.scanner
 import math
 import re
 import struct
-from collections.abc import Callable, Hashable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 import orjson
 
 from smtriton.row_merging import RowMerging, config_parameter, row_merging
+from smtriton.serve.dataplane import answer_rows
 from smtriton.serve.dataplane.answers import CUSTOM_ATTRIBUTES
 from smtriton.serve.dataplane.codec import DATA_ELSEWHERE
+from smtriton.serve.dataplane.json_text import SPACE, NotPlain, value_end, walk_array, walk_object
 from smtriton.serve.dataplane.reading import KNOWN_HEADER_BYTES, KNOWN_HEADERS, Inference
 from smtriton.serve.triton.client import UpstreamResponse
 from smtriton.serve.triton.input_arena import ITEM_BYTES
 from smtriton.serve.triton.request_body import contiguous
-
-_scanstring: Callable[[str, int], tuple[str, int]] = json.decoder.scanstring  # type: ignore[attr-defined]
 
 # Request parameters that make a request its own: its place in a sequence, how Triton schedules it,
 # what the model reads for this client alone.
@@ -63,9 +60,6 @@ _SHARED_MEMORY = frozenset(DATA_ELSEWHERE) - {"binary_data_size"}
 MERGED_BYTES_MAX = 32 * 1024 * 1024
 _LENGTH = struct.Struct("<I")
 _INTEGER = re.compile(r"-?[0-9]{1,18}\Z")
-# A shape and a size as Triton writes them in an answer: compact, non-negative integers.
-_SHAPE = re.compile(r"\[((?:[0-9]{1,18}(?:,[0-9]{1,18})*)?)\]")
-_DIGITS = re.compile(r"[0-9]{1,18}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,7 +146,7 @@ class Part:
         return len(self.inference.body)
 
 
-class _Alone(Exception):
+class _Alone(NotPlain):
     """The request goes to Triton alone."""
 
 
@@ -183,7 +177,7 @@ def part(inference: Inference, model: ModelBatching) -> Part | None:
     inference = inference.whole()  # its body is read here and copied into the merged one: as one buffer
     try:
         made = _part(inference, header, model)
-    except (_Alone, TypeError, ValueError, KeyError, IndexError, AttributeError):
+    except (NotPlain, TypeError, ValueError, KeyError, IndexError, AttributeError):
         return None  # anything unexpected: Triton answers the request alone, in its own words
     if sizes is not None and all(spec["datatype"] != "BYTES" for spec in header["inputs"]):
         if len(_made) >= KNOWN_HEADERS:
@@ -312,11 +306,6 @@ def _fits(datatype: str, elements: int, body: Any, offset: int, size: int) -> bo
 
 
 # ----- the JSON data's own text --------------------------------------------------------------------------
-_SCANNER = json.scanner.make_scanner(json.JSONDecoder())  # type: ignore[arg-type]  # one JSON value at an index: (value, its end)
-_SPACE = " \t\n\r"
-_SPACE_RUN = re.compile("[ \t\n\r]*")
-
-
 def _tensors(inference: Inference, places: list[tuple[int, int] | None]) -> list[Tensor]:
     """``places`` with each JSON input's ``data`` text, inside its brackets, in place of None."""
     body = contiguous(inference.body)
@@ -332,61 +321,8 @@ def _tensors(inference: Inference, places: list[tuple[int, int] | None]) -> list
         elif found is None or not (found.startswith("[") and found.endswith("]")):
             raise _Alone
         else:
-            tensors.append(found[1:-1].strip(_SPACE).encode("utf-8", "surrogateescape"))
+            tensors.append(found[1:-1].strip(SPACE).encode("utf-8", "surrogateescape"))
     return tensors
-
-
-def _skip(text: str, at: int) -> int:
-    """The first index from ``at`` on that is not white space (compact JSON: ``at`` itself)."""
-    return at if text[at] not in _SPACE else _SPACE_RUN.match(text, at).end()  # type: ignore[union-attr]
-
-
-def _value_end(text: str, at: int) -> int:
-    try:
-        return int(_SCANNER(text, at)[1])
-    except StopIteration:  # the scanner's way of saying "no value here"
-        raise _Alone from None
-
-
-def _object(text: str, at: int, member: Callable[[str, int], int]) -> int:
-    """Walk the JSON object at ``at``: ``member(key, value start)`` returns each value's end; the
-    object's end is returned."""
-    at = _skip(text, at)
-    if text[at] != "{":
-        raise _Alone
-    at = _skip(text, at + 1)
-    if text[at] == "}":
-        return at + 1
-    while True:
-        if text[at] != '"':
-            raise _Alone
-        key, at = _scanstring(text, at + 1)
-        at = _skip(text, at)
-        if text[at] != ":":
-            raise _Alone
-        at = _skip(text, member(key, _skip(text, at + 1)))
-        if text[at] == "}":
-            return at + 1
-        if text[at] != ",":
-            raise _Alone
-        at = _skip(text, at + 1)
-
-
-def _array(text: str, at: int, element: Callable[[int], int]) -> int:
-    """Walk the JSON array at ``at``: ``element(start)`` returns each element's end; the array's end is
-    returned."""
-    if text[at] != "[":
-        raise _Alone
-    at = _skip(text, at + 1)
-    if text[at] == "]":
-        return at + 1
-    while True:
-        at = _skip(text, element(at))
-        if text[at] == "]":
-            return at + 1
-        if text[at] != ",":
-            raise _Alone
-        at = _skip(text, at + 1)
 
 
 def _data_texts(text: str) -> list[str | None]:
@@ -395,22 +331,22 @@ def _data_texts(text: str) -> list[str | None]:
     found: list[str | None] = []
 
     def data_of(key: str, start: int) -> int:
-        end = _value_end(text, start)
+        end = value_end(text, start)
         if key == "data":
             found[-1] = text[start:end]
         return end
 
     def inputs(key: str, start: int) -> int:
         if key != "inputs":
-            return _value_end(text, start)
+            return value_end(text, start)
 
         def one_input(at: int) -> int:
             found.append(None)
-            return _object(text, at, data_of)
+            return walk_object(text, at, data_of)
 
-        return _array(text, start, one_input)
+        return walk_array(text, start, one_input)
 
-    _object(text, 0, inputs)
+    walk_object(text, 0, inputs)
     return found
 
 
@@ -454,8 +390,9 @@ class Merged:
         if response.status != 200:
             return None
         try:
-            return _split(response, self.parts, model)
-        except (_Alone, TypeError, ValueError, KeyError, IndexError, AttributeError, struct.error):
+            ids = [item.request_id for item in self.parts]
+            return answer_rows.split(response, tuple(item.batch for item in self.parts), ids, model.outputs)
+        except (NotPlain, TypeError, ValueError, KeyError, IndexError, AttributeError, struct.error):
             return None
 
 
@@ -512,283 +449,3 @@ def merge(parts: Sequence[Part]) -> Merged:
     if first.inference.header_length is None:
         return Merged(Inference(head, None, merged, complete=False), tuple(parts))
     return Merged(Inference(b"".join([head, *tensors]), len(head), merged, complete=False), tuple(parts))
-
-
-# ----- Triton's answer, split by its own text ------------------------------------------------------------
-@dataclass(slots=True)
-class _OutputText:
-    """Where one output's members lie in the text of Triton's answer."""
-
-    name: str = ""
-    datatype: str = ""
-    shape: list[int] = field(default_factory=list)
-    shape_at: tuple[int, int] = (0, 0)
-    data_at: tuple[int, int] | None = None
-    size: int | None = None  # binary_data_size
-    size_at: tuple[int, int] = (0, 0)
-
-
-def _answer_layout(text: str) -> list[_OutputText]:
-    """Each output's shape, data and binary size, and where their text lies; an ``id`` (the merged
-    request has none) or an answer that is not Triton's plain form raises :class:`_Alone`."""
-    outputs: list[_OutputText] = []
-
-    def one_output(at: int) -> int:
-        output = _OutputText()
-        outputs.append(output)
-        return _object(text, at, lambda key, start: _output_member(text, output, key, start))
-
-    def top(key: str, start: int) -> int:
-        if key == "id":
-            raise _Alone
-        return _array(text, start, one_output) if key == "outputs" else _value_end(text, start)
-
-    if _object(text, 0, top) != len(text):
-        raise _Alone  # (Triton writes nothing around its object)
-    return outputs
-
-
-def _output_member(text: str, output: _OutputText, key: str, start: int) -> int:
-    """Note one member of an output of Triton's answer; its end."""
-    if key == "data":
-        if text[start] != "[":
-            raise _Alone
-        # numbers, booleans and NaN as Triton writes them hold no bracket: no need to parse them
-        end = text.index("]", start) + 1 if output.datatype not in ("", "BYTES") else _value_end(text, start)
-        output.data_at = (start, end)
-        return end
-    if key in ("name", "datatype"):
-        if text[start] != '"':
-            raise _Alone
-        value, end = _scanstring(text, start + 1)
-        if key == "name":
-            output.name = value
-        else:
-            output.datatype = value
-        return end
-    if key == "shape":
-        found = _SHAPE.match(text, start)
-        if found is None:
-            raise _Alone
-        inside = found.group(1)
-        output.shape, output.shape_at = [int(d) for d in inside.split(",")] if inside else [], found.span()
-        return found.end()
-    if key == "parameters":
-        return _object(text, start, lambda name, at: _parameter_member(text, output, name, at))
-    return _value_end(text, start)
-
-
-def _parameter_member(text: str, output: _OutputText, key: str, start: int) -> int:
-    if key != "binary_data_size":
-        return _value_end(text, start)
-    found = _DIGITS.match(text, start)
-    if found is None:
-        raise _Alone
-    output.size, output.size_at = int(found.group()), found.span()
-    return found.end()
-
-
-@dataclass(frozen=True, slots=True)
-class _Plan:
-    """How one answer of Triton's is cut: each part's answer text after its opening brace (its shapes,
-    sizes and JSON data in place), and where each part's binary outputs lie in the body."""
-
-    rests: list[str]
-    ranges: list[list[tuple[int, int]]]
-    more: bool  # members follow the opening brace: an id goes before them with a comma
-    body_length: int
-    reusable: bool  # it depends on the header's text alone (binary outputs of fixed-size items)
-
-
-# A plan of an answer whose header is the same text (small binary outputs: the header repeats) for the
-# same rows of the same model: kept, so that the header is walked once, not once per merged request.
-_plans: dict[tuple[str, tuple[int, ...], ModelBatching], _Plan] = {}
-_PLANS_MAX = 256
-_PLAN_TEXT_MAX = 4096
-
-
-def _split(response: UpstreamResponse, parts: Sequence[Part], model: ModelBatching) -> list[UpstreamResponse]:
-    body = response.body
-    end = len(body) if response.header_length is None else response.header_length
-    text = bytes(body[:end]).decode("utf-8", "surrogateescape")  # a BYTES output as the model made it
-    rows = tuple(item.batch for item in parts)
-    key = (text, rows, model)
-    plan = _plans.get(key)
-    if plan is None:
-        plan = _plan(text, body, end, rows, model)
-        if plan.reusable and len(text) <= _PLAN_TEXT_MAX:
-            if len(_plans) >= _PLANS_MAX:
-                _plans.clear()
-            _plans[key] = plan
-    if plan.body_length != len(body):
-        raise _Alone
-    answers = []
-    for index, item in enumerate(parts):
-        if item.request_id:
-            head = "".join(['{"id":', _json_string(item.request_id), "," if plan.more else "", plan.rests[index]])
-        else:
-            head = "{" + plan.rests[index]
-        encoded = head.encode("utf-8", "surrogateescape")
-        if response.header_length is None:
-            answers.append(UpstreamResponse(200, response.content_type, None, encoded))
-        else:
-            whole = memoryview(body)
-            tensors = [whole[start:stop] for start, stop in plan.ranges[index]]
-            answers.append(UpstreamResponse(200, response.content_type, len(encoded), b"".join([encoded, *tensors])))
-    return answers
-
-
-def _plan(text: str, body: Any, end: int, rows: tuple[int, ...], model: ModelBatching) -> _Plan:
-    """Cut Triton's answer (its header ``text``, its ``body``) at the parts' ``rows``."""
-    outputs = _answer_layout(text)
-    total = sum(rows)
-    declared = dict(model.outputs) if model.outputs is not None else None
-    # Per output: each part's piece of JSON data text, or where its bytes lie.
-    pieces: list[list[str] | list[tuple[int, int]]] = []
-    offset = end
-    reusable = True
-    for output in outputs:
-        shape = output.shape
-        if not shape or shape[0] != total:
-            raise _Alone
-        if declared is not None and not _as_declared(shape, declared.get(output.name)):
-            raise _Alone  # the first dimension may be something else that happens to equal the rows
-        per_row = math.prod(shape[1:])
-        if output.size is None:
-            if output.data_at is None:
-                raise _Alone
-            pieces.append(_text_cuts(text, output, rows, per_row))
-            reusable = False
-        else:
-            if output.data_at is not None or offset + output.size > len(body):
-                raise _Alone
-            pieces.append(_byte_cuts(output.datatype, body, offset, output.size, rows, per_row))
-            reusable = reusable and output.datatype != "BYTES"
-            offset += output.size
-    if offset != len(body):
-        raise _Alone
-    # Each part's answer: Triton's text with its own shapes, sizes and data.
-    places = sorted(
-        [(o.shape_at, n, "shape") for n, o in enumerate(outputs)]
-        + [(o.data_at, n, "data") for n, o in enumerate(outputs) if o.data_at is not None]
-        + [(o.size_at, n, "size") for n, o in enumerate(outputs) if o.size is not None]
-    )
-    rests, ranges = [], []
-    for index, part_rows in enumerate(rows):
-        texts: list[str] = []
-        mine: list[tuple[int, int]] = []
-        at = 1
-        for (start, stop), n, what in places:
-            texts.append(text[at:start])
-            piece = pieces[n][index]
-            if what == "shape":
-                texts.append("[" + ",".join(map(str, [part_rows, *outputs[n].shape[1:]])) + "]")
-            elif what == "data":
-                texts.append("[" + piece + "]")  # type: ignore[operator]
-            else:
-                assert isinstance(piece, tuple)
-                texts.append(str(piece[1] - piece[0]))
-                mine.append(piece)
-            at = stop
-        texts.append(text[at:])
-        rests.append("".join(texts))
-        ranges.append(mine)
-    return _Plan(rests, ranges, _skip(text, 1) < len(text) - 1, len(body), reusable)
-
-
-def _as_declared(shape: list[int], dims: tuple[int, ...] | None) -> bool:
-    """Whether an output's shape is the batch dimension and then the dims its configuration declares."""
-    if dims is None or len(shape) != len(dims) + 1:
-        return False
-    return all(want == -1 or want == got for want, got in zip(dims, shape[1:], strict=True))
-
-
-def _text_cuts(text: str, output: _OutputText, rows: tuple[int, ...], per_row: int) -> list[str]:
-    """A JSON output's data text, inside its brackets, cut after each part's rows: Triton's own
-    characters for each value."""
-    assert output.data_at is not None
-    inner = text[output.data_at[0] + 1 : output.data_at[1] - 1]
-    if output.datatype == "BYTES":
-        ends = _string_ends(inner)
-    elif len(inner) <= 4096:  # no value holds a comma: the commas are the boundaries
-        values = inner.split(",") if inner else []
-        if len(values) != sum(rows) * per_row:
-            raise _Alone
-        cuts, at = [], 0
-        for part_rows in rows:
-            cuts.append(",".join(values[at : at + part_rows * per_row]))
-            at += part_rows * per_row
-        return cuts
-    else:  # the same, the commas found at once
-        if not inner.isascii():
-            raise _Alone
-        ends = np.flatnonzero(np.frombuffer(inner.encode("ascii"), np.uint8) == 44).tolist()
-        ends.append(len(inner))
-        if not inner:
-            ends = []
-    if len(ends) != sum(rows) * per_row:
-        raise _Alone
-    cuts, at, count = [], 0, 0
-    for part_rows in rows:
-        count += part_rows * per_row
-        stop = ends[count - 1] if count else 0
-        cuts.append(inner[at:stop].strip(_SPACE))
-        at = stop + 1
-    return cuts
-
-
-def _string_ends(inner: str) -> list[int]:
-    """Where each string of a JSON array's inside ends (its comma, or the end)."""
-    ends: list[int] = []
-    at = _skip(inner, 0) if inner.strip(_SPACE) else len(inner)
-    while at < len(inner):
-        if inner[at] != '"':
-            raise _Alone
-        at = _skip_end(inner, _scanstring(inner, at + 1)[1])
-        if at < len(inner) and inner[at] != ",":
-            raise _Alone
-        ends.append(at)
-        at = _skip_end(inner, at + 1) if at < len(inner) else at
-    return ends
-
-
-def _skip_end(text: str, at: int) -> int:
-    return _SPACE_RUN.match(text, at).end()  # type: ignore[union-attr]
-
-
-def _json_string(value: str) -> str:
-    """``value`` as Triton writes a string: only the quote, the backslash and control characters escaped
-    (the short escapes where JSON has them, else ``\\u00XX`` with capital hex digits)."""
-    if value.isprintable() and '"' not in value and "\\" not in value:
-        return f'"{value}"'
-    return '"' + "".join(_ESCAPES.get(c) or (f"\\u{ord(c):04X}" if c < " " else c) for c in value) + '"'
-
-
-_ESCAPES = {'"': '\\"', "\\": "\\\\", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
-
-
-def _byte_cuts(
-    datatype: str, body: Any, offset: int, size: int, rows: tuple[int, ...], per_row: int
-) -> list[tuple[int, int]]:
-    """Where each part's rows of a binary output lie: ``size`` bytes at ``offset`` of ``body``."""
-    item = ITEM_BYTES.get(datatype)
-    out, at, end = [], offset, offset + size
-    if item is not None:
-        if size != sum(rows) * per_row * item:
-            raise _Alone
-        for count in rows:
-            out.append((at, at + count * per_row * item))
-            at += count * per_row * item
-        return out
-    if datatype != "BYTES":
-        raise _Alone
-    for count in rows:
-        start = at
-        for _ in range(count * per_row):
-            if at + 4 > end:
-                raise _Alone
-            at += 4 + _LENGTH.unpack_from(body, at)[0]
-        out.append((start, at))
-    if at != end:
-        raise _Alone
-    return out
