@@ -148,6 +148,18 @@ def test_csv_errors_name_the_line_and_a_model_that_cannot_take_csv_is_415(batch_
     )
 
 
+def test_csv_values_are_plain_decimal_numbers_after_an_excel_byte_order_mark(batch_server):
+    r = post(batch_server, b"\xef\xbb\xbf1,2\r\n3,4\r\n", "text/csv")  # Excel's "CSV UTF-8" export
+    assert r.status_code == 200, r.text
+    assert r.text.splitlines() == ["2.0,4.0,3.0", "6.0,8.0,7.0"]
+    r = post(batch_server, b"1,2\n1_000,4\n", "text/csv")
+    assert (r.status_code, r.json()["error"]) == (
+        400,
+        "line 2 of 2: '1_000' is not a value of FP32 (model input 'INPUT0'): write plain decimal numbers, "
+        "without digit separators",
+    )
+
+
 def test_a_body_past_max_payload_in_mb_is_413_naming_the_limit(batch_server):
     line = record([0.5] * 1000)
     body = b"\n".join([line] * (7 * 1024 * 1024 // len(line)))  # 7 MB: SageMaker would never send it

@@ -7,10 +7,12 @@ import gzip
 import json
 import zlib
 
+import numpy as np
 import pytest
 import requests
 
 from tests.integration.conftest import start_serve
+from tests.integration.contract_client import BJ
 
 pytestmark = pytest.mark.integration
 
@@ -43,8 +45,6 @@ def test_custom_attributes_reach_the_model_as_a_request_parameter(attrs_server):
 
 
 def test_custom_attributes_on_a_binary_request(attrs_server):
-    import numpy as np
-
     from tests.integration.contract_client import binary_request, parse
 
     body, content_type = binary_request({"INPUT0": np.array([4.0, 5.0], dtype=np.float32)})
@@ -54,6 +54,25 @@ def test_custom_attributes_on_a_binary_request(attrs_server):
     result = parse(r)
     assert result.as_numpy("SEEN").tolist() == [b"k=v"]
     assert result.as_numpy("OUTPUT0").tolist() == [4.0, 5.0]
+
+
+def test_custom_attributes_on_a_binary_request_whose_json_part_is_large_and_holds_keys_triton_ignores(attrs_server):
+    """Past 16 KiB the JSON part is read by simdjson, and the keys Triton does not read are not carried
+    into the request the attributes are added to: served as the small one is."""
+    values = np.array([4.0, 5.0], dtype=np.float32)
+    header = json.dumps(
+        {
+            "inputs": [
+                {"name": "INPUT0", "shape": [2], "datatype": "FP32", "parameters": {"binary_data_size": 8}, "note": 1}
+            ],
+            "comment": "c" * 20_000,
+        }
+    ).encode()
+    headers = {"Content-Type": f"{BJ};json-header-size={len(header)}", ATTRS_HEADER: "k=v"}
+    r = requests.post(f"{attrs_server.url}/invocations", data=header + values.tobytes(), headers=headers, timeout=30)
+    assert r.status_code == 200, r.text
+    outputs = {o["name"]: o["data"] for o in r.json()["outputs"]}
+    assert outputs == {"OUTPUT0": [4.0, 5.0], "SEEN": ["k=v"]}
 
 
 def test_request_attributes_are_not_echoed_when_the_model_sets_none(attrs_server):

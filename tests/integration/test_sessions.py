@@ -134,6 +134,22 @@ def test_binary_json_requests_continue_and_close_a_session(sessions_server):
     assert (total(closing), closing.headers[CLOSED]) == (6.0, session)
 
 
+def test_a_binary_json_request_whose_json_part_is_large_and_holds_keys_triton_ignores_continues_a_session(
+    sessions_server,
+):
+    url = sessions_server.invocations
+    header = json.dumps(
+        {
+            "inputs": [{"name": "VALUE", "shape": [1, 1], "datatype": "FP32", "parameters": {"binary_data_size": 4}}],
+            "comment": "c" * 20_000,
+        }
+    ).encode()
+    body = header + np.array([[2.0]], dtype=np.float32).tobytes()
+    content_type = f"{BJ};json-header-size={len(header)}"
+    session = opened(post(url, body, "NEW_SESSION", content_type=content_type))
+    assert total(post(url, body, session, content_type=content_type)) == 4.0
+
+
 def test_lmi_control_bodies_open_and_close_a_session_without_inference(sessions_server):
     """AWS's LMI containers' form: ``{"requestType": "NEW_SESSION"}`` and ``{"requestType": "CLOSE"}``."""
     url = sessions_server.invocations

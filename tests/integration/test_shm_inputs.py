@@ -96,6 +96,24 @@ def test_a_large_binary_input_goes_through_shared_memory_and_is_answered_as_thro
     assert our_regions(plain) == []
 
 
+def test_a_large_json_part_with_keys_triton_does_not_read_goes_through_shared_memory_too(servers):
+    """The JSON part that names the slot is written from the request's reading, which leaves out the keys
+    Triton does not read (read by simdjson past 16 KiB)."""
+    values = np.random.default_rng(2).standard_normal(ELEMENTS, dtype=np.float32)
+    body, content_type = binary_request(values)
+    shm = servers["shm"]
+    post(shm, body, content_type)  # the arena is made on the first request that could use it
+    assert wait_for(lambda: our_regions(shm) != [], 10)
+    length = int(content_type.rsplit("=", 1)[1])
+    header = body[: length - 1] + b',"comment":"' + b"c" * 20_000 + b'"}'
+    body, content_type = header + body[length:], BINARY_JSON.format(len(header))
+    before = through_shared_memory(shm)
+    answer = post(shm, body, content_type)
+    assert output_bytes(answer) == values.tobytes()
+    assert through_shared_memory(shm) == before + 1
+    assert output_bytes(post(servers["body"], body, content_type)) == values.tobytes()
+
+
 def test_inputs_that_do_not_fill_the_body_exactly_go_in_the_body_with_tritons_own_error(servers):
     values = np.ones(ELEMENTS, np.float32)
     body, content_type = binary_request(values)

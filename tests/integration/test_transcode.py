@@ -13,7 +13,7 @@ import pytest
 import requests
 
 from tests.integration.conftest import start_serve
-from tests.integration.harness import ServeProcess, free_port, metric_samples
+from tests.integration.harness import ServeProcess, free_port, metric_samples, triton_key, triton_url
 
 
 @pytest.fixture(scope="module")
@@ -95,3 +95,34 @@ def test_small_requests_go_untouched(servers):
     before = transcoded(servers["transcoding"])
     assert both(servers, large([1.0, 2.0])).status_code == 200
     assert transcoded(servers["transcoding"]) == before
+
+
+def sliced_request(data: bytes, count: int) -> bytes:
+    """A JSON request past 8 MiB (read in slices by the front) whose data is ``data`` as written."""
+    return (
+        b'{"inputs":[{"name":"INPUT0","shape":[%d],"datatype":"FP32","data":%s}],'
+        b'"outputs":[{"name":"OUTPUT0","parameters":{"binary_data":true}}]}' % (count, data)
+    )
+
+
+@pytest.mark.parametrize(
+    "tail",
+    [b"]]]]", b"],[1]", b"]5]"],
+    ids=["brackets-that-close-too-soon", "a-second-array", "garbage-after-the-value"],
+)
+def test_a_json_request_past_8_mib_whose_data_is_no_json_array_is_400_as_triton_answers_it(servers, tail):
+    count = 4_500_000
+    values = b"[" + b",".join([b"1"] * count)
+    assert len(values) > 8 << 20
+    server = servers["plain"]
+    served = requests.post(f"{server.url}/invocations", data=sliced_request(values + b"]", count), timeout=120)
+    assert served.status_code == 200, served.text[:300]
+    body = sliced_request(values + tail, count + (tail == b"],[1]"))  # as many values as the slices once read
+    answer = requests.post(f"{server.url}/invocations", data=body, timeout=120)
+    assert answer.status_code == 400, answer.text[:300]
+    assert answer.json()["error"].startswith("failed to parse the request JSON buffer: input 'INPUT0': its data is")
+    native = requests.post(
+        f"{triton_url(server)}/v2/models/ident/infer", data=body, headers=triton_key(server), timeout=120
+    )
+    assert native.status_code != 200
+    assert native.json()["error"].startswith("failed to parse the request JSON buffer")

@@ -85,6 +85,27 @@ def test_a_row_that_is_not_n_numbers_is_400_naming_its_line(body, to, message):
         csvrows.requests(body, to, {})
 
 
+NUMERIC_TYPES = ["INT8", "INT16", "INT32", "INT64", "UINT8", "UINT16", "UINT32", "UINT64", "FP16", "FP32", "FP64"]
+
+
+@pytest.mark.parametrize("datatype", NUMERIC_TYPES)
+def test_values_are_plain_decimal_numbers_by_one_rule_for_every_type(datatype):
+    """Python's int() and float() read ``1_0`` as 10; no CSV writer puts it, and no type takes it."""
+    to = CsvInput("x", datatype, None, 8)
+    assert csvrows.parse(b'1,"2", 3 ,+4\n', to).tolist() == [[1, 2, 3, 4]]
+    for value in (b"1_0", b"1_000", b"0x10", b"1 0"):
+        with pytest.raises(BadRequest, match=f"line 2 of 2: '{value.decode()}' is not a value of {datatype}"):
+            csvrows.parse(b"1,2\n3," + value + b"\n", to)
+
+
+def test_a_byte_order_mark_before_the_first_row_is_skipped():
+    """Excel's UTF-8 CSV export begins with one."""
+    assert csvrows.parse(b"\xef\xbb\xbf1,2\r\n3,4\r\n", ROWS).tolist() == [[1.0, 2.0], [3.0, 4.0]]
+    assert csvrows.parse(b'\xef\xbb\xbf"1","2"\n', CsvInput("x", "UINT8", 2, 8)).tolist() == [[1, 2]]
+    with pytest.raises(BadRequest, match="line 2 of 2"):  # only before the first row
+        csvrows.parse(b"1,2\n\xef\xbb\xbf3,4\n", ROWS)
+
+
 def binary_answer(outputs: dict[str, np.ndarray]) -> UpstreamResponse:
     specs, raws = [], []
     for name, array in outputs.items():

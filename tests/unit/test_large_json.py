@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 import time
 from typing import Any
 
@@ -15,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from smtriton.serve.dataplane import large_json
-from smtriton.serve.dataplane.reading import Inference, read
+from smtriton.serve.dataplane.reading import SMALL_JSON, Inference, read
 from smtriton.serve.errors import BadRequest, PayloadTooLarge
 from smtriton.serve.host import memory
 from smtriton.serve.triton.request_body import BodyPieces, contiguous
@@ -71,10 +72,12 @@ def test_keys_triton_does_not_read_are_not_carried_and_may_hold_anything():
     body = request(
         {**tensor("x", values, "FP64"), "note": {"a": "]]}}[[{", "b": [[[1]]]}},
         junk=[{"s": 'x"]'}, [[], {}]],
+        outputs=[{"name": "y", "note": [1]}],
     )
     got = sliced(body)
     assert got.header == {
-        "inputs": [{"name": "x", "shape": [3, 4], "datatype": "FP64", "parameters": {"binary_data_size": 96}}]
+        "outputs": [{"name": "y"}],
+        "inputs": [{"name": "x", "shape": [3, 4], "datatype": "FP64", "parameters": {"binary_data_size": 96}}],
     }
     assert np.frombuffer(got.body[got.header_length :], np.float64).tolist() == values.ravel().tolist()
 
@@ -168,3 +171,78 @@ def test_any_numeric_request_reads_the_same_either_way(shape, datatype, nested, 
     whole = read(body, None, transcode_min_bytes=1)
     got = sliced(body)
     assert bytes(got.body) == bytes(whole.body)
+
+
+def numbers_request(data: bytes, count: int, datatype: str = "FP64") -> bytes:
+    """A request of one input whose data is ``data`` as written (``count`` values for its shape)."""
+    return b'{"inputs":[{"name":"x","shape":[%d],"datatype":"%s","data":%s}]}' % (count, datatype.encode(), data)
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"[1,2,3]]]]",  # a bracket too many closes the array before its end
+        b"[1,2],[3]",  # a second array after the data's
+        b"[1,2,3]4]",  # garbage after the value (its brackets dropped, it read as 34)
+        b"[1,2] 3]",
+        b"[[1,2,3]",  # a bracket never closed
+        b"[1,[2],3",
+        b"[1,2,]",
+        b"[1,,2,3]",
+        b"[[,1],2,3]",
+        b"[1][2,3]",
+    ],
+)
+def test_data_whose_brackets_do_not_make_one_array_is_refused_as_the_whole_reading_and_triton_refuse_it(data):
+    body = numbers_request(data, 3)
+    with pytest.raises(json.JSONDecodeError):
+        json.loads(body)  # and so rapidjson: Triton answers 400
+    for whole in (body, body[:-1] + b" " * (SMALL_JSON + 1) + b"}"):
+        with pytest.raises(BadRequest, match="failed to parse the request JSON buffer"):
+            read(whole, None, transcode_min_bytes=1)
+    with pytest.raises(BadRequest, match="failed to parse the request JSON buffer") as refused:
+        sliced(body)
+    assert refused.value.status == 400
+
+
+@pytest.mark.parametrize(
+    "junk",
+    [
+        b'{"inputs":[{"name":"x","shape":[1],"datatype":"FP64","data":[1],"note":tru}]}',
+        b'{"inputs":[{"name":"x","shape":[1],"datatype":"FP64","data":[1],"note":{]}]}',
+        b'{"inputs":[{"name":"x","shape":[1],"datatype":"FP64","data":[1]}],"note":[1,,2]}',
+        b'{"inputs":[{"name":"x","shape":[1],"datatype":"FP64","data":[1]}],"note":NaN}',
+        b'{"inputs":[{"name":"x","shape":[1],"datatype":"FP64","data":[1]}]} and more',
+    ],
+    ids=["scalar", "object", "array", "nan", "after-the-request"],
+)
+def test_what_keys_triton_does_not_read_hold_and_what_follows_the_request_is_read_too(junk):
+    with pytest.raises(BadRequest, match="failed to parse the request JSON buffer"):
+        sliced(junk)
+
+
+_TOKENS = st.sampled_from([b"[", b"]", b",", b"1", b"-2.5", b"0", b" ", b"\n"])
+
+
+def _flat(value: Any) -> list[float]:
+    return [float(x) for item in value for x in (_flat(item) if isinstance(item, list) else [item])]
+
+
+@settings(max_examples=300, deadline=None)
+@given(tokens=st.lists(_TOKENS, max_size=24), slice_bytes=st.integers(1, 12))
+def test_data_arrays_cut_anywhere_are_refused_exactly_when_they_are_no_json(tokens, slice_bytes):
+    """However a data array is cut into slices, the sliced reading takes it iff it is JSON (then with the
+    values JSON reads), and refuses it with 400 otherwise."""
+    data = b"[" + b"".join(tokens) + b"]"
+    try:
+        values = _flat(json.loads(data))
+    except json.JSONDecodeError:
+        values = None
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(large_json, "_SLICE", slice_bytes)
+        if values is None:  # a shape larger than any count: the refusal is the array's own
+            with pytest.raises(BadRequest, match="failed to parse the request JSON buffer"):
+                sliced(numbers_request(data, 30))
+            return
+        got = sliced(numbers_request(data, len(values)))
+    assert np.frombuffer(got.body[got.header_length :], np.float64).tolist() == values

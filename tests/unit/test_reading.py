@@ -4,6 +4,7 @@ could read the request otherwise, and what it refuses because it would crash Tri
 from __future__ import annotations
 
 import json
+import sys
 
 import orjson
 import pytest
@@ -23,6 +24,7 @@ from smtriton.serve.dataplane.reading import (
     read,
 )
 from smtriton.serve.errors import BadRequest
+from smtriton.serve.triton.input_arena import InputArena
 
 TRANSCODE = 64 * 1024
 PADDING = b" " * (SMALL_JSON + 1)  # whitespace that takes a body to the large reader
@@ -194,6 +196,54 @@ def test_parameters_the_front_adds_are_set_in_what_was_read():
     assert orjson.loads(binary.body[: binary.header_length])["parameters"] == {"k": True}
     raw = read(b"\x01\x02", 0)
     assert raw.with_parameters({"k": True}) is raw  # raw mode has no JSON to carry them
+
+
+def test_a_large_binary_json_part_with_keys_triton_does_not_read_takes_the_parameters_the_front_adds(tmp_path):
+    """Its reading leaves those keys out (Triton ignores them): what is written back from it never meets
+    a value that was not read, whether the front adds parameters or hands the tensors over shared memory."""
+    spec = b'{"name":"x","shape":[2],"datatype":"UINT8","parameters":{"binary_data_size":2},"note":{"n":1}}'
+    header = b'{"inputs":[%s],"comment":"%s"}' % (spec, b"c" * SMALL_JSON)
+    inference = read(header + b"\x01\x02", len(header))
+    assert inference.header == {
+        "inputs": [{"name": "x", "shape": [2], "datatype": "UINT8", "parameters": {"binary_data_size": 2}}]
+    }
+    served = inference.with_parameters({"sagemaker_custom_attributes": "a=1"})
+    assert served.header_length is not None
+    assert served.body[served.header_length :] == b"\x01\x02"
+    assert orjson.loads(served.body[: served.header_length]) == {
+        **inference.header,
+        "parameters": {"sagemaker_custom_attributes": "a=1"},
+    }
+    arena = InputArena(1 << 20, directory=tmp_path)
+    try:
+        written = orjson.loads(arena.request(inference.header, [2], (0, 1)))
+    finally:
+        arena.close()
+    assert written["inputs"][0]["parameters"]["shared_memory_byte_size"] == 2
+
+
+def test_a_large_json_body_without_inputs_goes_to_triton_to_be_refused_in_its_words():
+    for body in (b'{"x":1}', b'{"inputs":5}'):
+        assert read(large(body), None, TRANSCODE).complete
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b'{"inputs":[{"name":"x","shape":[1],"datatype":"INT64","data":[%s]}]}',
+        b'{"inputs":[{"name":"x","shape":[%s],"datatype":"INT64","data":[1]}]}',
+        b'{"inputs":[{"name":"x","shape":[1],"datatype":"INT64","data":[1]}],"parameters":{"p":%s}}',
+        b'{"inputs":[{"name":"x","shape":[1],"datatype":"INT64","parameters":{"p":-%s},"data":[1]}]}',
+        b'{"inputs":[{"name":"x","shape":[%s],"datatype":"INT64","parameters":{"binary_data_size":8}}]}',
+    ],
+    ids=["data", "shape", "parameter", "input-parameter", "binary-shape"],
+)
+def test_an_integer_past_pythons_limit_on_digits_is_refused_not_a_crash(body):
+    """Python's int() refuses more than 4,300 digits; rapidjson cannot hold such a number either."""
+    digits = b"7" * (sys.get_int_max_str_digits() + 1)
+    binary = b"binary_data_size" in body
+    with pytest.raises(Unreadable, match="a number is too big: an integer of over 4300 digits"):
+        read(body % digits + bytes(8) * binary, len(body % digits) if binary else None)
 
 
 # ----- a binary request's JSON part, read once ---------------------------------------------------------

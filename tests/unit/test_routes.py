@@ -91,6 +91,52 @@ def test_an_empty_body_triton_refuses_is_told_so(body):
     assert (answer.status, json.loads(answer.body)) == (400, {"error": EMPTY_BODY})
 
 
+LARGE_BODIES = Settings(max_payload_bytes=1 << 20, max_header_bytes=2048)
+HUGE_INTEGER = b"7" * 5000  # past Python's 4,300 digits
+
+
+@pytest.mark.parametrize(
+    ("body", "content_type", "refusal"),
+    [
+        (b'{"inputs":[{"name":"x","shape":[1],"datatype":"INT64","data":[%s]}]}', b"application/json", ""),
+        (b'{"inputs":[{"name":"x","shape":[%s],"datatype":"INT64","data":[1]}]}', b"application/json", ""),
+        (b'{"inputs":[],"parameters":{"p":%s}}', b"application/json", ""),
+        (
+            b'{"inputs":[{"name":"x","shape":[1],"datatype":"INT64","data":[%s]}]}\n',
+            b"application/jsonlines",
+            "line 1 of 1: ",
+        ),
+    ],
+    ids=["data", "shape", "parameter", "json-lines-record"],
+)
+def test_an_integer_of_more_digits_than_python_reads_is_400_before_triton(body, content_type, refusal):
+    answer = call("POST", "/invocations", body % HUGE_INTEGER, [(b"content-type", content_type)], settings=LARGE_BODIES)
+    assert (answer.status, answer.headers[b"content-type"]) == (400, b"application/json")
+    assert json.loads(answer.body)["error"].startswith(
+        f"{refusal}failed to parse the request JSON buffer: a number is too big: an integer of over 4300 digits"
+    )
+    assert answer.reached_triton == []
+
+
+def test_custom_attributes_reach_triton_on_a_binary_request_whose_json_part_is_large():
+    """Its keys Triton does not read are not carried over: Triton ignores them."""
+    header = b'{"inputs":[{"name":"x","shape":[2],"datatype":"UINT8","parameters":{"binary_data_size":2}}],"note":"%s"}'
+    header %= b"n" * 20_000
+    headers = [
+        (b"content-type", b"application/vnd.sagemaker-triton.binary+json;json-header-size=%d" % len(header)),
+        (b"x-amzn-sagemaker-custom-attributes", b"trace=1"),
+    ]
+    answer = call("POST", "/invocations", header + b"\x01\x02", headers, settings=LARGE_BODIES)
+    assert answer.status == 200, answer.body
+    ((_, sent, sent_headers),) = answer.reached_triton
+    length = int(sent_headers["Inference-Header-Content-Length"])
+    assert orjson.loads(sent[:length]) == {
+        "inputs": [{"name": "x", "shape": [2], "datatype": "UINT8", "parameters": {"binary_data_size": 2}}],
+        "parameters": {"sagemaker_custom_attributes": "trace=1"},
+    }
+    assert sent[length:] == b"\x01\x02"
+
+
 def _at_once(read: Coroutine[Any, Any, HeldBody]) -> HeldBody:
     """What a read of a body already whole returns (it never waits): no event loop, whose own
     allocations would blur the measure below."""

@@ -6,12 +6,16 @@ body is a row of ``n`` values, all rows go in one tensor, split into Triton requ
 ``max_batch_size`` rows (binary, with binary outputs asked for). The answer has one line per row, in order:
 ``text/csv``, the row's values of every output in the order Triton gives them, flattened; or, with
 ``Accept: application/jsonlines``, the row's KServe v2 response (each output's shape with a batch of 1).
+Values are read by one rule whatever the type: plain decimal numbers (an integer type's without a
+fraction or an exponent; a floating-point type's may also be ``nan`` or ``inf``), quoted or not, with no
+digit separators; a UTF-8 byte-order mark before the first row is skipped.
 Any other model is refused with 415 saying what it takes. A failing request fails its rows as
 :mod:`~smtriton.serve.dataplane.multirecord` says.
 """
 
 from __future__ import annotations
 
+import codecs
 import csv
 import io
 import re
@@ -34,6 +38,9 @@ from smtriton.serve.triton.client import RequestBody, UpstreamResponse
 CSV = "text/csv"
 NUMERIC = dtypes.INTEGER | dtypes.FLOAT
 _LENGTH = struct.Struct("<I")
+# Python's int() and float(), which read the values, take ``1_000``; no CSV writer puts it, and a type
+# that took it and one that did not would read one file two ways.
+_SEPARATOR = b"_"
 _NOT_SPACE = re.compile(rb"\S")
 
 
@@ -129,8 +136,11 @@ def requests(body: RequestBody, to: CsvInput, parameters: dict[str, Any]) -> lis
 
 
 def parse(body: RequestBody, to: CsvInput) -> NDArray[Any]:
-    """The rows of a CSV body as one array of ``to``'s numpy type, shape ``[rows, n]``."""
+    """The rows of a CSV body as one array of ``to``'s numpy type, shape ``[rows, n]``, its values read as
+    the module docstring says (the byte-order mark is Excel's: its UTF-8 exports begin with one)."""
     lines: list[bytes] = bytes(body).split(b"\n") if isinstance(body, bytearray) else body.split(b"\n")
+    if lines[0].startswith(codecs.BOM_UTF8):
+        lines[0] = lines[0][len(codecs.BOM_UTF8) :]
     while lines and not lines[-1].strip():
         lines.pop()
     if not lines:
@@ -149,14 +159,17 @@ def parse(body: RequestBody, to: CsvInput) -> NDArray[Any]:
             raise BadRequest(f"line {number} of {len(lines)} has {len(fields)} values: {expected}")
         rows.append(fields)
     try:
+        if _SEPARATOR in body:
+            raise ValueError("a digit separator")
         return _values(np.array(rows, dtype=bytes), numpy_type)
     except (ValueError, OverflowError):
         for number, fields in enumerate(rows, 1):
             bad = next((f for f in fields if not _converts(f, numpy_type)), None)
             if bad is not None:
+                plain = ": write plain decimal numbers, without digit separators" if _SEPARATOR in bad else ""
                 raise BadRequest(
                     f"line {number} of {len(lines)}: {bad.decode('utf-8', 'replace')!r} is not a value of "
-                    f"{to.datatype} (model input '{to.name}')"
+                    f"{to.datatype} (model input '{to.name}'){plain}"
                 ) from None
         raise
 
@@ -175,6 +188,8 @@ def _values(text: NDArray[Any], numpy_type: np.dtype[Any]) -> NDArray[Any]:
 
 
 def _converts(field: bytes, numpy_type: np.dtype[Any]) -> bool:
+    if _SEPARATOR in field:
+        return False
     try:
         _values(np.array([field], dtype=bytes), numpy_type)
     except (ValueError, OverflowError):

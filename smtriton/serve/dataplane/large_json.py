@@ -6,18 +6,21 @@ meanwhile `/ping` waits and the main process's heartbeat goes unanswered, until 
 for a frozen one and killed with every request it holds. So a JSON body past :data:`SLICED_JSON_BYTES`
 is read here in steps that each take a few milliseconds, the event loop served between them:
 
-1. its *skeleton* — the request but its inputs' ``data`` arrays, and with the values of keys Triton
-   does not read left out — is found by a scan that jumps over each data array (its brackets counted by
-   numpy, a megabyte at a time), and read by the request's one reading
-   (:mod:`smtriton.serve.dataplane.reading`), with all its checks;
+1. its *skeleton* — the request but its inputs' ``data`` arrays — is found by a scan that jumps over
+   each data array (the brackets of other values counted by numpy, a megabyte at a time), and read by
+   the request's one reading (:mod:`smtriton.serve.dataplane.reading`), with all its checks: the values
+   of keys Triton does not read are JSON as Triton's parser would have them, and are then not carried
+   over; nothing but space may follow the request;
 2. the memory the re-encoded request needs is compared with what the container has free (a request
    that cannot fit is refused with 413 before anything is allocated for it);
-3. each data array is parsed a few megabytes at a time (its numbers, the brackets of its nesting
-   removed) straight into its place in Triton's binary form, and the request goes to Triton binary.
+3. each data array is parsed a megabyte at a time straight into its place in Triton's binary form (each
+   slice with the brackets open around it, so that its brackets are checked as the whole array's), and
+   the request goes to Triton binary.
 
 Such a request must carry numbers: a data array of strings, booleans or FP16 values this large is
-refused with 413 saying to send it as binary+json. Its nesting is not checked against the shape, only
-its number of values (Triton never reads the JSON: it gets the binary tensors).
+refused with 413 saying to send it as binary+json. A data array must be JSON as Triton would read it
+(400 otherwise, as Triton answers), but its nesting is not checked against the shape, only its number
+of values (Triton never reads the JSON: it gets the binary tensors).
 """
 
 from __future__ import annotations
@@ -36,9 +39,12 @@ import simdjson
 from smtriton.serve.dataplane import transcode
 from smtriton.serve.dataplane.reading import (
     LEFT_IN_BODY,
+    MAX_JSON_DEPTH,
     Inference,
+    JsonTooDeep,
     Unreadable,
     check_header,
+    is_depth_error,
     read_json_text,
     simdjson_reason,
 )
@@ -61,6 +67,7 @@ _REQUEST_KEYS = frozenset({"id", "parameters", "inputs", "outputs", "requestType
 _INPUT_KEYS = frozenset({"name", "datatype", "shape", "parameters", "data"})
 _OUTPUT_KEYS = frozenset({"name", "parameters"})
 
+_JSON_SPACE = b" \t\n\r"
 _SPACE = re.compile(rb"[ \t\n\r]*")
 _STRING = re.compile(rb'"(?:[^"\\]|\\.)*"', re.DOTALL)
 _SCALAR = re.compile(rb"[^ \t\n\r,\]}]+")
@@ -68,6 +75,7 @@ _SCALAR = re.compile(rb"[^ \t\n\r,\]}]+")
 _DEPTH = np.zeros(256, dtype=np.int8)
 _DEPTH[[ord("["), ord("{")]] = 1
 _DEPTH[[ord("]"), ord("}")]] = -1
+_OPEN, _CLOSE = ord("["), ord("]")
 
 
 def _unreadable(pos: int) -> Unreadable:
@@ -235,8 +243,8 @@ class _Skeleton:
 
 
 async def _skeleton(body: RequestBody) -> tuple[bytes, dict[int, tuple[int, int]]]:
-    """The request's JSON without its inputs' data (each ``null``) and without the values of keys Triton
-    does not read (``null`` too), and where each input's data array lies."""
+    """The request's JSON without its inputs' data (each ``null``), and where each input's data array
+    lies."""
     scan = _Scan(body)
     out = _Skeleton()
     spans: dict[int, tuple[int, int]] = {}
@@ -261,8 +269,11 @@ async def _skeleton(body: RequestBody) -> tuple[bytes, dict[int, tuple[int, int]
             out.add(b"]")
         else:
             start, end = await scan.value()
-            out.add(bytes(body[start:end]) if name in _REQUEST_KEYS else b"null")
+            out.add(bytes(body[start:end]))
     out.add(b"}")
+    scan.space()
+    if scan.pos != len(body):  # as the whole reading refuses it
+        raise _unreadable(scan.pos)
     return out.text(), spans
 
 
@@ -281,7 +292,7 @@ async def _input(scan: _Scan, out: _Skeleton, spans: dict[int, tuple[int, int]],
             out.add(b"null")
             continue
         start, end = await scan.value()
-        out.add(bytes(body[start:end]) if name in _INPUT_KEYS else b"null")
+        out.add(bytes(body[start:end]))
     out.add(b"}")
     await asyncio.sleep(0)
 
@@ -300,26 +311,35 @@ async def read(body: RequestBody) -> Inference:
     plan = _plan(header, spans)
     request = {key: value for key, value in header.items() if key in _REQUEST_KEYS and key != "inputs"}
     request["inputs"] = [encoded for encoded, _, _, _ in plan]
+    if isinstance(request.get("outputs"), list):
+        request["outputs"] = [_known(spec, _OUTPUT_KEYS) for spec in request["outputs"]]
     head = orjson.dumps(request)
     total = len(head) + sum(size for _, _, _, size in plan)
     _check_room(len(body), total)
     values_bytes = total - len(head)
-    if not values_bytes:
-        return Inference(head, len(head), request)
     # The tensors are written a slice at a time into memory given as it is written (never zero-filled
     # first: filling a gigabyte with zeros holds the event loop for most of a second; never grown: a
     # growing buffer is copied whole when its allocator cannot extend it in place, a third of a second
     # a gigabyte on the event loop). They go to Triton after the JSON part without being joined to it.
-    values = memory.untouched(values_bytes)
+    # Empty tensors' data is read all the same: it must be an array, and hold no values.
+    values = memory.untouched(values_bytes) if values_bytes else memoryview(bytearray())
     try:
         at = 0
         for encoded, span, count, size in plan:
             await _fill(body, span, encoded, count, values[at : at + size])
             at += size
     except BaseException:
-        memory.give_back_beside_loop(values)
+        if values_bytes:
+            memory.give_back_beside_loop(values)
         raise
+    if not values_bytes:
+        return Inference(head, len(head), request)
     return Inference(BodyPieces([head, values], total), len(head), request)
+
+
+def _known(spec: Any, keys: frozenset[str]) -> Any:
+    """An object's members Triton reads (what is no object is left for Triton to refuse)."""
+    return {key: value for key, value in spec.items() if key in keys} if isinstance(spec, dict) else spec
 
 
 def _plan(
@@ -341,7 +361,7 @@ def _plan(
             raise PayloadTooLarge.saying(f"input '{name}': {_NUMBERS_ONLY}")
         count = math.prod(shape)
         size = count * numeric.itemsize
-        encoded = {key: value for key, value in spec.items() if key in _INPUT_KEYS and key != "data"}
+        encoded = _known(spec, _INPUT_KEYS - {"data"})
         encoded["parameters"] = {**parameters, "binary_data_size": size}
         plan.append((encoded, spans[index], count, size))
     return plan
@@ -360,42 +380,78 @@ def _check_room(body_bytes: int, encoded_bytes: int) -> None:
 
 
 async def _fill(body: RequestBody, span: tuple[int, int], spec: dict[str, Any], count: int, out: memoryview) -> None:
-    """Parse the data array at ``span`` a slice at a time into ``out`` (its binary form, exactly as long)."""
-    name = spec.get("name")
+    """Parse the data array at ``span`` a slice at a time into ``out`` (its binary form, exactly as long).
+
+    A slice ends before a comma and is parsed with the brackets open where it begins put before it and
+    those still open where it ends put after it, so that simdjson checks its nesting as the whole array's
+    (a bracket too many closes the array before the slice ends); the depth goes on from slice to slice
+    by the count of brackets, and what simdjson cannot see across a cut (``[,`` or ``,]``) is checked
+    there."""
+    name = str(spec.get("name"))
     datatype = str(spec.get("datatype"))
-    start, end = span[0] + 1, span[1] - 1  # inside the array's brackets
+    start, end = span
     for at in range(start, end, _SCAN_WINDOW):
         if body.find(b'"', at, min(at + _SCAN_WINDOW, end)) >= 0:
             raise BadRequest(f"input '{name}': {datatype} data must be numbers")
         await asyncio.sleep(0)
+    view = memoryview(body)
     size = len(out)
     written = 0
+    depth = 0  # brackets open where the slice begins
     at = start
     while at < end:
         stop = end if end - at <= _SLICE else body.rfind(b",", at, at + _SLICE)
         if stop <= at:
             stop = end
-        piece = body[at:stop].translate(None, b"[]")
-        at = stop + 1
-        if not piece.strip(b" \t\n\r,"):
-            continue
-        values = _numbers(piece, datatype, str(name))
+        if depth and _first(body, at, stop) in (b"]", b""):
+            raise _malformed(name, "no value after a comma")
+        text = np.frombuffer(body, np.uint8, stop - at, at)
+        closing = depth + int(np.count_nonzero(text == _OPEN)) - int(np.count_nonzero(text == _CLOSE))
+        if stop < end and (closing < 1 or _last(body, at, stop) == b"["):
+            raise _malformed(name, "a comma outside the array" if closing < 1 else "no value before a comma")
+        if closing > MAX_JSON_DEPTH:
+            raise JsonTooDeep
+        piece = b"".join([b"[" * depth, view[at:stop], b"]" * max(closing, 0)])
+        values = _numbers(piece, datatype, name)
         if written + values.nbytes > size:
             raise BadRequest(f"input '{name}': more values than its shape {spec.get('shape')} holds")
         out[written : written + values.nbytes] = values.view(np.uint8).data  # one copy, onto its place
         written += values.nbytes
+        depth = closing
+        at = stop + 1
         await asyncio.sleep(0)
+    if depth:
+        raise _malformed(name, "its brackets do not match")
     if written != size:
         numeric = transcode.numeric_type(datatype)
         values_written = written // (numeric.itemsize if numeric is not None else 1)
         raise BadRequest(f"input '{name}': {values_written} values for its shape {spec.get('shape')} ({count})")
 
 
+def _first(body: RequestBody, at: int, stop: int) -> bytes:
+    """The first byte of ``body[at:stop]`` that is no JSON space (empty: there is none)."""
+    match = _SPACE.match(body, at, stop)
+    assert match is not None  # it matches the empty string
+    return bytes(body[match.end() : match.end() + 1]) if match.end() < stop else b""
+
+
+def _last(body: RequestBody, at: int, stop: int) -> bytes:
+    """The last byte of ``body[at:stop]`` that is no JSON space (empty: there is none)."""
+    near = body[max(at, stop - 64) : stop].rstrip(_JSON_SPACE)
+    return bytes(near[-1:] if near or stop - at <= 64 else body[at:stop].rstrip(_JSON_SPACE)[-1:])
+
+
+def _malformed(name: str, why: str) -> Unreadable:
+    return Unreadable(f"input '{name}': its data is no array of numbers ({why})")
+
+
 def _numbers(piece: RequestBody, datatype: str, name: str) -> np.ndarray[Any, Any]:
     try:
-        document = simdjson.Parser().parse(b"[" + piece + b"]")
+        document = simdjson.Parser().parse(piece)
     except (RuntimeError, ValueError) as exc:
-        raise BadRequest(f"input '{name}': its data is no array of numbers ({simdjson_reason(exc)})") from None
+        if is_depth_error(exc):
+            raise JsonTooDeep from None
+        raise _malformed(name, simdjson_reason(exc)) from None
     try:
         return transcode.values(document, datatype)
     except transcode.NotNumbers as exc:

@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from dataclasses import dataclass
 from typing import Any
 
@@ -185,7 +186,9 @@ def read(body: RequestBody, header_length: int | None, transcode_min_bytes: int 
             binary = transcode.to_binary(document, header)
             if binary is not None:
                 return Inference(*binary)
-        complete = not any(isinstance(spec, dict) and spec.get("data") is LEFT_IN_BODY for spec in header["inputs"])
+        inputs = header.get("inputs")
+        specs = inputs if isinstance(inputs, list) else ()  # none: Triton refuses the request itself
+        complete = not any(isinstance(spec, dict) and spec.get("data") is LEFT_IN_BODY for spec in specs)
         return Inference(body, header_length, header, complete)
     finally:
         del document
@@ -221,6 +224,8 @@ def read_json_text(part: RequestBody) -> tuple[dict[str, Any], int]:
         value, end = _SMALL_READER.raw_decode(text, start)
     except json.JSONDecodeError as exc:
         raise Unreadable(f"{exc.msg} at {exc.pos}") from None
+    except ValueError:  # an integer past Python's limit on digits (rapidjson's double cannot hold it either)
+        raise Unreadable(f"a number is too big: an integer of over {sys.get_int_max_str_digits()} digits") from None
     except RecursionError:
         raise JsonTooDeep from None
     if not isinstance(value, dict):
@@ -248,13 +253,16 @@ def simdjson_reason(exc: BaseException) -> str:
     return str(exc).split(":", 1)[-1].split(".", 1)[0].strip()
 
 
-# What a large request's header holds in place of a value it did not read: an input's data (read by the
-# re-encoding, or by Triton), or a key Triton does not read.
+# What a large request's header holds in place of an input's data, which it did not read (the re-encoding
+# or Triton reads it). Keys Triton does not read are left out of the header: what is written back from it
+# (the parameters the front adds, a request through shared memory) never carries them, as Triton ignores them.
 LEFT_IN_BODY: Any = ...
 # The keys Triton reads of a request, of each input and of each output (and the sessions' requestType).
 _REQUEST_KEYS = frozenset({"id", "parameters", "inputs", "outputs", "requestType"})
 _INPUT_KEYS = frozenset({"name", "datatype", "shape", "parameters"})
 _OUTPUT_KEYS = frozenset({"name", "parameters"})
+_LISTS = frozenset({"inputs", "outputs"})  # read a member at a time by _header_of
+_DATA = frozenset({"data"})
 
 
 class _EveryKey(frozenset[str]):
@@ -270,22 +278,22 @@ def _header_of(document: Any) -> dict[str, Any]:
     keys checked for repeats."""
     if not isinstance(document, simdjson.Object):
         raise _not_an_object()
-    header = _plain(document, _REQUEST_KEYS - {"inputs", "outputs"})
-    for key, reads in (("inputs", _INPUT_KEYS), ("outputs", _OUTPUT_KEYS)):
+    header = _plain(document, _REQUEST_KEYS - _LISTS, _LISTS)
+    for key, reads, left in (("inputs", _INPUT_KEYS, _DATA), ("outputs", _OUTPUT_KEYS, frozenset())):
         if key in header:
             specs = document[key]
             if isinstance(specs, simdjson.Array):
                 header[key] = [
-                    _plain(spec, reads) if isinstance(spec, simdjson.Object) else _value(spec) for spec in specs
+                    _plain(spec, reads, left) if isinstance(spec, simdjson.Object) else _value(spec) for spec in specs
                 ]
             else:
                 header[key] = _value(specs)
     return header
 
 
-def _plain(obj: Any, reads: frozenset[str]) -> dict[str, Any]:
-    """A simdjson object's members: the values of the keys in ``reads``, :data:`LEFT_IN_BODY` for the
-    others; a repeated key is refused."""
+def _plain(obj: Any, reads: frozenset[str], left: frozenset[str] = frozenset()) -> dict[str, Any]:
+    """A simdjson object's members: the values of the keys in ``reads``, :data:`LEFT_IN_BODY` for those
+    in ``left``; the others left out; a repeated key is refused."""
     keys = list(obj.keys())  # in the document's order, repeats included
     plain = _unique_object([(key, LEFT_IN_BODY) for key in keys])
     for key in keys:
@@ -293,6 +301,8 @@ def _plain(obj: Any, reads: frozenset[str]) -> dict[str, Any]:
             if "\x00" in key:  # simdjson cannot look such a key up
                 raise Unreadable("a key of the request holds a NUL character")
             plain[key] = _value(obj[key])  # a proxy: its own objects are checked in turn
+        elif key not in left:
+            del plain[key]
     return plain
 
 
