@@ -10,10 +10,12 @@ path to the ASGI app's answers.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import gzip
 import json
 import logging
+import select
 import socket
 import threading
 import time
@@ -138,6 +140,11 @@ class Connection:
     def close(self) -> None:
         self.stream.close()
         self.sock.close()
+
+
+def answered(client: Connection) -> bool:
+    """Whether something came back on ``client`` (its answer or the server's close), without waiting."""
+    return bool(select.select([client.sock], [], [], 0)[0])
 
 
 @pytest.fixture
@@ -539,15 +546,15 @@ def test_a_body_that_trickles_is_408_at_the_whole_bodys_deadline(triton):
         slow.send(b"POST /invocations HTTP/1.1\r\nHost: t\r\nContent-Length: 1000\r\n\r\n")
         started = time.monotonic()
         slow.sock.settimeout(TIMEOUT_S / 4)
-        while time.monotonic() - started < body_timeout + 2:
+        while time.monotonic() - started < body_timeout + 2 and not answered(slow):
             try:
                 slow.send(b" ")
             except OSError:
                 break  # refused and closed
             time.sleep(TIMEOUT_S / 2)
+        assert time.monotonic() - started < body_timeout + 1.5
         slow.sock.settimeout(5)
         assert refused(slow.read(), 408) == f"request body not received within {body_timeout:g} s"
-        assert time.monotonic() - started < body_timeout + 1.5
         other = server.connect()
         other.send(post("/invocations", b"{}"))
         assert other.read()[0] == 200
@@ -568,6 +575,125 @@ def test_a_connection_that_never_sends_a_byte_is_closed(server):
     assert silent.closed_by_server()
     assert TIMEOUT_S - 0.05 <= time.monotonic() - started < TIMEOUT_S + 2  # libuv timers: ms granularity
     silent.close()
+
+
+# ----- answers before the body's end ------------------------------------------------------------
+MORE = b" " * (8 << 20)  # what a client still sends after its answer: more than the socket buffers hold
+
+
+def head(path: str = "/invocations", *headers: str, method: str = "POST") -> bytes:
+    return ("\r\n".join([f"{method} {path} HTTP/1.1", "Host: t", *headers]) + "\r\n\r\n").encode()
+
+
+def sends_to_its_end(client: Connection, more: bytes) -> bool:
+    """The client writes ``more`` whole and closes its side, as a plain client writes its whole body
+    before it reads the answer: False when the server reset the connection meanwhile."""
+    try:
+        client.sock.sendall(more)
+        client.sock.shutdown(socket.SHUT_WR)
+    except OSError:
+        return False
+    return True
+
+
+def test_an_answer_before_the_body_ends_keeps_the_connection_once_the_rest_is_read(server, connection):
+    connection.send(head("/invocations", "Content-Length: 5000"))
+    status, headers, _ = connection.read()  # refused from the Content-Length, before the body
+    assert (status, headers.get("connection")) == (413, None)
+    connection.send(b"x" * 5000)  # read and dropped: the next request is read as one
+    connection.send(post("/invocations", b"{}"))
+    assert connection.read()[0] == 200
+    assert server.bodies == [b"{}"]
+
+
+@pytest.mark.parametrize(
+    "sent",
+    [
+        head("/invocations", "Transfer-Encoding: chunked") + b"258\r\n" + b"x" * 600 + b"\r\n" * 2,  # 413
+        head("/invocations", "Content-Length: 100000"),  # 413, past drain_bytes
+        head("/invocations", "Content-Length: 2000", "Expect: 100-continue"),  # 413; the body may never come
+        head("/invocations", "Content-Length: 5000", "Connection: close"),  # 413
+        head("/invocations", "Content-Length: 5000", "Connection: close", "X-Amzn-SageMaker-Custom-Attributes: "
+             + "a" * 1025),  # 400 before the body is read
+        head("/invocations", "Content-Length: 100000", method="PUT"),  # 405 through ASGI
+        head("/models", "Content-Length: 100000"),  # a load past its limit: 413 through ASGI
+    ],
+    ids=["chunked", "too-long-to-drain", "100-continue", "connection-close", "custom-attributes", "asgi", "load"],
+)  # fmt: skip
+def test_an_answer_before_a_body_that_is_not_read_says_close_and_reaches_a_client_still_sending(
+    monkeypatch, server, sent
+):
+    """The connection lingers: the client writes the rest of its body whole and then reads its answer, as
+    a plain client does (before, it was reset while writing)."""
+    monkeypatch.setattr(protocol.EdgeProtocol, "drain_bytes", 50_000)
+    client = server.connect()
+    client.send(sent)
+    while not answered(client):
+        time.sleep(0.01)
+    assert sends_to_its_end(client, MORE[:40_000])
+    status, headers, body = client.read()
+    assert status in (400, 405, 413)
+    assert headers["connection"] == "close"
+    assert json.loads(body)["error"]
+    assert client.closed_by_server()
+    client.close()
+    assert server.bodies == []
+
+
+@pytest.mark.parametrize(
+    "sent",
+    [
+        head("/invocations", "X-Big: " + "y" * 3000, f"Content-Length: {len(MORE)}"),  # 431
+        head("/invocations", "Content-Length: 1x"),  # 400: not valid HTTP/1.1
+    ],
+    ids=["431", "400"],
+)
+def test_a_refusal_reaches_a_client_still_sending(server, sent):
+    client = server.connect()
+    client.send(sent)
+    while not answered(client):
+        time.sleep(0.01)
+    assert sends_to_its_end(client, MORE)
+    assert refused(client.read(), 431 if b"X-Big" in sent else 400)
+    assert client.closed_by_server()
+    client.close()
+
+
+def test_a_lingering_connection_is_closed_past_its_bytes_or_the_client_timeout(monkeypatch, server):
+    monkeypatch.setattr(protocol.EdgeProtocol, "drain_bytes", 50_000)
+    endless = server.connect()  # a body with no end, sent on and on
+    endless.send(head("/invocations", "Transfer-Encoding: chunked") + b"%x\r\n%s\r\n" % (2000, b"x" * 2000))
+    assert refused(endless.read(), 413)
+    assert not sends_to_its_end(endless, MORE)  # reset past the bound
+    endless.close()
+    silent = server.connect()  # a client that stops sending and never closes
+    silent.send(head("/invocations", "Content-Length: 100000"))
+    assert refused(silent.read(), 413)
+    answered_at = time.monotonic()
+    silent.sock.settimeout(TIMEOUT_S + 3)
+    with contextlib.suppress(ConnectionResetError):
+        assert silent.stream.read(1) == b""
+    assert time.monotonic() - answered_at < TIMEOUT_S + 1
+    silent.close()
+
+
+def test_a_body_that_trickles_after_its_answer_is_closed_at_the_client_timeout(server):
+    """A body kept to be read and dropped must still end: one trickling after its answer holds nothing."""
+    client = server.connect()
+    client.send(head("/invocations", "Content-Length: 5000"))
+    status, headers, _ = client.read()
+    assert (status, headers.get("connection")) == (413, None)
+    answered_at = time.monotonic()
+    while time.monotonic() - answered_at < TIMEOUT_S + 2 and not answered(client):
+        try:
+            client.send(b"x")
+        except OSError:
+            break
+        time.sleep(TIMEOUT_S / 5)
+    assert time.monotonic() - answered_at < TIMEOUT_S + 1
+    with contextlib.suppress(ConnectionResetError):
+        assert client.closed_by_server()
+    client.close()
 
 
 # ----- which uvicorn the fast path runs on --------------------------------------------------------

@@ -179,7 +179,7 @@ class DataProtocol(EdgeProtocol):
         existing = self.cycle
         self.cycle = FastCycle(
             scope=scope,
-            transport=self.transport,
+            transport=self._answers,
             flow=self.flow,
             logger=self.logger,
             access_logger=self.access_logger,

@@ -8,7 +8,15 @@ matched once and these rules applied while the request is parsed, before a route
   the headers, however steadily it trickles: 408; a connection that sends nothing for that long is
   closed;
 - a request that is not valid HTTP/1.1 is answered 400 only after every complete request before it on
-  the connection has its answer (HTTP/1.1 answers in order), then the connection closes.
+  the connection has its answer (HTTP/1.1 answers in order), then the connection closes;
+- an answer given before its request's body has ended (a refusal: 413 for the size, 400, 405, ...) reaches
+  a client that is still sending that body. Closing with the client's bytes unread makes the kernel
+  reset the connection, and a client still writing sees "connection reset" instead of the answer. So
+  the rest of a body whose declared length is at most :data:`DRAIN_BYTES` is read and dropped and the
+  connection kept; any other such answer says ``Connection: close`` and the connection *lingers*, as
+  nginx's and Apache's do: this side is closed, and what the client still sends is read and dropped
+  until it closes too, or :data:`DRAIN_BYTES` or ``SMTRITON_CLIENT_TIMEOUT_S`` pass (then it is
+  closed). The refusals above close the same way.
 
 Each refusal is a JSON error body, like every other error. The timers behind these rules, and uvicorn's
 keep-alive timer, are armed only when a wait begins and are never re-made for each request or body
@@ -25,9 +33,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import urllib.parse
+from collections.abc import Callable
 from typing import Any
 
-from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
+from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol, RequestResponseCycle
 
 from smtriton.serve.errors import (
     BadRequest,
@@ -42,6 +51,9 @@ from smtriton.serve.settings import Settings
 
 log = logging.getLogger("serve")
 _JSON = b"application/json"
+# The most a connection reads and drops of a body answered before its end: a declared body up to this
+# size keeps its connection, and a lingering connection is closed past this much more.
+DRAIN_BYTES = 64 << 20
 
 
 class _Refused(Exception):
@@ -52,6 +64,7 @@ class EdgeProtocol(HttpToolsProtocol):
     """uvicorn's httptools protocol with the front's rules (module docstring)."""
 
     settings: Settings  # set by the subclass uvicorn instantiates (:func:`smtriton.serve.http.fastpath.data_protocol`)
+    drain_bytes = DRAIN_BYTES
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -73,22 +86,37 @@ class EdgeProtocol(HttpToolsProtocol):
         self._watch_body = False  # a body began in this read: likewise
         self._last_piece = 0.0  # when the body's last piece came, while its pause timer is armed
         self._idle_since: float | None = None  # when the last answer went out; None while a request is on
+        self._answers: AnswerTransport  # the transport the answers write to (set once connected)
+        self._held: RequestResponseCycle | None = None  # keep-alive held off while its body is unended
+        self._drain_timer: asyncio.TimerHandle | None = None  # the end of a drain or a linger
+        self._drain_left = 0  # bytes a lingering connection still reads and drops
+        self._lingering = False  # this side closed: reading and dropping until the client closes too
 
     # ----- the connection ----------------------------------------------------------------------
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
+        self._answers = AnswerTransport(transport, self._close_after_answer)
         self._head_timer = self.loop.call_later(self._timeout, self._silent_too_long)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._cancel_timers()
+        if self._drain_timer is not None:
+            self._drain_timer.cancel()
+            self._drain_timer = None
+        self._answers.detach()
         if self.timeout_keep_alive_task is not None:
             self.timeout_keep_alive_task.cancel()
             self.timeout_keep_alive_task = None
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
+        if self._lingering:
+            self._drain_left -= len(data)
+            if self._drain_left < 0:
+                self.transport.abort()  # past the bound: closed, unread
+            return
         if self._refusal is not None:
-            return  # refused: nothing more is read from this connection
+            return  # refused: nothing more is parsed on this connection
         super().data_received(data)
         if self._refusal is not None:
             return
@@ -108,6 +136,22 @@ class EdgeProtocol(HttpToolsProtocol):
                 self._last_piece = self.loop.time()
                 self._body_timer = self.loop.call_later(self._timeout, self._body_too_slow)
                 self._whole_body_timer = self.loop.call_later(self._body_deadline_s, self._body_too_long)
+                self._hold_keep_alive()
+
+    def eof_received(self) -> None:
+        if self._lingering:
+            self.transport.close()  # the client closed too: nothing more comes
+            return
+        super().eof_received()
+
+    def shutdown(self) -> None:
+        """uvicorn's stop: a lingering connection is closed now, and an answer still to come closes its
+        connection as uvicorn sets it."""
+        self._held = None
+        if self._lingering:
+            self.transport.close()
+            return
+        super().shutdown()
 
     def send_400_response(self, msg: str) -> None:
         """uvicorn's answer to what httptools could not parse (or a callback refused)."""
@@ -152,6 +196,9 @@ class EdgeProtocol(HttpToolsProtocol):
             extensions: dict[str, Any] = self.scope.setdefault("extensions", {})
             extensions[ROUTE_SCOPE_KEY] = route
         super().on_headers_complete()
+        cycle = self.cycle
+        if cycle is not None and cycle.transport is self.transport:
+            cycle.transport = self._answers  # its answer closes through the protocol
 
     def on_body(self, body: bytes) -> None:
         super().on_body(body)
@@ -172,12 +219,30 @@ class EdgeProtocol(HttpToolsProtocol):
             if timer is not None:
                 timer.cancel()
         self._body_timer = self._whole_body_timer = None
+        held = self._held
+        if held is not None:
+            self._held = None
+            if not held.response_started:
+                held.keep_alive = True  # the body ended before its answer: nothing is left unread
+        if self._drain_timer is not None:  # the body of a request answered already is read: idle from now
+            self._drain_timer.cancel()
+            self._drain_timer = None
+            self._idle_from_now()
+
+    def _hold_keep_alive(self) -> None:
+        """The body goes on past this read: an answer given before its end may keep the connection only
+        when the rest can be read and dropped (:func:`drainable`); until the body ends, keep-alive is held
+        off, so that such an answer says ``Connection: close``."""
+        cycle = self.cycle
+        if cycle is not None and cycle.keep_alive and not drainable(cycle, self.drain_bytes):
+            cycle.keep_alive = False
+            self._held = cycle
 
     def on_response_complete(self) -> None:
         self._owed -= 1
         queued = len(self.pipeline)
         self._keep_alive_or_next()
-        if self._refusal is not None:
+        if self._refusal is not None and not self._lingering:
             self.flow.pause_reading()
             if len(self.pipeline) == queued and self._owed <= 0:  # nothing was started: all answered
                 self._write_refusal()
@@ -185,9 +250,10 @@ class EdgeProtocol(HttpToolsProtocol):
     # ----- keep-alive ---------------------------------------------------------------------------------
     def _keep_alive_or_next(self) -> None:
         """uvicorn's ``on_response_complete``, its keep-alive timer kept across requests: the next
-        pipelined request starts, or the connection is idle from now and the armed timer looks at that."""
+        pipelined request starts, the rest of a body answered before its end is read and dropped (within
+        the client timeout), or the connection is idle from now and the armed timer looks at that."""
         self.server_state.total_requests += 1
-        if self.transport.is_closing():
+        if self.transport.is_closing() or self._lingering:
             return
         self._idle_since = None
         self.flow.resume_reading()
@@ -195,6 +261,12 @@ class EdgeProtocol(HttpToolsProtocol):
             cycle, app = self.pipeline.pop()
             self._start_asgi_task(cycle, app)
             return
+        if self._in_body:  # the answer's own body is still arriving
+            self._drain_timer = self.loop.call_later(self._timeout, self._drained_too_long)
+            return
+        self._idle_from_now()
+
+    def _idle_from_now(self) -> None:
         self._idle_since = self.loop.time()
         if self.timeout_keep_alive_task is None:
             self.timeout_keep_alive_task = self.loop.call_later(self.timeout_keep_alive, self._idle_too_long)
@@ -217,7 +289,7 @@ class EdgeProtocol(HttpToolsProtocol):
     def awaiting_request(self) -> bool:
         """Whether a request is on its way on this connection: accepted and nothing parsed yet, or a
         request's head arriving. Closing such a connection would drop a request the client sent."""
-        return (self.cycle is None or self._in_head) and not self.transport.is_closing()
+        return (self.cycle is None or self._in_head) and not self.transport.is_closing() and not self._lingering
 
     # ----- refusals ----------------------------------------------------------------------------
     def _cancel_timers(self) -> None:
@@ -281,7 +353,7 @@ class EdgeProtocol(HttpToolsProtocol):
 
     def _write_refusal(self) -> None:
         error = self._refusal
-        if error is None or self.transport.is_closing():
+        if error is None or self.transport.is_closing() or self._lingering:
             return
         body = error_body(error.message)
         head = [STATUS_LINE[error.status]]
@@ -289,7 +361,93 @@ class EdgeProtocol(HttpToolsProtocol):
             head += name, b": ", value, b"\r\n"
         head += b"content-type: ", _JSON, b"\r\ncontent-length: %d\r\nconnection: close\r\n\r\n" % len(body)
         self.transport.write(b"".join(head) + body)
-        self.transport.close()
+        self._linger()
+
+    # ----- closing ---------------------------------------------------------------------------------
+    def _close_after_answer(self) -> None:
+        """An answer closes its connection: at once when the client has sent all it meant to, else
+        after a linger (the module's docstring)."""
+        if self.transport.is_closing() or self._lingering:
+            return
+        if self._in_head or self._in_body or self.pipeline:
+            self._linger()
+        else:
+            self.transport.close()
+
+    def _linger(self) -> None:
+        """Close this side only, then read and drop what the client still sends until it closes too,
+        :attr:`drain_bytes` or the client timeout pass: the answer written is not lost to a reset."""
+        self._lingering = True
+        self._answers.open = False
+        self._held = None
+        self._cancel_timers()
+        for timer in (self.timeout_keep_alive_task, self._drain_timer):
+            if timer is not None:
+                timer.cancel()
+        self.timeout_keep_alive_task = self._drain_timer = None
+        transport = self.transport
+        if not transport.can_write_eof():
+            transport.close()
+            return
+        transport.write_eof()  # once what is written has gone
+        self._drain_left = self.drain_bytes
+        self._drain_timer = self.loop.call_later(self._timeout, self._drained_too_long)
+        self.flow.resume_reading()
+
+    def _drained_too_long(self) -> None:
+        """The client timeout passed while a body answered before its end still came, or a lingering
+        connection's client did not close: closed, unread."""
+        self._drain_timer = None
+        self.transport.abort()
+
+
+class AnswerTransport(asyncio.Transport):
+    """A connection's transport as the answers to its requests see it: they write straight through it,
+    and their closing goes to the protocol, which lingers while the client may still be sending."""
+
+    __slots__ = ("_close", "_transport", "open")
+
+    def __init__(self, transport: asyncio.Transport, close: Callable[[], None]) -> None:
+        super().__init__()
+        self._transport = transport
+        self._close: Callable[[], None] | None = close
+        self.open = True  # False once lingering: nothing more is written
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        if self.open:
+            self._transport.write(data)
+
+    def is_closing(self) -> bool:
+        return not self.open or self._transport.is_closing()
+
+    def close(self) -> None:
+        close = self._close
+        if close is None:
+            self._transport.close()
+        else:
+            close()
+
+    def abort(self) -> None:
+        self._transport.abort()
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return self._transport.get_extra_info(name, default)
+
+    def detach(self) -> None:
+        """The connection is gone: let go of the protocol (no reference cycle left for the collector)."""
+        self._close = None
+
+
+def drainable(cycle: RequestResponseCycle, limit: int) -> bool:
+    """Whether the rest of ``cycle``'s body, answered before its end, can be read and dropped on a kept
+    connection: its length is declared and at most ``limit``, and the client is not waiting for a
+    100 Continue (it may never send the body)."""
+    if cycle.waiting_for_100_continue:
+        return False
+    for name, value in cycle.scope["headers"]:
+        if name == b"content-length":
+            return value.isdigit() and int(value) <= limit
+    return False  # chunked: where it ends is not known
 
 
 def path_of(url: bytes) -> str | None:
