@@ -75,4 +75,5 @@ fi
 step 4 "installing smtriton with a local Triton, the conversion tools and the test tools (2-3 minutes)"
 "$VENV/bin/python" -m pip install "${pip_args[@]}" -c requirements-dev.lock -e ".[local,convert,test]"
 echo "$want" > "$stamp"
-echo "setup done: $VENV is ready" >&2
+# Not "ready": the demo's one line with that word is serve's, once its model answers.
+echo "setup done: $VENV" >&2

@@ -30,12 +30,15 @@ from smtriton.convert.cli_shared import (
     parse_tensor,
     validate_written,
 )
-from smtriton.convert.recipe import COMMAND_LINE, DEFAULT_RECIPE, ModelSpec, RecipeError
+from smtriton.convert.recipe import COMMAND_LINE, DEFAULT_RECIPE, TORCH_FORMATS, ModelSpec, RecipeError
 from smtriton.convert.tensorrt_cli import convert_tensorrt
 from smtriton.errors import ToolError
 
 convert_app = typer.Typer(
-    help="Convert a PyTorch model (recipe entry or package.module:factory) to ONNX, TorchScript or TensorRT.",
+    help="Convert a PyTorch model (recipe entry or package.module:factory) to ONNX, TorchScript or TensorRT. "
+    "A recipe's Python models and ensembles are not converted: `smtriton build-repository RECIPE -m NAME` "
+    "builds them (and every other format).",
+    short_help="Convert a PyTorch model (recipe entry or package.module:factory) to ONNX, TorchScript or TensorRT.",
     no_args_is_help=True,
 )
 
@@ -77,6 +80,8 @@ def model_spec(
         if model is None and len(loaded.models) != 1:
             raise RecipeError(f"{loaded.path}: name the model with --model ({', '.join(loaded.names)})")
         entry = loaded.model(model) if model else loaded.models[0]
+        if entry.format not in TORCH_FORMATS:
+            raise RecipeError(_not_converted(loaded.path, entry.name, entry.format))
         table = dict(entry.raw)
         if inputs or outputs:
             raise RecipeError("--input/--output-tensor describe a --factory model; edit the recipe instead")
@@ -99,6 +104,14 @@ def model_spec(
     if parity:
         table["parity"] = {**table.get("parity", {}), **parity}
     return model_from_table(table, base_dir, where)
+
+
+def _not_converted(recipe: Path, name: str, fmt: str) -> str:
+    """Why a recipe entry of another format than ONNX or TorchScript is not `convert`'s, and what builds it."""
+    build = f"`smtriton build-repository {recipe} -m {name}`"
+    if fmt == "tensorrt":
+        return f"{recipe}: model {name!r} is a TensorRT plan: build it with {build} (or `smtriton convert tensorrt`)"
+    return f"{recipe}: model {name!r} is format {fmt!r}, which convert does not export: build it with {build}"
 
 
 RecipeArg = Annotated[
@@ -179,8 +192,8 @@ def _run_conversion(spec: ModelSpec, output: Path, version: int, with_config: bo
 
 @convert_app.command("onnx")
 def convert_onnx(
+    output: OutputOpt,
     recipe: RecipeArg = DEFAULT_RECIPE,
-    output: OutputOpt = Path("model_repository"),
     model: ModelOpt = None,
     factory: FactoryOpt = None,
     input_: InputOpt = None,
@@ -230,8 +243,8 @@ def convert_onnx(
 
 @convert_app.command("torchscript")
 def convert_torchscript(
+    output: OutputOpt,
     recipe: RecipeArg = DEFAULT_RECIPE,
-    output: OutputOpt = Path("model_repository"),
     model: ModelOpt = None,
     factory: FactoryOpt = None,
     input_: InputOpt = None,

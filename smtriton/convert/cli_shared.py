@@ -74,7 +74,10 @@ MbsOpt = Annotated[
     int | None,
     typer.Option("--max-batch-size", min=0, help="> 0: Triton batches; shapes start with the axis 'batch'."),
 ]
-OutputOpt = Annotated[Path, typer.Option("--output", "-o", help="Model repository to write <name>/<version>/ into.")]
+# Required: a default folder would be whichever one of that name the current directory happens to hold.
+OutputOpt = Annotated[
+    Path, typer.Option("--output", "-o", help="Model repository to write <name>/<version>/ into (required).")
+]
 VersionOpt = Annotated[int, typer.Option(min=1, help="Version directory.")]
 ConfigFlag = Annotated[
     bool, typer.Option("--config/--no-config", help="Write config.pbtxt too (else run `smtriton config`).")

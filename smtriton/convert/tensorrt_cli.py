@@ -94,7 +94,7 @@ def convert_tensorrt(
             metavar="SOURCE", help="model.onnx, or a model directory holding one (highest version).", exists=True
         ),
     ],
-    output: OutputOpt = Path("model_repository"),
+    output: OutputOpt,
     name: Annotated[str | None, typer.Option(help="Model name (default: the source model's, with _trt).")] = None,
     version: VersionOpt = 1,
     profile: Annotated[

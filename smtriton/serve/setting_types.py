@@ -136,6 +136,7 @@ def setting(
     default_factory: Callable[[dict[str, Any]], Any] | None = None,
     shown: str | None = None,
     flag: bool = False,
+    option: str | None = None,
     refusal: str | None = None,
     ge: int | None = None,
     gt: float | None = None,
@@ -144,10 +145,13 @@ def setting(
     """One setting: its variable (several: the first one set wins), meaning, default and bounds.
 
     ``shown`` is the default as the docs state it, where the value alone would not say it; ``flag``: a
-    `serve` option of the same name overrides it; ``refusal`` words the start of the error for a bad
-    value (``{variable}`` and ``{value}`` are filled in).
+    `serve` option of the same name overrides it; ``option``: that option's help, where ``doc`` words the
+    variable's value rather than the option; ``refusal`` words the start of the error for a bad value
+    (``{variable}`` and ``{value}`` are filled in).
     """
     extra: dict[str, JsonValue] = {"env": [env] if isinstance(env, str) else list(env), "flag": flag}
+    if option is not None:
+        extra["option"] = option
     if shown is not None:
         extra["shown"] = shown
     if refusal is not None:

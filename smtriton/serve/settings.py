@@ -156,10 +156,19 @@ class Settings(BaseSettings):
         ge=1,
     )
     multi_model: Switch = setting(
-        "SAGEMAKER_MULTI_MODEL", "exactly `true` selects a multi-model endpoint", False, flag=True
+        "SAGEMAKER_MULTI_MODEL",
+        "exactly `true` selects a multi-model endpoint",
+        False,
+        flag=True,
+        option="serve a multi-model endpoint: models loaded on request (`POST /models`) from under "
+        "`--model-root`, instead of one model of `--model-repository`",
     )
     model_repository: Path = setting(
-        "SMTRITON_MODEL_REPOSITORY", "model repository a single-model endpoint serves", SME_MODEL_DIR, flag=True
+        "SMTRITON_MODEL_REPOSITORY",
+        "model repository a single-model endpoint serves: only its default model is loaded (an ensemble "
+        "with its steps' models), and those `SMTRITON_LOAD_MODELS` names",
+        SME_MODEL_DIR,
+        flag=True,
     )
     model_root: Path = setting(
         "SMTRITON_MODEL_ROOT", "multi-model endpoints: load urls must lie under it", MME_MODEL_ROOT, flag=True
@@ -177,7 +186,11 @@ class Settings(BaseSettings):
         ge=0,
     )
     model_memory_factor: Number = setting(
-        "SMTRITON_MODEL_MEMORY_FACTOR", "multi-model: memory a load needs = archive size times factor", 1.0, gt=0
+        "SMTRITON_MODEL_MEMORY_FACTOR",
+        "multi-model: memory a load needs = the extracted model's size on disk (its files' blocks, never more "
+        "than their sizes) times factor",
+        1.0,
+        gt=0,
     )
     model_memory_budget_bytes: Integer | None = setting(
         "SMTRITON_MODEL_MEMORY_BUDGET_BYTES",
@@ -258,7 +271,8 @@ class Settings(BaseSettings):
         "a record of a multi-record body (JSON Lines, CSV rows) that fails: `fail` answers the whole request with "
         "its status and an error naming its line (the batch transform job fails, loudly); `error-line` writes "
         '`{"error": ...}` in its place and goes on, so the output keeps one line per input line (503, 504 and 507 '
-        "still fail the request, so that SageMaker retries it)",
+        "still fail the request, so that SageMaker retries it; a CSV row that cannot be read, an empty line or "
+        "the wrong count of numbers, fails the whole body with 400 before any row reaches Triton)",
         "fail",
     )
     records_in_flight: Integer = setting(
@@ -302,8 +316,11 @@ class Settings(BaseSettings):
     merge_requests: Boolean = setting(
         "SMTRITON_MERGE_REQUESTS",
         "requests of one model that arrive while a worker's earlier ones are with Triton are merged into one "
-        "Triton request along the batch dimension, each client answered as alone; only where Triton would "
-        "batch them itself (`dynamic_batching`, `max_batch_size` > 0). `false`: every request goes alone",
+        "Triton request along the batch dimension, each client answered byte for byte as alone (floats as "
+        "Triton's own batching computes them); only where Triton would batch them itself (`dynamic_batching`, "
+        "`max_batch_size` ≥ 2) and the model's rows are each their own (an ONNX Runtime, PyTorch, TensorRT, "
+        'TensorFlow or OpenVINO model, or a config with `smtriton_merge_rows` `"true"`; `"false"` keeps one '
+        "model's apart). `false`: every request goes alone",
         True,
     )
     merge_in_flight: Integer = setting(
@@ -348,7 +365,7 @@ class Settings(BaseSettings):
     )
     metrics_host: str = setting("SMTRITON_METRICS_HOST", "address of the metrics port", "127.0.0.1")
     log_level: Annotated[LogLevel, BeforeValidator(parse_word(str.lower))] = setting(
-        "SMTRITON_LOG_LEVEL", "`debug`, `info`, `warning` or `error`; Triton's too", "info", flag=True
+        "SMTRITON_LOG_LEVEL", "log level, `debug`, `info`, `warning` or `error`; Triton's too", "info", flag=True
     )
     log_format: Annotated[Literal["json", "text"], BeforeValidator(parse_word(str.lower))] = setting(
         "SMTRITON_LOG_FORMAT", "`json`: one JSON object per line (CloudWatch); `text` for humans", "json"
@@ -372,7 +389,7 @@ class Settings(BaseSettings):
     wait_for_triton: Boolean = setting(
         "SMTRITON_WAIT_FOR_TRITON",
         "an inference that meets Triton restarting after a crash waits for it (within its own timeout) and one "
-        "in flight when Triton died is sent again once, instead of a 503; `false`: 503 at once",
+        "in flight when Triton died is sent again once (a request of a sequence: 503); `false`: 503 at once",
         True,
     )
     triton_wait_queue: Integer = setting(
@@ -380,6 +397,9 @@ class Settings(BaseSettings):
         "inferences one front worker holds while Triton restarts; past it, 503 at once",
         1024,
         ge=1,
+    )
+    probation_lease_s: Number = setting(
+        "SMTRITON_PROBATION_LEASE_S", "seconds a request sent again after a Triton death may hold its turn", 30.0, gt=0
     )
     shutdown_timeout_s: Number = setting(
         "SMTRITON_SHUTDOWN_TIMEOUT_S",
@@ -549,7 +569,8 @@ def flag_help(name: str) -> str:
     """The help of `serve --<name>`: the setting's meaning, its default and the variables it overrides."""
     field = Settings.model_fields[name]
     variables = " or ".join(variables_of(field))
-    text = f"{field.description}. Default: {shown_default(field)}; overrides {variables}"
+    meaning = extra_of(field).get("option") or field.description
+    text = f"{meaning}. Default: {shown_default(field)}; overrides {variables}"
     text = text.replace("`", "").replace("—", "none")
     return text[:1].upper() + text[1:]
 
@@ -569,7 +590,7 @@ def shown_default(field: FieldInfo) -> str:
         return "—"
     if isinstance(value, bool):
         return str(value).lower()
-    if isinstance(value, int) and value >= 1024:
+    if isinstance(value, int) and value >= 1024 and any("BYTE" in name for name in variables_of(field)):  # a size
         for unit, size in (("GiB", 1024 * MIB), ("MiB", MIB), ("KiB", 1024)):
             if value % size == 0:
                 return f"{value // size} {unit}"

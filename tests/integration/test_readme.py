@@ -1,5 +1,6 @@
 """Every example in README.md runs as a user would run it: executed here, or marked in the README as
-covered by a named test or script (``<!-- example covered by: PATH[::TEST], ... -->`` before the block)."""
+covered by a named test or script (``<!-- example covered by: PATH[::TEST], ... -->`` before the block).
+Every `smtriton` and `serve` command line of README.md and docs/ names commands and flags that exist."""
 
 from __future__ import annotations
 
@@ -147,6 +148,10 @@ def test_the_quick_start_demo_script_serves_the_demo(tmp_path: Path):
                 except requests.ConnectionError:
                     pass
                 time.sleep(0.5)
+            # The one line that says "ready" is serve's, as the README says: nothing earlier says it.
+            said = [line for line in (tmp_path / "demo.log").read_text().splitlines() if re.search(r"\bready\b", line)]
+            assert len(said) == 1, said
+            assert said[0].endswith("model text_encoder is ready"), said
             curl = example(next(w for w in EXECUTED if w.startswith("curl")))
             done = subprocess.run(["bash", "-c", curl.replace("http://localhost:8080", f"http://127.0.0.1:{port}")],
                                   capture_output=True, text=True, timeout=60, check=True)  # fmt: skip
@@ -207,6 +212,84 @@ def test_the_serve_synopsis(text_encoder_repository: Path, tmp_path: Path):
         server.wait_healthy()
     finally:
         server.stop()
+
+
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+FENCED = re.compile(r"```\w*\n(.*?)```", re.S)
+INLINE = re.compile(r"(?<!`)`((?:\.venv/bin/)?(?:smtriton|serve) [^`\n]+)`(?!`)")
+COMMAND = re.compile(r"^(?:[A-Z_]+=\S+\s+)*((?:\.venv/bin/)?(?:smtriton|serve)\s.*)")
+
+
+def command_lines(text: str) -> Iterator[str]:
+    """The `smtriton` and `serve` command lines of a page: in its code blocks, and its inline code."""
+    for block in FENCED.findall(text):
+        for line in block.replace("\\\n", " ").splitlines():
+            if m := COMMAND.match(line.strip()):
+                yield m.group(1)
+    yield from INLINE.findall(text)
+
+
+def mistakes(line: str) -> list[str]:
+    """What a command line gets wrong: commands and flags its program lacks, required options it leaves out
+    (but in a line that elides with "...", or names a command or one of its flags in prose)."""
+    from typer.main import get_command
+
+    from smtriton.serve.owner import cli as serve_cli
+
+    words = shlex.split(line, comments=True)
+    program = words.pop(0).rsplit("/", 1)[-1]
+    flags = [re.sub(r"[\[\]]", "", w).split("=")[0] for w in words if w.lstrip("[").startswith("-") and w != "-"]
+    if program == "serve":
+        known = {s for action in serve_cli.parser()._actions for s in action.option_strings}
+        return [flag for flag in flags if flag not in known]
+    command = group = get_command(app)
+    context = group.make_context("smtriton", ["--help"], resilient_parsing=True)
+    while hasattr(command, "get_command") and words and not words[0].startswith("-"):
+        sub = command.get_command(context, words[0])
+        if sub is None:
+            return [words[0]]
+        command = sub
+        words.pop(0)
+    if hasattr(command, "get_command"):
+        return []  # a group named on its own, in prose
+    options = [p for p in command.params if getattr(p, "param_type_name", "") == "option"]
+    known = {s for p in command.params for s in (*p.opts, *p.secondary_opts)} | {"--help", "-h"}
+    wrong = [flag for flag in flags if flag not in known]
+    if len(words) > 1 and "..." not in line:
+        wrong += [f"missing {p.opts[0]}" for p in options if p.required and not set(p.opts) & set(flags)]
+    return wrong
+
+
+def test_every_command_line_in_the_docs_names_real_commands_and_flags():
+    lines = 0
+    for doc in DOCS:
+        for line in command_lines(doc.read_text()):
+            assert not mistakes(line), f"{doc.relative_to(ROOT)}: {line}: {mistakes(line)}"
+            lines += 1
+    assert lines > 100
+    assert mistakes("smtriton convert onnx my_recipe.toml -m encoder -o repo [--simplify]") == []
+    assert mistakes("smtriton convert onnx -m encoder -o repo --fp32") == ["--fp32"]
+    assert mistakes("smtriton convert onnx -m text_encoder") == ["missing --output"]
+    assert mistakes("smtriton convert keras model.h5") == ["keras"]
+    assert mistakes("serve --model-repository DIR [--threads 4]") == ["--threads"]
+
+
+def test_running_serve_says_a_single_model_endpoint_loads_only_its_default_model():
+    text = (ROOT / "README.md").read_text()
+    section = text.split("## Running `serve`", 1)[1].split("\n## ", 1)[0]
+    said = " ".join(section.split())
+    assert "A single-model endpoint loads only its default model" in said
+    assert "`SMTRITON_LOAD_MODELS`" in said
+
+
+def test_records_are_answered_as_tritons_batching_computes_them_not_as_alone():
+    """A model that computes a batch may give a record other float bits than a lone request: no page
+    promises a multi-record answer "as it would be alone"."""
+    for doc in DOCS:
+        said = " ".join(doc.read_text().split())
+        assert "as it would be alone" not in said, doc.name
+    for page in ("contract.md", "operations.md"):
+        assert "as Triton's own batching computes it" in " ".join((ROOT / "docs" / page).read_text().split())
 
 
 def test_the_invoke_example_against_a_local_endpoint(text_encoder_repository: Path, tmp_path: Path):

@@ -85,6 +85,20 @@ def test_serve_help_shows_defaults_and_the_environment_it_reads(option, capsys, 
     assert all(name in text for name in schema_variables), sorted(n for n in schema_variables if n not in text)
 
 
+def test_every_serve_option_says_what_the_option_does(capsys, monkeypatch):
+    """An option's help describes the option, not its variable's values (a flag takes no `true`)."""
+    monkeypatch.setenv("COLUMNS", "400")
+    out = " ".join(serve(capsys, "--help")[1].split())
+    helps = dict(re.findall(r" (--[a-z-]+)(?: [A-Z]+)? ([A-Z].*?)(?= --[a-z-]+ | Reads these)", out))
+    assert set(helps) >= {"--multi-model", "--model-repository", "--log-level", "--port"}
+    for option, text in helps.items():
+        assert not re.search(r"\b(exactly|true)\b", text, re.I), (option, text)
+    assert helps["--multi-model"].startswith("Serve a multi-model endpoint"), helps["--multi-model"]
+    assert helps["--log-level"].startswith("Log level"), helps["--log-level"]
+    assert "only its default model is loaded" in helps["--model-repository"]
+    assert "SMTRITON_LOAD_MODELS" in helps["--model-repository"]
+
+
 @pytest.mark.parametrize("path", [(), ("convert",), ("package",)])
 def test_a_group_without_a_command_prints_its_help(path):
     result = smtriton(*path)

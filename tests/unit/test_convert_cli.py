@@ -143,6 +143,76 @@ def test_a_factory_without_its_tensors_names_the_flags_not_the_recipe_syntax(tmp
     assert not any(tmp_path.iterdir())
 
 
+TRT_RECIPE = """
+[[model]]
+name = "encoder"
+format = "onnx"
+factory = "tests.integration.test_convert_cli:tiny"
+input = [{ name = "x", dtype = "FP32", shape = [4] }]
+output = [{ name = "y" }]
+
+[[model]]
+name = "encoder_trt"
+format = "tensorrt"
+onnx = "encoder"
+"""
+
+
+@pytest.mark.parametrize(
+    ("command", "model", "words"),
+    [
+        ("onnx", "string_upper", "is format 'python'"),
+        ("torchscript", "image_pipeline", "is format 'ensemble'"),
+        ("onnx", "encoder_trt", "`smtriton convert tensorrt`"),
+    ],
+)
+def test_an_entry_convert_does_not_export_names_the_command_that_builds_it(tmp_path, command, model, words):
+    """A recipe's Python model, ensemble or TensorRT plan: one line saying build-repository builds it,
+    not the factory rule of the formats convert exports."""
+    from smtriton.convert.recipe import DEFAULT_RECIPE
+
+    recipe = DEFAULT_RECIPE
+    if model == "encoder_trt":
+        recipe = tmp_path / "recipe.toml"
+        recipe.write_text(TRT_RECIPE)
+    out = tmp_path / "repo"
+    result = CliRunner().invoke(app, ["convert", command, str(recipe), "-m", model, "-o", str(out)])
+    assert result.exit_code == 2, result.output
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith("error: "), line
+    assert words in line, line
+    assert f"smtriton build-repository {recipe} -m {model}" in line, line
+    assert "factory" not in line
+    assert not out.exists()
+
+
+def test_convert_help_and_the_readme_name_build_repository_for_python_models_and_ensembles():
+    from pathlib import Path
+
+    shown = " ".join(CliRunner().invoke(app, ["convert", "--help"], env={"COLUMNS": "200"}).output.split())
+    assert "Python models and ensembles are not converted: `smtriton build-repository RECIPE -m NAME`" in shown
+    readme = " ".join((Path(__file__).resolve().parents[2] / "README.md").read_text().split())
+    assert "its Python models and ensembles only it builds" in readme
+
+
+@pytest.mark.parametrize("command", ["onnx", "torchscript", "tensorrt"])
+def test_convert_writes_only_where_output_says(tmp_path, monkeypatch, command):
+    """No default --output: a forgotten -o would write into whatever model_repository/ the current
+    directory holds. Without it, a usage error naming the option, and nothing written."""
+    tiny_onnx(tmp_path / "src" / "1" / "model.onnx")
+    (tmp_path / "model_repository").mkdir()
+    monkeypatch.chdir(tmp_path)
+    args = [str(tmp_path / "src")] if command == "tensorrt" else ["-m", "text_encoder"]
+    result = CliRunner().invoke(app, ["convert", command, *args])
+    assert result.exit_code == 2, result.output
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith("error: Missing option '--output' / '-o'"), line
+    assert not any((tmp_path / "model_repository").iterdir())
+    shown = " ".join(CliRunner().invoke(app, ["convert", command, "--help"], env={"COLUMNS": "200"}).output.split())
+    assert "into (required)" in shown
+    assert "[default: model_repository]" not in shown
+
+
 def test_the_graph_optimization_levels_in_config_help_are_the_onnxruntime_backends():
     """`smtriton config --help` says what each --graph-optimization-level does, as the onnxruntime backend
     (ours, after NVIDIA's) reads optimization.graph.level: -1 basic, 1 extended, 2 off."""

@@ -48,7 +48,7 @@ def test_setup_announces_each_step_and_when_it_is_done(tmp_path):
     steps = [line for line in run.stderr.splitlines() if line.startswith("setup [")]
     assert [s.split("]")[0] for s in steps] == ["setup [1/4", "setup [2/4", "setup [3/4", "setup [4/4"]
     assert "installing PyTorch" in steps[2]
-    assert run.stderr.rstrip().endswith(f"setup done: {tmp_path / 'venv'} is ready")
+    assert run.stderr.rstrip().endswith(f"setup done: {tmp_path / 'venv'}")
     assert "-c requirements-dev.lock -e .[local,convert,test]" in calls.read_text()
     again = subprocess.run(["bash", "scripts/setup.sh"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
     assert (again.returncode, again.stderr) == (0, "")  # up to date: nothing to say, nothing done
@@ -166,3 +166,24 @@ def test_the_demo_listens_on_loopback_unless_asked(tmp_path, host, bound):
     args = run.stdout.split()
     assert args[args.index("--host") + 1] == bound
     assert args[args.index("--port") + 1] == "8080"
+
+
+def test_nothing_the_demo_prints_before_serve_says_ready(tmp_path):
+    """A newcomer waits for "ready": the set-up (with work to do), the build and the demo's own line never
+    say it, so the first line that does is serve's `model NAME is ready`."""
+    demo = _demo_sandbox(tmp_path)
+    for name in ("pyproject.toml", "requirements-dev.lock"):
+        shutil.copy2(ROOT / name, tmp_path / name)
+    shutil.copy2(ROOT / "scripts" / "setup.sh", tmp_path / "scripts" / "setup.sh")
+    env = _fake_setup_env(tmp_path) | {"VENV": ".venv"}
+    env = {k: v for k, v in env.items() if k not in ("HOST", "PORT", "DEMO_MODEL")}
+    run = subprocess.run(["bash", str(demo)], env=env, capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
+    printed = run.stderr.splitlines()
+    assert printed[0].startswith("setup [1/4]"), printed  # the set-up had work to do
+    assert not [line for line in printed if "ready" in line.lower()], printed
+    assert printed[-1].startswith("demo: starting serve for text_encoder on http://127.0.0.1:8080;"), printed
+    from smtriton.serve.owner import endpoint
+
+    assert 'log.info("model %s is ready' in Path(endpoint.__file__).read_text()  # the line the README quotes
+    assert "`model text_encoder is ready`" in (ROOT / "README.md").read_text()

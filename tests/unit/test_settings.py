@@ -3,6 +3,7 @@ declares every setting, and the docs, the deploy-time check and the start-up obj
 
 import logging
 import os
+import re
 from pathlib import Path
 
 import annotated_types
@@ -186,6 +187,7 @@ BOUNDS = [
     ("SMTRITON_TRITON_EXIT_TIMEOUT_S", "0", "0.5"),
     ("SMTRITON_WORKER_HEARTBEAT_TIMEOUT_S", "0", "0.5"),
     ("SMTRITON_TRITON_WAIT_QUEUE", "0", "1"),
+    ("SMTRITON_PROBATION_LEASE_S", "0", "0.5"),
     ("SAGEMAKER_TRITON_GRPC_PORT", "0", "1"),
     ("SAGEMAKER_TRITON_GRPC_PORT", "65536", "65535"),
     ("SAGEMAKER_TRITON_METRICS_PORT", "0", "1"),
@@ -289,6 +291,51 @@ def test_docs_name_every_variable():
     text = (ROOT / "docs" / "settings.md").read_text()
     for name in known_variables() | set(WITHOUT_EFFECT):
         assert f"`{name}`" in text, name
+
+
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+NAME = re.compile(r"\b((?:SMTRITON|SAGEMAKER)_[A-Z0-9_]*[A-Z0-9])\b")
+# "`NAME` (16", "`NAME` (25 s", "`NAME` (64 KiB", "`NAME` (20 minutes": the default the prose states.
+STATED = re.compile(r"`((?:SMTRITON|SAGEMAKER)_[A-Z0-9_]+)`\s*\((\d[\d,.]*)\s*(KiB|MiB|GiB|minutes|s\b)?")
+UNITS = {None: 1, "s": 1, "KiB": 1024, "MiB": MIB, "GiB": 1024 * MIB, "minutes": 60}
+
+
+def test_every_variable_the_docs_name_is_one_the_code_reads():
+    """A name in README.md or docs/ is a setting of serve's schema, or read by a tool (its name in the source)."""
+    source = "".join(path.read_text() for path in (ROOT / "smtriton").rglob("*.py"))
+    known = known_variables() | set(WITHOUT_EFFECT)
+    for doc in DOCS:
+        for name in set(NAME.findall(doc.read_text())) - known:
+            assert f'"{name}"' in source, f"{doc.name} names {name}, which nothing reads"
+
+
+def test_the_defaults_the_docs_state_are_the_schemas():
+    """Every "`VARIABLE` (default" in README.md and docs/ is what serve takes when the variable is unset."""
+    defaults = Settings.from_env({})
+    by_variable = {name: path for path, field in setting_fields(Settings) for name in variables_of(field)}
+    stated = 0
+    for doc in DOCS:
+        for name, number, unit in STATED.findall(doc.read_text()):
+            value = defaults
+            for part in by_variable[name]:
+                value = getattr(value, part)
+            if value is None:  # unset means "not given" (SAGEMAKER_MAX_PAYLOAD_IN_MB): the prose says what then
+                continue
+            assert float(number.replace(",", "")) * UNITS[unit or None] == value, (doc.name, name, number, unit)
+            stated += 1
+    assert stated >= 10
+
+
+def test_settings_md_says_what_the_code_does():
+    from smtriton.serve.dataplane.batching import model_batching
+
+    rows = {line.split("|")[1].strip(" `"): line for line in markdown().splitlines() if line.startswith("| `")}
+    assert "| 1024 |" in rows["SMTRITON_TRITON_WAIT_QUEUE"]  # a count, not "1 KiB"
+    assert "| 64 KiB |" in rows["SMTRITON_MAX_HEADER_BYTES"]  # a size
+    assert "`max_batch_size` ≥ 2" in rows["SMTRITON_MERGE_REQUESTS"]
+    assert model_batching({"max_batch_size": 1, "dynamic_batching": {}}) is None  # one row merges with nothing
+    assert "a CSV row that cannot be read" in rows["SMTRITON_FAILED_RECORD"]  # fails the whole body, error-line or not
+    assert "files' blocks" in rows["SMTRITON_MODEL_MEMORY_FACTOR"]  # what multimodel.memory.tree_size counts
 
 
 def test_serve_takes_sagemakers_serve_argument_and_each_flag_once():

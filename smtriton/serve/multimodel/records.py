@@ -23,7 +23,7 @@ class ModelRecord:
     triton_names: list[str]  # every Triton model staged for this archive, entry last
     response_name: str  # "model_name" clients see in inference responses
     decoupled: bool = False  # the entry model streams its responses
-    estimate: int = 0  # bytes the load was estimated to need (archive size x factor)
+    estimate: int = 0  # bytes the load was estimated to need (its files' blocks on disk x factor)
     loaded_at: float = field(default_factory=time.time)
     # Each staged Triton model -> its folder inside the archive ("" for an archive that is one model),
     # and where Triton and the archive lie, so that Triton's messages can name files as the caller
