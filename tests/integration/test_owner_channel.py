@@ -15,6 +15,7 @@ import os
 import shutil
 import signal
 import socket
+import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
@@ -134,6 +135,26 @@ def test_a_worker_plane_and_the_owner_speak_every_message_over_a_real_channel(tm
             assert "m" not in plane.mirror.models
             with pytest.raises(ModelNotFound):
                 plane.mirror.begin_invoke("m", None)
+
+            # a turn on probation (a request sent again after a Triton death): held while the block runs;
+            # one whose wait is cancelled (its client left) leaves the line at once
+            desk = endpoint[0].probation
+            async with plane.owner.probation(time.monotonic() + 5):
+                assert desk.holder is not None
+                assert desk.holder[0] == os.getpid()
+            await _until(lambda: desk.holder is None, 5)
+            desk.grant((1, 1))  # another worker's request runs on probation
+
+            async def sent_again() -> None:
+                async with plane.owner.probation(time.monotonic() + 60):
+                    pass
+
+            waiting = asyncio.create_task(sent_again())
+            await _until(lambda: desk.waiting == 1, 5)
+            waiting.cancel()
+            await _until(lambda: desk.waiting == 0, 5)
+            desk.release((1, 1))
+            assert desk.holder is None
 
             assert await owner.call(Heartbeat(), 5) is None  # the worker's loop answers its heartbeat
 

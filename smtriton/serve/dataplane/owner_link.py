@@ -1,12 +1,19 @@
 """What a front worker asks of the endpoint's owner in the main process, over the worker's channel.
 
 Everything the workers must agree on is decided there (docs/design.md §3a): the multi-model API (load,
-unload, list, describe), the sessions' table and the out-of-memory verdict on a failed invoke. Each
-question is a typed message (:mod:`smtriton.serve.ipc.messages`); a channel that is gone is a 503.
+unload, list, describe), the sessions' table, the out-of-memory verdict on a failed invoke and the
+turns on probation after a Triton death. Each question is a typed message
+(:mod:`smtriton.serve.ipc.messages`); a channel that is gone is a 503.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import itertools
+import os
+import time
+from collections.abc import AsyncIterator
 from typing import Any, TypeVar
 
 from smtriton.serve.errors import BadRequest, NotReady
@@ -38,15 +45,17 @@ class OwnerLink:
     def __init__(self, channel: Channel | None, multi_model: bool) -> None:
         self.channel = channel
         self.multi_model = multi_model
+        self._tickets = itertools.count(1)  # with the worker's process id, names its turns on probation
 
-    async def ask(self, message: Call[R], *, mme: bool = True) -> R:
-        """The owner's answer to ``message``; 503 when the main process cannot be reached."""
+    async def ask(self, message: Call[R], *, mme: bool = True, timeout: float | None = None) -> R:
+        """The owner's answer to ``message``; 503 when the main process cannot be reached;
+        :class:`asyncio.TimeoutError` after ``timeout`` seconds."""
         if mme and not self.multi_model:
             raise BadRequest("the multi-model API needs SAGEMAKER_MULTI_MODEL=true")
         if self.channel is None:
             raise NotReady("the endpoint's owner is not reachable")
         try:
-            return await self.channel.call(message)
+            return await self.channel.call(message, timeout)
         except ChannelClosed:
             raise NotReady("the server's main process is not reachable (it is stopping or restarting)") from None
 
@@ -86,13 +95,28 @@ class OwnerLink:
             self.channel.notify(SessionAnswered(session))
 
     # ----- a request sent again after a Triton death ---------------------------------------------------
-    async def probation(self) -> int | None:
-        """Wait for this worker's turn to send a request that was in flight when Triton died (one at a
-        time on the endpoint: :mod:`smtriton.serve.owner.probation`); None for a worker alone."""
-        if self.channel is None:
-            return None
-        return await self.ask(Probation(), mme=False)
-
-    def probation_over(self, token: int | None) -> None:
-        if token is not None and self.channel is not None:
-            self.channel.notify(ProbationOver(token))
+    @contextlib.asynccontextmanager
+    async def probation(self, deadline: float) -> AsyncIterator[None]:
+        """This worker's turn to send again a request that was in flight when Triton died, held while the
+        block runs (one at a time on the endpoint: :mod:`smtriton.serve.owner.probation`). The turn goes
+        back however the block ends, and also when the wait for it ends first: cancelled (the client
+        left), or at ``deadline`` (a :func:`time.monotonic` reading), which is a 503. A worker alone
+        needs no turn."""
+        channel = self.channel
+        if channel is None:
+            yield
+            return
+        turn = Probation(os.getpid(), next(self._tickets))
+        try:
+            try:
+                granted = await self.ask(turn, mme=False, timeout=max(0.0, deadline - time.monotonic()))
+            except asyncio.TimeoutError:
+                granted = False
+            if not granted:
+                raise NotReady(
+                    "Triton serves again, but this request's turn to be sent again (one at a time after a "
+                    "Triton death) did not come within its timeout"
+                )
+            yield
+        finally:
+            channel.notify(ProbationOver(turn.worker, turn.ticket))

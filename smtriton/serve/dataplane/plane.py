@@ -317,21 +317,15 @@ class DataPlane:
             return self._streamed(target, inference, request.accept, step)
         if step is None:
             try:
-                upstream = await self._send(target, inference, deadline)
+                if sessions.in_a_sequence(inference.parameters):
+                    upstream = await self._send_once(target, inference, None)
+                else:
+                    upstream = await self._send(target, inference, deadline)
             finally:
                 if inference.body is not body:
                     self._give_back(inference.body)
         else:
-            try:
-                upstream = await self.upstream.infer(target.triton_name, inference)
-            except TritonUnavailable as exc:
-                await self.sessions.done(step, False)
-                raise TritonUnavailable(
-                    f"{exc.message}: a session's sequence does not outlive its Triton; open a new session"
-                ) from None
-            except BaseException:
-                await self.sessions.done(step, False)
-                raise
+            upstream = await self._send_once(target, inference, step)
         status, content_type, payload = await self._answer(target, upstream)
         answer_headers = _attributes(upstream)
         if step is not None:
@@ -344,18 +338,25 @@ class DataPlane:
         """A stateless inference to Triton, which a Triton death costs time, not its answer
         (:mod:`smtriton.serve.dataplane.waiting`): it waits for a Triton that serves, and is sent again
         once if its Triton died under it, on probation (alone among the requests sent again, on the
-        whole endpoint); one in flight at two deaths in a row is answered 500, never sent a third time."""
+        whole endpoint); one in flight at two deaths in a row is answered 500, never sent a third time.
+        Its turn on probation is asked for once a Triton serves, and given back if Triton died again
+        before it came: a turn taken sooner would run out its lease while Triton restarts, and let
+        several suspects go together. Every wait ends at ``deadline``."""
         waiting = self.waiting
-        newer_than: int | None = None
+        newer_than: int | None = None  # once it was in flight at a death: that Triton's generation
         while True:
-            token = await self.owner.probation() if newer_than is not None else None
-            try:
-                await waiting.until_serving(deadline, newer_than)
+            await waiting.until_serving(deadline, newer_than)
+            turn: contextlib.AbstractAsyncContextManager[None] = (
+                contextlib.nullcontext() if newer_than is None else self.owner.probation(deadline)
+            )
+            async with turn:
+                if not waiting.serving(newer_than):
+                    continue  # Triton died again while this waited for its turn, which goes back meanwhile
                 generation = self.mirror.state.generation
                 try:
                     return await self.upstream.infer(target.triton_name, inference)
                 except TritonUnavailable as exc:
-                    if not waiting.enabled or not await waiting.died(generation):
+                    if not waiting.enabled or not await waiting.died(generation, deadline):
                         raise
                     if not exc.sent:  # it never reached Triton: nothing to suspect it of
                         continue
@@ -372,8 +373,24 @@ class DataPlane:
                             "model)"
                         ) from None
                     newer_than = generation
-            finally:
-                self.owner.probation_over(token)
+
+    async def _send_once(self, target: _Target, inference: Inference, step: SessionStep | None) -> UpstreamResponse:
+        """An inference of a sequence (its session's ``step``, or one it sets itself): sent once, never held
+        for a restarting Triton nor sent again after a death, since the next Triton holds nothing of the
+        sequence (it would answer from a fresh state, or refuse): 503 saying so."""
+        try:
+            return await self.upstream.infer(target.triton_name, inference)
+        except TritonUnavailable as exc:
+            if step is None:
+                raise TritonUnavailable(f"{exc.message}: {sessions.SEQUENCE_LOST}") from None
+            await self.sessions.done(step, False)
+            raise TritonUnavailable(
+                f"{exc.message}: a session's sequence does not outlive its Triton; open a new session"
+            ) from None
+        except BaseException:
+            if step is not None:
+                await self.sessions.done(step, False)
+            raise
 
     # ----- bodies of several records (batch transform's mini-batches) ------------------------------------
     def _records_only(self, request: Request, target: _Target, what: str) -> None:

@@ -96,6 +96,19 @@ def _control(request: dict[str, Any] | None) -> Literal["open", "close"] | None:
     return None
 
 
+# Why a request of its own sequence fails when Triton dies (or is down).
+SEQUENCE_LOST = (
+    "a request that sets its own sequence (sequence_id, sequence_start, sequence_end) is not sent again, nor held "
+    "for the next Triton, which holds nothing of the sequence; start the sequence again"
+)
+
+
+def in_a_sequence(parameters: dict[str, Any]) -> bool:
+    """Whether a request outside a session sets a sequence of its own (any of :data:`SEQUENCE_PARAMETERS`):
+    then it is not stateless, for Triton keeps its sequence's state from one request to the next."""
+    return any(name in parameters for name in SEQUENCE_PARAMETERS)
+
+
 def names_a_session_sequence(parameters: dict[str, Any]) -> bool:
     """Whether a request's parameters, outside a session, name a sequence id of the range sessions use."""
     value = parameters.get("sequence_id")

@@ -6,7 +6,8 @@ meets Triton down or restarting waits here until a Triton serves again — withi
 timeout, and at most :attr:`Waiting.limit` of them a worker (past it, 503 at once) — instead of failing.
 One that was in flight when its Triton died is sent again once the next Triton serves; a request in
 flight at two deaths in a row is not sent a third time (it may be what kills Triton: the data plane
-answers it 500). ``SMTRITON_WAIT_FOR_TRITON=false`` answers 503 at once, as before.
+answers it 500). A request of a sequence (a session's, or one it sets itself) never waits here: the next
+Triton holds none of its sequence. ``SMTRITON_WAIT_FOR_TRITON=false`` answers 503 at once, as before.
 """
 
 from __future__ import annotations
@@ -33,7 +34,9 @@ class Waiting:
         self.mirror = mirror
         self.waiting = 0
 
-    def _serving(self, newer_than: int | None) -> bool:
+    def serving(self, newer_than: int | None = None) -> bool:
+        """Whether requests may go to Triton now (to one started after the one of generation
+        ``newer_than``, when given)."""
         state = self.mirror.state
         return state.serving and (newer_than is None or state.generation > newer_than)
 
@@ -48,7 +51,7 @@ class Waiting:
         ``newer_than``, when given). 503 when waiting is off, nothing is worth waiting for (see
         :meth:`_may_wait`), the worker drains, its queue is full, or ``deadline`` (a :func:`time.monotonic`
         reading) passes first."""
-        if self._serving(newer_than):
+        if self.serving(newer_than):
             return
         reason = self.mirror.state.reason or "Triton is not ready"
         if not self._may_wait():
@@ -57,7 +60,7 @@ class Waiting:
             raise NotReady(f"{reason} ({self.limit} requests already wait for Triton on this front worker)")
         self.waiting += 1
         try:
-            while not self._serving(newer_than):
+            while not self.serving(newer_than):
                 if not self._may_wait():
                     raise NotReady(self.mirror.state.reason or reason)
                 remaining = deadline - time.monotonic()
@@ -68,10 +71,11 @@ class Waiting:
         finally:
             self.waiting -= 1
 
-    async def died(self, generation: int) -> bool:
+    async def died(self, generation: int, deadline: float) -> bool:
         """After a request to the Triton of ``generation`` found it unreachable: whether that Triton died
-        (the owner says so within :data:`DEATH_GRACE_S`), rather than only the connection."""
-        deadline = time.monotonic() + DEATH_GRACE_S
+        (the owner says so within :data:`DEATH_GRACE_S`, and before the request's ``deadline``), rather
+        than only the connection."""
+        deadline = min(deadline, time.monotonic() + DEATH_GRACE_S)
         while self.mirror.state.generation == generation and self.mirror.state.serving:
             remaining = deadline - time.monotonic()
             if remaining <= 0:

@@ -232,14 +232,21 @@ class SessionAnswered(Call[None], op="session_answered"):
 
 
 @dataclass(frozen=True)
-class Probation(Call[int], op="probation"):
-    """A worker would send again a request that was in flight when Triton died: answered (a token)
-    when no other such request is in flight anywhere on the endpoint, so that a request whose Triton
-    dies again while it runs alone on probation is the one that killed it."""
+class Probation(Call[bool], op="probation"):
+    """A worker would send again a request that was in flight when Triton died, now that a Triton
+    serves: answered True when no other such request runs anywhere on the endpoint, so that a request
+    whose Triton dies again while it runs alone on probation is the one that killed it (False: the turn
+    was given back before it came). ``worker`` (its process id) and ``ticket`` (its own count) name the
+    turn, so that the worker can give it back before it comes, and the owner with a worker that died."""
+
+    worker: int
+    ticket: int
 
 
 @dataclass(frozen=True)
 class ProbationOver(Call[None], op="probation_over"):
-    """The request on probation was answered, or failed (sent as a notice)."""
+    """The turn is over: its request was answered or failed, or no longer waits for it (its client
+    left, its timeout passed). Sent as a notice."""
 
-    token: int
+    worker: int
+    ticket: int

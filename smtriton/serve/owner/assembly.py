@@ -106,7 +106,7 @@ class MainProcess:
             settings.workers,
             entry=self.worker,
             heartbeat_timeout=settings.worker_heartbeat_timeout_s,
-            on_exit=_forget_worker_metrics,
+            on_exit=self._on_worker_exit,
         )
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -179,6 +179,12 @@ class MainProcess:
     def _on_change(self) -> None:
         if self.endpoint is not None:
             self.endpoint.publish()
+
+    def _on_worker_exit(self, pid: int) -> None:
+        """A worker exited on its own: its live gauges stop counting, and what it held of the endpoint goes back."""
+        _forget_worker_metrics(pid)
+        if self.endpoint is not None:
+            self.endpoint.worker_exited(pid)
 
 
 async def _stop(settings: Settings, workers: WorkerPool, supervisor: TritonSupervisor) -> None:

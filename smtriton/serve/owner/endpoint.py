@@ -238,7 +238,8 @@ class Endpoint:
         self.registry = registry
         self.health = Health(settings, supervisor, workers, default_model, on_fatal, loads)
         self.sessions = SessionKeeper(settings.session_ttl_s, supervisor.running_client)
-        self.probation = ProbationDesk()  # requests sent again after a Triton death, one at a time
+        # requests sent again after a Triton death, one at a time
+        self.probation = ProbationDesk(settings.probation_lease_s)
         self.announcer = Announcer(workers, self.sessions.forget_model)
         if registry is not None:
             registry.listener = self.announcer
@@ -276,9 +277,23 @@ class Endpoint:
     def on_triton_exit(self) -> None:
         self.metrics.triton_restarts.inc()
 
+    def worker_exited(self, pid: int) -> None:
+        """A front worker died: what it held here goes back (its turns on probation, waiting or running)."""
+        self.probation.forget(pid)
+
     # ----- what workers ask -------------------------------------------------------------------------
-    async def handle(self, message: Message) -> Any:
-        """A worker's call, answered by the part that owns it (the sessions, the multi-model table)."""
+    def handle(self, message: Message) -> Any:
+        """A worker's call, answered by the part that owns it (the probation desk, the sessions, the
+        multi-model table). A turn on probation is put in line before this returns, so that the notice
+        giving it back, which may come right behind, finds it; the rest is answered by what is returned."""
+        match message:
+            case Probation(worker=worker, ticket=ticket):
+                return self.probation.grant((worker, ticket))
+            case ProbationOver(worker=worker, ticket=ticket):
+                return self.probation.release((worker, ticket))
+        return self._answer(message)
+
+    async def _answer(self, message: Message) -> Any:
         sessions = self.sessions
         match message:
             case OpenSession(model=model):
@@ -289,10 +304,6 @@ class Endpoint:
                 return sessions.close(session, model, any_model)
             case SessionAnswered(session=session):
                 return sessions.answered(session)
-            case Probation():
-                return await self.probation.grant()
-            case ProbationOver(token=granted):
-                return self.probation.release(granted)
         registry = self.registry
         if registry is None:
             if isinstance(message, DescribeModel | UnloadModel):

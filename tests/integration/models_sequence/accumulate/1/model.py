@@ -1,5 +1,10 @@
 """Test sequence model: the running total of VALUE over a sequence (Triton's sequence batcher gives
-every request its sequence's START, END and CORRID); a request of a sequence it never saw start fails."""
+every request its sequence's START, END and CORRID); a request of a sequence it never saw start fails.
+The request parameter ``delay_ms`` makes a request take that long (so that one is in flight when Triton
+dies)."""
+
+import json
+import time
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
@@ -12,6 +17,7 @@ class TritonPythonModel:
     def execute(self, requests):
         responses = []
         for request in requests:
+            time.sleep(json.loads(request.parameters()).get("delay_ms", 0) / 1000)
             value = float(pb_utils.get_input_tensor_by_name(request, "VALUE").as_numpy().reshape(-1)[0])
             start = pb_utils.get_input_tensor_by_name(request, "START").as_numpy().reshape(-1)[0] != 0
             end = pb_utils.get_input_tensor_by_name(request, "END").as_numpy().reshape(-1)[0] != 0
