@@ -148,7 +148,9 @@ class MainProcess:
                 native_backends=self.installation.native_backends(),
             )
         else:
-            log.info("serving model %s from %s %s", self.default, settings.model_repository, where)
+            log.info(
+                "starting: model %s from %s %s; it answers once ready", self.default, settings.model_repository, where
+            )
         endpoint = Endpoint(settings, supervisor, metrics, workers, self.default, registry, self._on_fatal, self.loads)
         self.endpoint = endpoint
         workers.open(endpoint.hello, endpoint.handle)
