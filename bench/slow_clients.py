@@ -18,28 +18,11 @@ from pathlib import Path
 
 import requests
 
-from smtriton.local.serve_process import ServeProcess
+from smtriton.local.serve_process import ServeProcess, worker_pids
 
 ROOT = Path(__file__).resolve().parents[1]
 MODELS = ROOT / "tests" / "integration" / "models"
 HEAD = b"POST /invocations HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000000\r\n\r\n{"
-
-
-def _workers(serve_pid: int) -> list[int]:
-    """The front workers of a serve: the children of the fork server it started."""
-    children: dict[int, list[int]] = {}
-    commands: dict[int, bytes] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-            commands[int(entry.name)] = (entry / "cmdline").read_bytes()
-        except OSError:
-            continue
-        children.setdefault(int(stat[stat.rindex(")") + 2 :].split()[1]), []).append(int(entry.name))
-    forks = [p for p in children.get(serve_pid, []) if b"multiprocessing.forkserver" in commands.get(p, b"")]
-    return sorted(pid for fork in forks for pid in children.get(fork, []))
 
 
 def _sample(pid: int) -> tuple[int, int]:
@@ -55,7 +38,7 @@ def run(connections: int, seconds: int, work: Path) -> dict[str, object]:
     held: list[socket.socket] = []
     try:
         server.wait_healthy()
-        (worker,) = _workers(server.pid)
+        (worker,) = worker_pids(server.pid)
         for _ in range(50):
             requests.get(f"{server.url}/ping", timeout=5)
         time.sleep(2)

@@ -42,6 +42,24 @@ def free_port() -> int:
     return pick_port(None, set())
 
 
+def worker_pids(serve_pid: int) -> list[int]:
+    """The front workers of the serve of ``serve_pid`` running now: the children of the fork server it
+    started (read from /proc)."""
+    children: dict[int, list[int]] = {}
+    commands: dict[int, bytes] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            commands[int(entry.name)] = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        children.setdefault(int(stat[stat.rindex(")") + 2 :].split()[1]), []).append(int(entry.name))
+    servers = [p for p in children.get(serve_pid, []) if b"multiprocessing.forkserver" in commands.get(p, b"")]
+    return sorted(pid for fork_server in servers for pid in children.get(fork_server, []))
+
+
 def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
     ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 

@@ -105,19 +105,7 @@ def descendants(pid: int) -> list[int]:
 
 def worker_pids(server: ServeProcess) -> list[int]:
     """The front workers of ``server`` running now: the children of the fork server it started."""
-    children: dict[int, list[int]] = {}
-    commands: dict[int, bytes] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-            commands[int(entry.name)] = (entry / "cmdline").read_bytes()
-        except OSError:
-            continue
-        children.setdefault(int(stat[stat.rindex(")") + 2 :].split()[1]), []).append(int(entry.name))
-    servers = [p for p in children.get(server.pid, []) if b"multiprocessing.forkserver" in commands.get(p, b"")]
-    return sorted(pid for fork_server in servers for pid in children.get(fork_server, []))
+    return serve_process.worker_pids(server.pid)
 
 
 def workers_that_answered(server: ServeProcess, path: str) -> set[int]:
