@@ -26,6 +26,7 @@ import orjson
 import pytest
 import uvicorn
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+from uvicorn.server import ServerState
 
 from smtriton.serve.dataplane.plane import DataPlane
 from smtriton.serve.http import protocol
@@ -693,6 +694,130 @@ def test_a_body_that_trickles_after_its_answer_is_closed_at_the_client_timeout(s
     assert time.monotonic() - answered_at < TIMEOUT_S + 1
     with contextlib.suppress(ConnectionResetError):
         assert client.closed_by_server()
+    client.close()
+
+
+# ----- pipelined requests: a read that ends inside a request's head ------------------------------
+def pipelined_kinds(i: int) -> dict[str, bytes]:
+    """Request ``i`` of a pipelined run, framed each way the header count must see past."""
+    body = b'{"id":"%d","inputs":[]}' % i
+    return {
+        "pings": get("/ping"),
+        "bodies": post("/invocations", body),
+        # most of each body after a blank line in it: what precedes the next head is not a head's end
+        "large bodies": post("/invocations", b'{\r\n\r\n"id":"%d","inputs":[]}%s' % (i, b" " * 7000)),
+        "chunked": head("/invocations", "Transfer-Encoding: chunked")
+        + b"%x\r\n%s\r\n1\r\n \r\n0\r\n\r\n" % (len(body), body),
+    }
+
+
+class _Unread(asyncio.Transport):
+    """A connection's transport that takes what is written and is never read."""
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return ("127.0.0.1", 1) if name in ("sockname", "peername") else default
+
+    def write(self, data: Any) -> None:
+        pass
+
+    def is_closing(self) -> bool:
+        return False
+
+    def pause_reading(self) -> None:
+        pass
+
+    def resume_reading(self) -> None:
+        pass
+
+
+def head_bytes_counted(reads: list[bytes]) -> tuple[int, bool]:
+    """What the protocol counts of the head the last of ``reads`` ends inside, fed one by one to the
+    fast path's protocol in this thread (no request is served), and whether it refused the connection."""
+
+    class Parsing(data_protocol(DataPlane(SETTINGS, Metrics(enabled=False), "m"))):
+        def _start_asgi_task(self, cycle: Any, app: Any) -> None:
+            pass  # parsed only
+
+    config = uvicorn.Config(app=lambda scope, receive, send: None, log_config=None)
+    config.load()
+    loop = asyncio.new_event_loop()
+    try:
+        parsing = Parsing(config=config, server_state=ServerState(), app_state={}, _loop=loop)
+        parsing.connection_made(_Unread())
+        for read in reads:
+            parsing.data_received(read)
+        assert parsing._in_head
+        return parsing._head_received, parsing._refusal is not None
+    finally:
+        loop.close()
+
+
+def test_a_read_that_ends_inside_a_head_counts_only_that_heads_own_bytes():
+    """Wherever a read ends inside a head, after whatever came before it in the read (pipelined requests
+    with no body, bodies of a declared length with blank lines in them, chunked bodies, a chunked body
+    whose last piece is how the next head begins, a body read across reads), the header limit counts
+    the bytes since that head began: before, it counted the whole read, and requests pipelined past
+    three times the limit in one read were refused 431."""
+    last_chunk = b"POST"  # a chunked body ending with the very bytes the next head begins with
+    stream = [
+        get("/ping"),
+        post("/invocations", b"{}"),
+        pipelined_kinds(2)["large bodies"],
+        pipelined_kinds(3)["chunked"],
+        head("/invocations", "Transfer-Encoding: chunked") + b"4\r\n%s\r\n0\r\n\r\n" % last_chunk,
+        post("/invocations", b'{"id":"5"}\r\n\r\n', "X-Pad: " + "p" * 1500),  # the body ends with a blank line
+        post("/invocations", b"POST /invocations HTTP/1.1\r\n"),  # the body looks like the next head
+        get("/ping", "X-Pad: " + "p" * 1500),
+        post("/invocations", b"{}"),
+    ]
+    starts = [sum(len(request) for request in stream[:at]) for at in range(len(stream) + 1)]
+    data = b"".join(stream)
+    checked = 0
+    for at in range(1, len(stream)):
+        start, head_length = starts[at], stream[at].index(b"\r\n\r\n") + 4
+        # the read begins at that request, at the one before it, in the middle of the one before it
+        for read_from in sorted({start, starts[at - 1], (starts[at - 1] + start) // 2, 0}):
+            for cut in range(start + 1, start + head_length, 7 if head_length > 200 else 1):
+                reads = [data[:read_from], data[read_from:cut]] if read_from else [data[:cut]]
+                counted, refused = head_bytes_counted(reads)
+                assert (counted, refused) == (cut - start, False), (at, read_from, cut)
+                checked += 1
+    assert checked > 1000
+
+
+@pytest.mark.parametrize("kind", list(pipelined_kinds(0)))
+@pytest.mark.parametrize("cut", [3, 40, -2], ids=["in the method", "in a header", "in the blank line"])
+def test_pipelined_requests_past_the_header_limit_in_one_read_are_all_answered_in_order(triton, kind, cut):
+    """A run of pipelined requests, three times the header limit and more, ends inside a head; the rest of
+    that head comes in the next read. Every request is answered, in order: none is refused 431."""
+    requests = []
+    while sum(len(request) for request in requests) < 5 * SETTINGS.max_header_bytes:
+        requests.append(pipelined_kinds(len(requests))[kind])
+    last = post("/invocations", b'{"id":"last","inputs":[]}', "X-Pad: " + "p" * 1000)
+    sent = b"".join(requests) + last
+    split = len(sent) - len(last) + (cut if cut > 0 else last.index(b"\r\n\r\n") + 4 + cut)
+    with Server(triton, SETTINGS.model_copy(update={"max_payload_bytes": 64 << 10})) as server:
+        client = server.connect()
+        client.send(sent[:split])
+        time.sleep(0.1)  # read apart: the first read ends inside the last request's head
+        client.send(sent[split:])
+        answers = [client.read() for _ in range(len(requests) + 1)]
+        client.close()
+    assert [status for status, _, _ in answers] == [200] * len(answers)
+    if kind != "pings":
+        ids = [orjson.loads(body)["id"] for _, _, body in answers]
+        assert ids == [str(i) for i in range(len(requests))] + ["last"]
+
+
+def test_a_head_past_the_limit_after_pipelined_requests_is_still_431_after_their_answers(server):
+    """Counting a head from its own first byte lets no head grow past the limit: one that never ends, sent
+    after pipelined requests in the same write, is refused once their answers are out."""
+    client = server.connect()
+    pipelined = b"".join(post("/invocations", b'{"id":"%d","inputs":[]}' % i) for i in range(10))
+    client.send(pipelined + b"POST /invocations HTTP/1.1\r\nHost: t\r\nX-Big: " + b"y" * 8000)
+    assert [client.read()[0] for _ in range(10)] == [200] * 10
+    assert refused(client.read(), 431) == "request headers are larger than the limit of 2048 bytes"
+    assert client.closed_by_server()
     client.close()
 
 

@@ -16,6 +16,12 @@ from starlette.types import Receive
 from smtriton.serve.errors import BadRequest, ClientGone, PayloadTooLarge
 from smtriton.serve.triton.request_body import BodyPieces, HeldBody
 
+# A body's pieces smaller than this are joined as they come, into buffers of at least this size; larger
+# ones are kept as they came. Kept apart, a trickle of small pieces costs many times its bytes (an object
+# and a list slot each: 200 connections sending 1-byte segments held 30 MiB for 3.4 MB), while a copy
+# of a small piece costs next to nothing.
+JOIN_BELOW = 16 * 1024
+
 
 def check_declared_length(content_length: bytes | None, limit: int) -> None:
     """Refuse a body whose Content-Length already says it passes ``limit`` (413), before reading it."""
@@ -31,15 +37,16 @@ class BodyReader:
     in several pieces is kept as those pieces (:class:`~smtriton.serve.triton.request_body.BodyPieces`),
     never copied as it grows: a buffer grown piece by piece copied a 600 KB body into fresh pages over
     and over (0.4 ms of front CPU, bench/NOTES.md Part 12), and joining it at the end would hold a 1 GiB
-    body twice. Only what needs the whole body as one buffer joins the pieces; a binary request goes to
-    Triton as them.
+    body twice. Only small pieces (:data:`JOIN_BELOW`) are copied, into a buffer of their own that is
+    closed once that large: a body trickled in tiny pieces is held in about its bytes. Only what needs
+    the whole body as one buffer joins the pieces; a binary request goes to Triton as them.
 
     ``pull``: the ASGI ``receive`` to read the body from (None: it is fed); ``before_wait``: called
     before waiting for a fed body (the fast path answers ``Expect: 100-continue`` and resumes reading)."""
 
     __slots__ = (
-        "_arrived", "_before_wait", "_first", "_pieces", "_pull", "complete", "declared", "gone", "limit", "size",
-        "too_large",
+        "_arrived", "_before_wait", "_first", "_joining", "_pieces", "_pull", "complete", "declared", "gone",
+        "limit", "size", "too_large",
     )  # fmt: skip
 
     def __init__(self, limit: int, pull: Receive | None = None, before_wait: Callable[[], None] | None = None) -> None:
@@ -51,6 +58,7 @@ class BodyReader:
         self.gone = False
         self._first = b""
         self._pieces: list[bytes] | None = None  # the pieces, once there is more than one
+        self._joining: bytes | bytearray | None = None  # the small pieces after them, joined as they come
         self._pull = pull
         self._before_wait = before_wait
         self._arrived: asyncio.Event | None = None
@@ -64,16 +72,44 @@ class BodyReader:
         self.size += len(piece)
         if self.size > self.limit:
             self.too_large = True
-            self._first, self._pieces = b"", None
+            self._first, self._pieces, self._joining = b"", None, None
             self._wake()
         elif self._pieces is not None:
-            if piece:
-                self._pieces.append(piece)
+            if len(piece) >= JOIN_BELOW and self._joining is None:
+                self._pieces.append(piece)  # a large body's pieces: kept as they came, at once
+            elif piece:
+                self._keep(self._pieces, piece)
         elif not self._first:
             self._first = piece
         elif piece:
-            self._pieces = [self._first, piece]
-            self._first = b""
+            first, self._first = self._first, b""
+            if len(first) >= JOIN_BELOW and len(piece) >= JOIN_BELOW:
+                self._pieces = [first, piece]
+            else:
+                pieces: list[bytes] = []
+                self._pieces = pieces
+                self._keep(pieces, first)
+                self._keep(pieces, piece)
+
+    def _keep(self, pieces: list[bytes], piece: bytes) -> None:
+        """``piece`` after the others: a large one as it came, a small one joined to the small ones
+        just before it (closed, a piece of its own, once :data:`JOIN_BELOW` large). A lone small piece
+        is kept as it came (a large body's last piece, say): copied only when another joins it."""
+        joining = self._joining
+        if len(piece) >= JOIN_BELOW:
+            if joining is not None:
+                pieces.append(bytes(joining))
+                self._joining = None
+            pieces.append(piece)
+        elif joining is None:
+            self._joining = piece
+        else:
+            if not isinstance(joining, bytearray):
+                joining = self._joining = bytearray(joining)
+            joining += piece
+            if len(joining) >= JOIN_BELOW:
+                pieces.append(bytes(joining))
+                self._joining = None
 
     def finish(self) -> None:
         self.complete = True
@@ -110,8 +146,13 @@ class BodyReader:
             raise PayloadTooLarge(self.limit)
         if self.gone:
             raise ClientGone()
-        body: HeldBody = BodyPieces(self._pieces, self.size) if self._pieces is not None else self._first
-        self._first, self._pieces, self.size = b"", None, 0
+        pieces = self._pieces
+        body: HeldBody = self._first
+        if pieces is not None:
+            if self._joining is not None:
+                pieces.append(bytes(self._joining))
+            body = BodyPieces(pieces, self.size) if len(pieces) > 1 else pieces[0]
+        self._first, self._pieces, self._joining, self.size = b"", None, None, 0
         return body
 
     async def _pull_all(self, receive: Receive) -> None:

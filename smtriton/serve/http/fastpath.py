@@ -104,7 +104,7 @@ class FastCycle(RequestResponseCycle):
             self.on_response = lambda: None
             self.reader.answered()
 
-    async def answer(self, status: int, content_type: bytes, body: bytes, headers: Headers) -> None:
+    async def answer(self, status: int, content_type: bytes, body: bytes | bytearray, headers: Headers) -> None:
         """The whole answer, head and body, with the route's ``headers``, in one write (two for a large body)."""
         if self.flow.write_paused and not self.disconnected:
             await self.flow.drain()
@@ -112,7 +112,7 @@ class FastCycle(RequestResponseCycle):
             return
         self.response_started = True
         self.waiting_for_100_continue = False
-        head = [STATUS_LINE[status]]
+        head: list[bytes | bytearray] = [STATUS_LINE[status]]
         for name, value in self.default_headers:
             head += name, b": ", value, b"\r\n"
         head += b"content-type: ", content_type, b"\r\ncontent-length: %d\r\n" % len(body)
@@ -206,7 +206,7 @@ class DataProtocol(EdgeProtocol):
             return
         if not cycle.response_complete:
             cycle.reader.feed(body)
-        self._body_arrived()
+        self._body_arrived(body)
 
     def on_message_complete(self) -> None:
         cycle = self.cycle

@@ -2,7 +2,8 @@
 matched once and these rules applied while the request is parsed, before a route sees it:
 
 - a URL longer than the header limit is answered 414, headers past it 431, as soon as they pass it
-  (nothing unbounded is buffered first);
+  (nothing unbounded is buffered first); a head's bytes are counted from where it begins, so that many
+  requests pipelined in one read never add up to a false 431 (:func:`head_start`);
 - a request's headers must arrive within ``SMTRITON_CLIENT_TIMEOUT_S`` of its first byte, its body
   may not pause longer than that, and the whole body must arrive within ``SMTRITON_BODY_TIMEOUT_S`` of
   the headers, however steadily it trickles: 408; a connection that sends nothing for that long is
@@ -51,6 +52,7 @@ from smtriton.serve.settings import Settings
 
 log = logging.getLogger("serve")
 _JSON = b"application/json"
+_BLANK_LINE = b"\r\n\r\n"  # the end of a head, and of a chunked body
 # The most a connection reads and drops of a body answered before its end: a declared body up to this
 # size keeps its connection, and a lingering connection is closed past this much more.
 DRAIN_BYTES = 64 << 20
@@ -73,7 +75,9 @@ class EdgeProtocol(HttpToolsProtocol):
         self._timeout = settings.client_timeout_s
         self._in_head = False  # between a request's first byte and its last header
         self._header_bytes = 0  # names and values of this request's headers
-        self._head_received = 0  # bytes received while in the head (a line httptools still buffers too)
+        self._head_received = 0  # bytes received since the head began (a line httptools still buffers too)
+        self._read_piece: bytes | None = None  # in this read, the last body piece of the request being parsed
+        self._ended_with: bytes | None = None  # in this read, the body piece the last request parsed ended with
         self._owed = 0  # requests parsed whole and not yet answered
         self._why: ServeError | None = None  # what a parser callback refused
         self._refusal: ServeError | None = None  # decided; written once the answers owed are out
@@ -118,10 +122,15 @@ class EdgeProtocol(HttpToolsProtocol):
         if self._refusal is not None:
             return  # refused: nothing more is parsed on this connection
         super().data_received(data)
+        ended_with = self._ended_with
+        self._read_piece = self._ended_with = None  # nothing of a read is kept past it
         if self._refusal is not None:
             return
         if self._in_head:
-            self._head_received += len(data)
+            if self._watch_head:  # the head began in this read: only its own bytes count
+                self._head_received = len(data) - head_start(data, ended_with)
+            else:
+                self._head_received += len(data)
             if self._head_received > 3 * self._limit:  # the URL and the headers at their limits, and more
                 self._refuse(HeadersTooLarge(self._limit))
                 return
@@ -202,19 +211,25 @@ class EdgeProtocol(HttpToolsProtocol):
 
     def on_body(self, body: bytes) -> None:
         super().on_body(body)
-        self._body_arrived()
+        self._body_arrived(body)
+
+    def on_chunk_header(self) -> None:
+        """A chunk's size line: a chunked body ends with its last chunk's framing, not with a piece."""
+        self._read_piece = None
 
     def on_message_complete(self) -> None:
         self._body_done()
         super().on_message_complete()
 
-    def _body_arrived(self) -> None:
+    def _body_arrived(self, piece: bytes) -> None:
         """A piece of the body came: the pause allowed starts again (the armed timer looks at this)."""
+        self._read_piece = piece
         if self._body_timer is not None:
             self._last_piece = self.loop.time()
 
     def _body_done(self) -> None:
         self._in_body = False
+        self._ended_with, self._read_piece = self._read_piece, None
         for timer in (self._body_timer, self._whole_body_timer):
             if timer is not None:
                 timer.cancel()
@@ -448,6 +463,25 @@ def drainable(cycle: RequestResponseCycle, limit: int) -> bool:
         if name == b"content-length":
             return value.isdigit() and int(value) <= limit
     return False  # chunked: where it ends is not known
+
+
+def head_start(data: bytes, ended_with: bytes | None) -> int:
+    """Where the request head that ``data`` (a read) ends inside, and that began in it, begins. httptools
+    says nothing of positions, so it is found from the read's end: the head has no blank line yet, so it
+    begins after the read's last one (which ended the request before it, or that request's head), or
+    at 0; or, when that request ended with a body piece of declared length (``ended_with``, the last one
+    in this read), where that piece ends, found from the blank line before it or inside it and checked
+    against its bytes (empty lines sent between requests can only move the guess by that piece's size)."""
+    blank = data.rfind(_BLANK_LINE)
+    start = blank + len(_BLANK_LINE) if blank >= 0 else 0
+    if ended_with is None:
+        return start
+    size = len(ended_with)
+    inside = ended_with.rfind(_BLANK_LINE)
+    end = blank - inside + size if inside >= 0 else start + size
+    if size <= end <= len(data) and data.startswith(ended_with, end - size):
+        return end
+    return start
 
 
 def path_of(url: bytes) -> str | None:
