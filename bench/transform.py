@@ -32,6 +32,7 @@ import requests
 from prometheus_client.parser import text_string_to_metric_families
 
 from bench.scenarios import not_built
+from smtriton.aws.batch_job import BatchJob
 from smtriton.local import transform
 from smtriton.local.serve_process import ServeProcess, free_port
 
@@ -67,12 +68,12 @@ def triton_counters(metrics_url: str, model: str) -> dict[str, float]:
     return totals
 
 
-def run(url: str, job: transform.JobSettings, source: Path, output: Path) -> tuple[transform.Summary, transform.Plan]:
+def run(url: str, job: BatchJob, source: Path, output: Path) -> tuple[transform.Summary, transform.Plan]:
     async def main() -> tuple[transform.Summary, transform.Plan]:
         import aiohttp
 
         async with aiohttp.ClientSession() as session:
-            plan = transform.settle(job, await transform.execution_parameters(session, url))
+            plan = job.settle(await transform.execution_parameters(session, url))
         return await transform.run_job(url, job, transform.input_files(source), output, plan), plan
 
     return asyncio.run(main())
@@ -121,8 +122,8 @@ def main(argv: list[str] | None = None) -> int:
             for kind in kinds:
                 outputs: dict[str, Path] = {}
                 for strategy in strategies:
-                    job = transform.JobSettings(batch_strategy=strategy, max_concurrent=args.max_concurrent,
-                                                max_payload_mb=args.max_payload_mb)  # fmt: skip
+                    job = BatchJob(content_type="application/jsonlines", split_type="Line", batch_strategy=strategy,
+                                   max_concurrent=args.max_concurrent, max_payload_mb=args.max_payload_mb)  # fmt: skip
                     run(serve.url, job, tmp / "warm" / kind, tmp / "warm-out" / kind / strategy)
                     before = triton_counters(metrics_url, args.model)
                     started = time.perf_counter()

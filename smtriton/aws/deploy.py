@@ -7,10 +7,10 @@ removes exactly what carries it, so nothing is left behind: a failed create is r
 update deletes the configuration and model it replaced.
 
 An update keeps what the endpoint has become since it was deployed (:mod:`smtriton.aws.in_service`):
-an auto-scaled variant keeps the instances it runs now (on the same instance type) and its scaling
-registration, which is removed only when asked and put back when SageMaker rolls the update back; an
-update that would change nothing is not made. What an endpoint is and the requests it becomes are
-:mod:`smtriton.aws.endpoint_spec`'s, re-exported here.
+a variant keeps the instances it runs now unless a count is given (an auto-scaled one even then, on the
+same instance type), and its scaling registration, which is removed only when asked and put back when
+SageMaker rolls the update back; an update that would change nothing is not made. What an endpoint is
+and the requests it becomes are :mod:`smtriton.aws.endpoint_spec`'s, re-exported here.
 """
 
 from __future__ import annotations

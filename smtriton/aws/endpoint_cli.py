@@ -7,6 +7,7 @@ from typing import Annotated, Any, Optional
 import typer
 from rich.markup import escape
 
+from smtriton.aws import batch_options as batch
 from smtriton.aws.cli import console, open_session, pairs, say
 from smtriton.aws.docker_image import LABEL_BASE, SubprocessRunner
 from smtriton.cli_options import DefaultModelOpt, ProfileOpt, RegionOpt
@@ -176,8 +177,9 @@ def deploy_command(
     """Deploy the image as a single-model or multi-model endpoint, or update the endpoint in place.
 
     Waits until the endpoint is InService, printing its status. Everything created is tagged
-    smtriton:endpoint=<name> so `smtriton delete-endpoint` removes it all. A redeploy keeps an
-    auto-scaled endpoint's instance count and scaling, and changes nothing when nothing changed.
+    smtriton:endpoint=<name> so `smtriton delete-endpoint` removes it all. A redeploy keeps the
+    endpoint's instance count (unless --instance-count is given; an auto-scaled one's even then) and
+    its scaling, and changes nothing when nothing changed.
 
     \b
     Examples:
@@ -282,36 +284,13 @@ def transform_command(
         typer.Option(help="s3://.../model.tar.gz or an S3 prefix/ with the uncompressed repository"),
     ] = None,
     default_model: DefaultModelOpt = None,
-    content_type: Annotated[
-        str,
-        typer.Option(
-            help="Content type of every request: application/json, application/jsonlines (a KServe v2 request a "
-            "line), text/csv (a row a line, for a model with one [batch, n] numeric input) or binary+json"
-        ),
-    ] = "application/json",
-    split_type: Annotated[
-        str, typer.Option(help="None: each object is one request; Line: split by line (JSON Lines, CSV)")
-    ] = "None",
-    batch_strategy: Annotated[
-        Optional[str],  # noqa: UP045
-        typer.Option(
-            help="SingleRecord (a line a request) or MultiRecord (as many lines as fit MaxPayloadInMB) "
-            "[default: MultiRecord for JSON Lines and CSV split by line, else SingleRecord]"
-        ),
-    ] = None,
-    accept: Annotated[
-        Optional[str],  # noqa: UP045
-        typer.Option(help="Accept of every request: application/jsonlines turns CSV rows' answers into JSON lines"),
-    ] = None,
-    max_payload_mb: Annotated[
-        Optional[int],  # noqa: UP045
-        typer.Option(help="MaxPayloadInMB, 0-100 [default: the container's answer, 6]"),
-    ] = None,
-    max_concurrent: Annotated[
-        Optional[int],  # noqa: UP045
-        typer.Option(help="MaxConcurrentTransforms per instance [default: the container's answer]"),
-    ] = None,
-    instance_type: Annotated[str, typer.Option(help="Instance type")] = "ml.g5.xlarge",
+    content_type: batch.ContentTypeOpt = batch.CONTENT_TYPE,
+    split_type: batch.SplitTypeOpt = batch.SPLIT_TYPE,
+    batch_strategy: batch.BatchStrategyOpt = None,
+    accept: batch.AcceptOpt = None,
+    max_payload_mb: batch.MaxPayloadOpt = None,
+    max_concurrent: batch.MaxConcurrentOpt = None,
+    instance_type: batch.InstanceTypeOpt = batch.INSTANCE_TYPE,
     instance_count: Annotated[int, typer.Option(help="Instances")] = 1,
     ami_version: Annotated[
         Optional[str],  # noqa: UP045
@@ -321,7 +300,7 @@ def transform_command(
     subnet: SubnetOpt = None,
     security_group: SecurityGroupOpt = None,
     network_isolation: NetworkIsolationOpt = False,
-    kms_key: KmsKeyOpt = None,
+    kms_key: batch.KmsKeyOpt = None,
     tag: TagOpt = None,
     wait: Annotated[bool, typer.Option("--wait", help="Follow the job to its end (then delete its model)")] = False,
     poll: PollOpt = 30.0,
@@ -332,8 +311,10 @@ def transform_command(
 
     Creates a model of the image and model data, and the job (a GPU instance type gets the AMI version
     its driver needs); with --wait prints its status until it ends, and a failure's reason in one line.
-    Each line of JSON Lines is one KServe v2 request, each line of CSV one row; the answer has a line
-    per line. Try the job on this machine first: smtriton local-transform.
+    Each object is one request (SageMaker's SplitType None); with --split-type Line each line of JSON
+    Lines is one KServe v2 request, each line of CSV one row, and the answer has a line per line. A
+    strategy, payload or concurrency not given is the container's /execution-parameters answer. Try the
+    job on this machine first with the same flags: smtriton local-transform.
 
     \b
     Examples:

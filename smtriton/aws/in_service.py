@@ -1,8 +1,9 @@
 """What an endpoint runs now, read before an update, and whether an update would change it.
 
-An auto-scaled variant keeps the instances it runs now (:func:`instance_count`); an update that would
-change nothing (same requests, the image tag still naming the digest that serves, the model archive's
-ETag the one recorded at deploy time: :func:`differences`) is not made.
+A variant keeps the instances it runs now unless ``--instance-count`` is given, and an auto-scaled one
+even then (:func:`instance_count`); an update that would change nothing (same requests, the image tag
+still naming the digest that serves, the model archive's ETag the one recorded at deploy time:
+:func:`differences`) is not made.
 """
 
 from __future__ import annotations
@@ -65,21 +66,34 @@ def read_current(sm: Any, aas: Any, existing: Mapping[str, Any], progress: Progr
 
 
 def instance_count(spec: EndpointSpec, current: Current | None, progress: Progress) -> int:
-    """An auto-scaled variant keeps the instances it runs now (within the limits it will have), unless
-    its instance type changes: a redeploy must not drop a scaled-out endpoint to ``--instance-count``."""
-    if current is None or current.scaling is None or spec.serverless is not None or spec.remove_autoscaling:
+    """The instances the new configuration asks for. An auto-scaled variant keeps the instances it runs
+    now (within the limits it will have), unless its instance type changes: a redeploy must not drop a
+    scaled-out endpoint to ``--instance-count``. Any other instance-based variant keeps what it runs now
+    unless ``--instance-count`` is given: an image update must not cut its capacity."""
+    if current is None or spec.serverless is not None or current.instances is None:
         return spec.count
-    if current.variant.get("InstanceType") != spec.instance_type or current.instances is None:
+    if not current.variant.get("InstanceType"):  # serverless now: it runs no instances of its own
         return spec.count
-    low, high = (
-        (spec.autoscaling.min_capacity, spec.autoscaling.max_capacity) if spec.autoscaling else current.scaling.limits
-    )
-    count = min(max(current.instances, low, 1), high)
-    if count != spec.count:
-        progress(
-            f"keeping {count} instances: the endpoint is auto-scaled (--instance-count {spec.count} "
-            "applies to a new endpoint or a new instance type)"
+    scaled = current.scaling is not None and not spec.remove_autoscaling
+    if scaled and current.variant.get("InstanceType") == spec.instance_type:
+        assert current.scaling is not None
+        low, high = (
+            (spec.autoscaling.min_capacity, spec.autoscaling.max_capacity)
+            if spec.autoscaling
+            else current.scaling.limits
         )
+        count = min(max(current.instances, low, 1), high)
+        if count != spec.count:
+            progress(
+                f"keeping {count} instances: the endpoint is auto-scaled (--instance-count {spec.count} "
+                "applies to a new endpoint or a new instance type)"
+            )
+        return count
+    if scaled or spec.instance_count is not None:
+        return spec.count
+    count = max(current.instances, 1)
+    if count != spec.count:
+        progress(f"keeping {count} instances: the endpoint runs {count} now (--instance-count changes it)")
     return count
 
 
@@ -117,7 +131,7 @@ def differences(
     change = _model_difference(current.model, model)
     if change is not None:
         return change
-    keep_count = current.scaling is not None
+    keep_count = current.scaling is not None or spec.instance_count is None  # the count it runs, not the config's
     ours, theirs = config["ProductionVariants"][0], current.variant
     for key in _VARIANT_KEYS:
         if key == "InitialInstanceCount" and keep_count:

@@ -6,8 +6,10 @@ shows the job's status until it ends, prints its ``FailureReason`` in one line w
 deletes the model the job no longer needs. The container side (``/execution-parameters``, the limits
 ``SAGEMAKER_BATCH`` sets) is serve's: a body is one KServe v2 request, or with ``Line`` splitting a
 mini-batch of lines (JSON Lines, one request a line, or CSV rows) answered a line a record, so that
-``MultiRecord`` (the default for JSON Lines and CSV) packs as many lines as fit ``MaxPayloadInMB`` in one
-request. Arguments are checked before anything asks AWS.
+``MultiRecord`` (serve's ``/execution-parameters`` answer) packs as many lines as fit ``MaxPayloadInMB``
+in one request. The job's records, strategy and limits are :mod:`smtriton.aws.batch_job`'s, which
+`smtriton local-transform` runs here: a strategy not given is left out, for the container's
+``/execution-parameters`` to decide. Arguments are checked before anything asks AWS.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from smtriton.aws import ami
+from smtriton.aws.batch_job import DEFAULT_CONTENT_TYPE, DEFAULT_INSTANCE_TYPE, DEFAULT_SPLIT_TYPE, BatchJob
 from smtriton.aws.hosting import Hosting
 from smtriton.aws.model import ServingModel, is_s3
 from smtriton.aws.resources import DeployError, WaitTimeout, check_name, described_or_none, resource_name, tags
@@ -26,15 +29,6 @@ from smtriton.aws.waiting import Poller
 Progress = Callable[[str], None]
 
 JOB_TAG = "smtriton:transform-job"
-SPLIT_TYPES = ("None", "Line")
-# SageMaker's record formats serve cannot read a record of.
-BINARY_SPLIT_TYPES = ("RecordIO", "TFRecord")
-BATCH_STRATEGIES = ("SingleRecord", "MultiRecord")
-# Bodies serve reads a line a record: with Line splitting, MultiRecord is their default.
-LINE_RECORD_TYPES = ("application/jsonlines", "application/x-ndjson", "text/csv")
-# Bodies that are no lines of text: one request a body, never split by line.
-WHOLE_BODY_TYPES = ("application/vnd.sagemaker-triton.binary+json", "image/jpeg", "image/png", "application/x-image")
-MAX_PAYLOAD_MB = 100  # SageMaker's limit for MaxPayloadInMB
 
 
 @dataclass(frozen=True)
@@ -48,13 +42,13 @@ class TransformSpec:
     model_data: str | None
     input: str
     output: str
-    content_type: str = "application/json"
-    split_type: str = "None"
-    batch_strategy: str | None = None  # default: MultiRecord for JSON Lines and CSV split by line, else SingleRecord
+    content_type: str = DEFAULT_CONTENT_TYPE
+    split_type: str = DEFAULT_SPLIT_TYPE
+    batch_strategy: str | None = None  # None: left out, the container's /execution-parameters decides
     accept: str | None = None
     max_payload_mb: int | None = None
     max_concurrent: int | None = None
-    instance_type: str = "ml.g5.xlarge"
+    instance_type: str = DEFAULT_INSTANCE_TYPE
     instance_count: int = 1
     ami_version: str | None = None  # default: the newest GPU AMI on a GPU instance type
     environment: Mapping[str, str] = field(default_factory=dict)
@@ -75,28 +69,19 @@ class TransformSpec:
         for what, url in (("input", self.input), ("output", self.output)):
             if not is_s3(url):
                 raise DeployError(f"the transform {what} {url!r} must be an s3:// location")
-        check_records(self.split_type, self.batch_strategy, self.content_type)
-        if self.max_payload_mb is not None and not 0 <= self.max_payload_mb <= MAX_PAYLOAD_MB:
-            raise DeployError(f"the maximum payload must be 0-{MAX_PAYLOAD_MB} MB")
-        if self.max_concurrent is not None and self.max_concurrent < 1:
-            raise DeployError("the maximum of concurrent transforms must be at least 1")
         if not self.instance_type.startswith("ml.") or self.instance_count < 1:
             raise DeployError("a transform job needs an instance type (ml.*) and at least one instance")
+        warnings.extend(self.job.check())
         ami.choose("transform", self.instance_type, self.ami_version)
         if (note := ami.warning("transform", self.instance_type)) is not None:
             warnings.append(note)
         return warnings
 
     @property
-    def strategy(self) -> str:
-        """The job's BatchStrategy: as given, else MultiRecord for JSON Lines and CSV split by line."""
-        if self.batch_strategy is not None:
-            return self.batch_strategy
-        return (
-            "MultiRecord"
-            if self.split_type == "Line" and _media(self.content_type) in LINE_RECORD_TYPES
-            else ("SingleRecord")
-        )
+    def job(self) -> BatchJob:
+        """The job's records, strategy and limits, as `smtriton local-transform` runs them."""
+        return BatchJob(self.content_type, self.accept, self.split_type, self.batch_strategy, self.max_payload_mb,
+                        self.max_concurrent, self.instance_type, self.hosting.kms_key)  # fmt: skip
 
     def job_tags(self) -> list[dict[str, str]]:
         return tags(JOB_TAG, self.name, self.tags)
@@ -114,45 +99,26 @@ class TransformSpec:
         resources: dict[str, Any] = {"InstanceType": self.instance_type, "InstanceCount": self.instance_count}
         if self.hosting.kms_key:
             output["KmsKeyId"] = self.hosting.kms_key
-            resources["VolumeKmsKeyId"] = self.hosting.kms_key
+        if self.job.volume_kms_key:
+            resources["VolumeKmsKeyId"] = self.job.volume_kms_key
         version = ami.choose("transform", self.instance_type, self.ami_version)
         if version:
             resources["TransformAmiVersion"] = version
         request: dict[str, Any] = {
             "TransformJobName": self.name,
             "ModelName": model_name,
-            "BatchStrategy": self.strategy,
             "TransformInput": transform_input,
             "TransformOutput": output,
             "TransformResources": resources,
             "Tags": self.job_tags(),
         }
+        if self.batch_strategy is not None:
+            request["BatchStrategy"] = self.batch_strategy
         if self.max_payload_mb is not None:
             request["MaxPayloadInMB"] = self.max_payload_mb
         if self.max_concurrent is not None:
             request["MaxConcurrentTransforms"] = self.max_concurrent
         return request
-
-
-def _media(content_type: str) -> str:
-    return content_type.partition(";")[0].strip().lower()
-
-
-def check_records(split_type: str, batch_strategy: str | None, content_type: str) -> None:
-    """Refuse (one line) the splitting and batching serve cannot answer: RecordIO and TFRecord records,
-    lines of a body that has none, several records of one that is a single request."""
-    if split_type in BINARY_SPLIT_TYPES:
-        raise DeployError(
-            f"{split_type} splitting sends binary records, and serve reads a body as one KServe v2 request "
-            "(JSON or binary+json) or as lines (JSON Lines, CSV): use Line with JSON Lines or CSV, or None"
-        )
-    if split_type not in SPLIT_TYPES:
-        raise DeployError(f"split type must be one of {', '.join(SPLIT_TYPES)}, not {split_type!r}")
-    if batch_strategy is not None and batch_strategy not in BATCH_STRATEGIES:
-        raise DeployError(f"batch strategy must be one of {', '.join(BATCH_STRATEGIES)}, not {batch_strategy!r}")
-    media = _media(content_type)
-    if split_type == "Line" and media in WHOLE_BODY_TYPES:
-        raise DeployError(f"{media} bodies are no lines of text: use --split-type None (one request an object)")
 
 
 def _describe(sm: Any, name: str) -> dict[str, Any] | None:

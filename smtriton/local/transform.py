@@ -1,19 +1,24 @@
 """A batch transform job run on this machine, as SageMaker runs one: before paying for the real one.
 
-SageMaker's side of the job, against a `serve` on loopback (or any container URL): it asks
-``GET /execution-parameters`` and takes the job's settings first, then the container's answer, then its
-own defaults (``MaxPayloadInMB`` 6, ``MaxConcurrentTransforms`` 1, one record a request); it splits every
-file under the input by line (``SplitType=Line``; ``None``: a file is one request), packs as many whole
-lines as fit ``MaxPayloadInMB`` into one request with ``MultiRecord`` (one line with ``SingleRecord``),
-keeps ``MaxConcurrentTransforms`` requests in flight, retries a request that fails with a 5xx or no
-answer, and writes ``<output>/<file>.out``, the answers in order, each ended by a newline
-(``AssembleWith=Line``). A file with a failed request gets no output, and the job fails, as SageMaker's
-does; the other files go on, so that one run shows every failure.
+SageMaker's side of the job, against a `serve` on loopback (or any container URL). The job is
+:class:`~smtriton.aws.batch_job.BatchJob`, `smtriton transform`'s: the same flags, defaults and checks.
+It asks ``GET /execution-parameters`` and takes the job's settings first, then the container's answer,
+then SageMaker's defaults (``MaxPayloadInMB`` 6, ``MaxConcurrentTransforms`` 1, one record a request);
+it splits every file under the input by line (``SplitType=Line``; ``None``, the default: a file is one
+request), packs as many whole lines as fit ``MaxPayloadInMB`` into one request with ``MultiRecord`` (one
+line with ``SingleRecord``), keeps ``MaxConcurrentTransforms`` requests in flight, retries a request that
+fails with a 5xx or no answer, and writes ``<output>/<file>.out``, the answers in order, each ended by a
+newline (``AssembleWith=Line``). A file with a failed request gets no output, and the job fails, as
+SageMaker's does; the other files go on, so that one run shows every failure. A failure is named by the
+line of its file: the record the container's ``line N of M`` names, else the request's lines. An answer
+line that is an error (``{"error": ...}``, serve's ``SMTRITON_FAILED_RECORD=error-line``) counts its
+record as failed, though the output keeps it, as SageMaker's would.
 """
 
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -22,67 +27,18 @@ from pathlib import Path
 import aiohttp
 import orjson
 
+from smtriton.aws.batch_job import MIB, BatchJob, Plan
 from smtriton.errors import ToolUsageError
 
-MIB = 1024 * 1024
-# SageMaker's defaults when neither the job nor the container's /execution-parameters says.
-DEFAULT_PAYLOAD_MB = 6
-DEFAULT_CONCURRENCY = 1
-DEFAULT_STRATEGY = "SingleRecord"
 DEFAULT_TIMEOUT_S = 600.0  # ModelClientConfig's InvocationsTimeoutInSeconds
 DEFAULT_RETRIES = 3  # ModelClientConfig's InvocationsMaxRetries
 RETRY_PAUSE_S = 0.5
 SHOWN_FAILURES = 10
-_STRATEGIES = {"MULTI_RECORD": "MultiRecord", "SINGLE_RECORD": "SingleRecord"}
-
-
-@dataclass(frozen=True)
-class JobSettings:
-    """What a CreateTransformJob request says (None: not given, the container's answer decides)."""
-
-    content_type: str = "application/jsonlines"
-    accept: str | None = None
-    split_type: str = "Line"
-    batch_strategy: str | None = None
-    max_payload_mb: int | None = None
-    max_concurrent: int | None = None
-    timeout_s: float = DEFAULT_TIMEOUT_S
-    retries: int = DEFAULT_RETRIES
-
-    def environment(self) -> dict[str, str]:
-        """The variables SageMaker sets in the container for this job (only those the job gives)."""
-        env = {"SAGEMAKER_BATCH": "true"}
-        if self.batch_strategy is not None:
-            env["SAGEMAKER_BATCH_STRATEGY"] = next(k for k, v in _STRATEGIES.items() if v == self.batch_strategy)
-        if self.max_payload_mb is not None:
-            env["SAGEMAKER_MAX_PAYLOAD_IN_MB"] = str(self.max_payload_mb)
-        if self.max_concurrent is not None:
-            env["SAGEMAKER_MAX_CONCURRENT_TRANSFORMS"] = str(self.max_concurrent)
-        return env
-
-
-@dataclass(frozen=True)
-class Plan:
-    """How the job runs, settled: ``payload_bytes`` None for no limit (``MaxPayloadInMB`` 0)."""
-
-    strategy: str
-    payload_bytes: int | None
-    concurrency: int
-
-
-def settle(job: JobSettings, container: dict[str, object] | None) -> Plan:
-    """SageMaker's order: the job's settings, then the container's answer, then SageMaker's defaults."""
-    answered = container or {}
-    strategy = job.batch_strategy or _STRATEGIES.get(str(answered.get("BatchStrategy")), DEFAULT_STRATEGY)
-    payload_mb = job.max_payload_mb
-    if payload_mb is None:
-        payload_mb = _whole(answered.get("MaxPayloadInMB"), DEFAULT_PAYLOAD_MB)
-    concurrency = job.max_concurrent or _whole(answered.get("MaxConcurrentTransforms"), DEFAULT_CONCURRENCY) or 1
-    return Plan(strategy, payload_mb * MIB if payload_mb > 0 else None, max(1, concurrency))
-
-
-def _whole(value: object, default: int) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else default
+# A failed request of several records, as serve says it: the record (its line in the request) that failed.
+_RECORD_FAILED = re.compile(r"^line (\d+) of (\d+): ")
+# The list of bodies serve adds to a refusal of a single request: said once in the docs, not per failure.
+_ACCEPTED_BODIES = "; serve takes "
+_ERROR_LINE = b'{"error":'
 
 
 def input_files(source: Path) -> list[tuple[Path, Path]]:
@@ -148,19 +104,31 @@ def mini_batches(path: Path, split_type: str, strategy: str, payload_bytes: int 
 
 @dataclass
 class Summary:
-    """What a job did: records and requests sent, its failures (one line each), how long it took."""
+    """What a job did: records and requests sent, its failures (the first :data:`SHOWN_FAILURES`, one
+    line each), how long it took. ``failed_records`` counts the records of failed requests and those
+    answered with an error line (``error_lines``, which the output keeps)."""
 
     records: int = 0
     requests: int = 0
     failed_records: int = 0
+    error_lines: int = 0
     files: int = 0
     failed_files: int = 0
     seconds: float = 0.0
     failures: list[str] = field(default_factory=list)
+    unshown: int = 0  # failures past the first SHOWN_FAILURES
+
+    def fail(self, failure: str) -> None:
+        if len(self.failures) < SHOWN_FAILURES:
+            self.failures.append(failure)
+        else:
+            self.unshown += 1
 
     @property
-    def records_per_second(self) -> float:
-        return self.records / self.seconds if self.seconds > 0 else 0.0
+    def records_per_second(self) -> float | None:
+        """Records answered (not failed) a second; None when none was."""
+        answered = self.records - self.failed_records
+        return answered / self.seconds if answered > 0 and self.seconds > 0 else None
 
 
 class _Output:
@@ -224,11 +192,14 @@ async def execution_parameters(session: aiohttp.ClientSession, url: str) -> dict
 
 async def run_job(
     url: str,
-    job: JobSettings,
+    job: BatchJob,
     files: list[tuple[Path, Path]],
     output: Path,
     plan: Plan,
     progress: Progress = lambda records: None,
+    *,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    retries: int = DEFAULT_RETRIES,
 ) -> Summary:
     """Run the job's requests against the container at ``url``; outputs under ``output``."""
     summary = Summary(files=len(files))
@@ -237,13 +208,13 @@ async def run_job(
     headers = {"Content-Type": job.content_type}
     if job.accept:
         headers["Accept"] = job.accept
-    timeout = aiohttp.ClientTimeout(total=job.timeout_s)
+    by_line = job.split_type == "Line"
     started = time.perf_counter()
-    async with aiohttp.ClientSession(timeout=timeout) as session:
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout_s)) as session:
 
         async def produce() -> None:
             for path, name in files:
-                out = _Output(output / name.with_name(name.name + ".out"), job.split_type == "Line")
+                out = _Output(output / name.with_name(name.name + ".out"), by_line)
                 count = 0
                 for batch in mini_batches(path, job.split_type, plan.strategy, plan.payload_bytes):
                     await queue.put((name, out, count, batch))
@@ -255,27 +226,60 @@ async def run_job(
         async def work() -> None:
             while (item := await queue.get()) is not None:
                 name, out, index, batch = item
-                failure = None
+                body: bytes | None = None
+                failure: str | None = None
                 if batch.too_large:
                     failure = f"{len(batch.body)} bytes, more than MaxPayloadInMB allows ({plan.payload_bytes} bytes)"
-                    body = None
                 else:
-                    body, failure = await _post(session, url, batch.body, headers, job.retries)
+                    body, failure = await _post(session, url, batch.body, headers, retries)
                     summary.requests += 1
                 out.answer(index, body)
                 summary.records += batch.records
                 if failure is not None:
                     failed_files.add(name)
                     summary.failed_records += batch.records
-                    last = batch.first + batch.records - 1
-                    lines = f"line {batch.first}" if last == batch.first else f"lines {batch.first}-{last}"
-                    summary.failures.append(f"{name}: {lines}: {failure}")
+                    summary.fail(f"{name}: {_where(batch, failure, by_line)}")
+                elif body is not None and _ERROR_LINE in body:
+                    _count_error_lines(summary, name, batch, body)
                 progress(batch.records)
 
         await asyncio.gather(produce(), *(work() for _ in range(plan.concurrency)))
     summary.seconds = time.perf_counter() - started
     summary.failed_files = len(failed_files)
     return summary
+
+
+def _where(batch: MiniBatch, failure: str, by_line: bool) -> str:
+    """``line L: failure``, L the line of the file: the record the container names (``line N of M``, N
+    of the request's M), else the request's lines."""
+    last = batch.first + batch.records - 1
+    lines = f"line {batch.first}" if last == batch.first else f"lines {batch.first}-{last}"
+    status, _, message = failure.partition(" ")
+    named = _RECORD_FAILED.match(message) if status.isdigit() else None
+    if named is not None:
+        record, total = int(named.group(1)), int(named.group(2))
+        if 1 <= record <= total and (total == batch.records or not by_line):
+            request = lines if by_line else "the whole file"
+            return f"line {batch.first + record - 1} (its request: {request}): {status} {message[named.end() :]}"
+    return f"{lines}: {failure}"
+
+
+def _count_error_lines(summary: Summary, name: Path, batch: MiniBatch, body: bytes) -> None:
+    """Count an answer's error lines (``{"error": ...}`` in a record's place) as failed records."""
+    found = 0
+    for index, line in enumerate(body.split(b"\n")):
+        if not line.startswith(_ERROR_LINE):
+            continue
+        try:
+            said = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            continue
+        if isinstance(said, dict) and len(said) == 1 and isinstance(said.get("error"), str):
+            found += 1
+            summary.fail(f"{name}: line {batch.first + index}: error line: {said['error']}")
+    failed = min(found, batch.records)
+    summary.failed_records += failed
+    summary.error_lines += failed
 
 
 async def _post(
@@ -291,7 +295,7 @@ async def _post(
                 answer = await response.read()
                 if response.status == 200:
                     return answer, None
-                failure = f"{response.status} {_error_text(answer)}"
+                failure = f"{response.status} {_error_text(answer, headers['Content-Type'])}"
                 if response.status < 500:
                     break  # the request's fault: SageMaker does not retry it either
         except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
@@ -299,10 +303,13 @@ async def _post(
     return None, failure
 
 
-def _error_text(answer: bytes) -> str:
-    """The container's error message: the ``error`` of a JSON answer, else the start of the answer."""
+def _error_text(answer: bytes, content_type: str) -> str:
+    """The container's error message: the ``error`` of a JSON answer, else the start of the answer;
+    without the list of every body serve takes, the content type the job sent instead."""
     try:
         message = orjson.loads(answer).get("error")
     except (orjson.JSONDecodeError, AttributeError):
         message = None
-    return message if isinstance(message, str) else answer[:500].decode("utf-8", "replace")
+    text = message if isinstance(message, str) else answer[:500].decode("utf-8", "replace")
+    head, cut, _ = text.partition(_ACCEPTED_BODIES)
+    return f"{head} (sent as {content_type})" if cut else text

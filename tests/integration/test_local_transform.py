@@ -1,7 +1,8 @@
 """`smtriton local-transform` against the real serve and Triton: a job with no BatchStrategy (the
 container's MULTI_RECORD answer), one with MultiRecord and one with SingleRecord give the same output, a
 line per input line, on records that differ in length (not all can merge) and on records that all can;
-CSV rows too; and a job that starts its own serve from a model repository."""
+CSV rows too; a job that starts its own serve from a model repository; and one against a serve writing
+error lines, whose report counts them."""
 
 from __future__ import annotations
 
@@ -41,8 +42,11 @@ def inputs(tmp_path_factory) -> Path:
     return folder
 
 
+LINES = ("--content-type", "application/jsonlines", "--split-type", "Line")  # not the defaults: SageMaker's None
+
+
 def transform(*args: object) -> str:
-    result = CliRunner().invoke(app, ["local-transform", *map(str, args)])
+    result = CliRunner().invoke(app, ["local-transform", *map(str, args), *LINES])
     assert result.exit_code == 0, result.output
     return result.stderr
 
@@ -76,7 +80,9 @@ def test_csv_rows_through_a_job(container, tmp_path):
     rows = np.arange(90, dtype=np.float32).reshape(30, 3)
     (tmp_path / "in").mkdir()
     (tmp_path / "in" / "rows.csv").write_text("".join(",".join(f"{v:g}" for v in row) + "\n" for row in rows))
-    transform(tmp_path / "in", tmp_path / "out", "--endpoint-url", container.url, "--content-type", "text/csv")
+    args = ["local-transform", str(tmp_path / "in"), str(tmp_path / "out"), "--endpoint-url", container.url,
+            "--content-type", "text/csv", "--split-type", "Line"]  # fmt: skip
+    assert CliRunner().invoke(app, args).exit_code == 0
     got = np.loadtxt(tmp_path / "out" / "rows.csv.out", delimiter=",", ndmin=2)
     np.testing.assert_allclose(got, np.concatenate([rows * 2, rows.sum(axis=1, keepdims=True)], axis=1))
 
@@ -88,9 +94,40 @@ def test_a_job_that_starts_its_own_serve_and_one_that_fails_a_record(test_reposi
     assert len((tmp_path / "out" / "equal.jsonl.out").read_text().splitlines()) == 200
     (tmp_path / "bad").mkdir()
     (tmp_path / "bad" / "a.jsonl").write_text((inputs / "sub" / "equal.jsonl").read_text() + '{"inputs": []}\n')
-    result = CliRunner().invoke(app, ["local-transform", str(tmp_path / "bad"), str(tmp_path / "bad-out"),
-                                      "--model-data", str(test_repository), "--default-model", "rows"])  # fmt: skip
+    args = ["local-transform", str(tmp_path / "bad"), str(tmp_path / "bad-out"), "--model-data", str(test_repository),
+            "--default-model", "rows", *LINES]  # fmt: skip
+    result = CliRunner().invoke(app, args)
     assert result.exit_code == 1
-    assert "failed: a.jsonl: lines 1-201: 400 line 201 of 201: " in result.stderr
+    assert "failed: a.jsonl: line 201 (its request: lines 1-201): 400 " in result.stderr
     assert "error: 201 of 201 records failed, in 1 of 1 files" in result.stderr
     assert not (tmp_path / "bad-out" / "a.jsonl.out").exists()
+
+
+def test_error_lines_and_a_body_serve_cannot_parse_in_the_report(test_repository, inputs, tmp_path):
+    """serve writing error lines (SMTRITON_FAILED_RECORD=error-line): the job's output keeps them, and
+    the report counts them as failed records, each named by its line in the file; a JSON body serve
+    cannot parse is said without the list of every body serve takes."""
+    env = {"SAGEMAKER_BATCH": "true", "SMTRITON_FAILED_RECORD": "error-line"}
+    (tmp_path / "serve").mkdir()
+    server = start_serve(tmp_path / "serve", test_repository, "rows", env=env)
+    try:
+        lines = (inputs / "sub" / "equal.jsonl").read_text().splitlines()
+        lines[150] = '{"inputs": []}'
+        (tmp_path / "in").mkdir()
+        (tmp_path / "in" / "a.jsonl").write_text("\n".join(lines) + "\n")
+        result = CliRunner().invoke(app, ["local-transform", str(tmp_path / "in"), str(tmp_path / "out"),
+                                          "--endpoint-url", server.url, *LINES])  # fmt: skip
+        assert result.exit_code == 1
+        assert "failed: a.jsonl: line 151: error line: " in result.stderr
+        assert "; 1 failed (1 answered with an error line)" in result.stderr
+        assert len((tmp_path / "out" / "a.jsonl.out").read_text().splitlines()) == 200
+        (tmp_path / "json").mkdir()
+        (tmp_path / "json" / "a.json").write_text("{broken")
+        result = CliRunner().invoke(app, ["local-transform", str(tmp_path / "json"), str(tmp_path / "json-out"),
+                                          "--endpoint-url", server.url])  # fmt: skip
+        assert result.exit_code == 1
+        assert "failed: a.json: line 1: 400 failed to parse the request JSON buffer" in result.stderr
+        assert "(sent as application/json)" in result.stderr
+        assert "serve takes" not in result.stderr
+    finally:
+        server.stop()

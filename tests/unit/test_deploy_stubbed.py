@@ -237,12 +237,26 @@ def test_the_kept_count_stays_inside_new_scaling_limits(clients):
     Run(clients).deploy(spec(environment={"SAGEMAKER_TRITON_LOG_INFO": "false"}, autoscaling=AutoScaling(2, 4)))
 
 
+def test_a_redeploy_of_an_endpoint_that_is_not_scaled_keeps_its_instance_count(clients):
+    """3 instances, no auto-scaling, a new image and no --instance-count: the new configuration asks
+    for the 3 serving now (an image update must not cut capacity), and says so."""
+    in_service(clients, instances=3, scaled_to=None)
+    new_resources(clients, instances=3)
+    updated(clients)
+    old_deleted(clients)
+    run = Run(clients)
+    assert run.deploy(spec(environment={"SAGEMAKER_TRITON_LOG_INFO": "false"})).updated
+    assert "keeping 3 instances: the endpoint runs 3 now (--instance-count changes it)" in run.messages
+
+
 def test_an_endpoint_that_is_not_scaled_takes_the_count_asked_for(clients):
     in_service(clients, instances=3, scaled_to=None)
     new_resources(clients, instances=1)
     updated(clients)
     old_deleted(clients)
-    Run(clients).deploy(spec(environment={"SAGEMAKER_TRITON_LOG_INFO": "false"}))
+    run = Run(clients)
+    run.deploy(spec(instance_count=1, environment={"SAGEMAKER_TRITON_LOG_INFO": "false"}))
+    assert not any(m.startswith("keeping") for m in run.messages)
 
 
 def test_a_new_instance_type_rolled_back_by_sagemaker_gets_its_scaling_back(clients):
@@ -271,14 +285,18 @@ def test_a_new_instance_type_that_succeeds_keeps_the_scaling_it_had(clients):
     Run(clients).deploy(spec(instance_type="ml.g5.2xlarge", environment={"SAGEMAKER_TRITON_LOG_INFO": "false"}))
 
 
-def test_scaling_is_removed_only_when_asked(clients):
-    """Removed, the variant runs the --instance-count asked for: nothing would ever change it again."""
+@pytest.mark.parametrize(("asked", "runs"), [(1, 1), (None, 8)])
+def test_scaling_is_removed_only_when_asked(clients, asked, runs):
+    """Removed, the variant runs the --instance-count asked for, else the instances it runs now: nothing
+    would ever change it again."""
     in_service(clients, instances=8)
-    new_resources(clients, instances=1)
+    new_resources(clients, instances=runs)
     updated(clients)
     clients.answer("autoscaling", "deregister_scalable_target", {}, **TARGET)
     old_deleted(clients)
-    Run(clients).deploy(spec(environment={"SAGEMAKER_TRITON_LOG_INFO": "false"}, remove_autoscaling=True))
+    run = Run(clients)
+    run.deploy(spec(instance_count=asked, environment={"SAGEMAKER_TRITON_LOG_INFO": "false"}, remove_autoscaling=True))
+    assert any(m.startswith("keeping 8 instances") for m in run.messages) == (asked is None)
 
 
 def created(c: Clients, name: str, statuses: list[str]) -> None:

@@ -1,46 +1,54 @@
 """The local batch transform runner as SageMaker's side of a job: the settings it settles on (the job's,
 then the container's answer, then SageMaker's defaults), the mini-batches it cuts a file into, and a job
 run against a stand-in container: outputs assembled by line in order, the requests in flight bounded,
-failures retried and named by file and lines, a failed file left without output."""
+failures retried and named by file and line, a failed file left without output, error lines counted as
+failed records; and the command's report of them."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+import threading
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from aiohttp import web
 from typer.testing import CliRunner
 
+from smtriton.aws.batch_job import BatchJob, Plan
 from smtriton.errors import ToolUsageError
 from smtriton.local import transform
-from smtriton.local.transform import JobSettings, MiniBatch, Plan
+from smtriton.local.transform import MiniBatch
+from smtriton.serve.dataplane import codec
 
 MIB = 1024 * 1024
+
+
+LINES = BatchJob(content_type="application/jsonlines", split_type="Line")  # a job of JSON Lines split by line
 
 
 @pytest.mark.parametrize(
     ("job", "answered", "plan"),
     [
-        (JobSettings(), {"BatchStrategy": "MULTI_RECORD", "MaxPayloadInMB": 6, "MaxConcurrentTransforms": 2},
+        (LINES, {"BatchStrategy": "MULTI_RECORD", "MaxPayloadInMB": 6, "MaxConcurrentTransforms": 2},
          Plan("MultiRecord", 6 * MIB, 2)),
-        (JobSettings(batch_strategy="SingleRecord", max_payload_mb=1, max_concurrent=5),
+        (replace(LINES, batch_strategy="SingleRecord", max_payload_mb=1, max_concurrent=5),
          {"BatchStrategy": "MULTI_RECORD", "MaxPayloadInMB": 6, "MaxConcurrentTransforms": 2},
          Plan("SingleRecord", 1 * MIB, 5)),
-        (JobSettings(), None, Plan("SingleRecord", 6 * MIB, 1)),  # no /execution-parameters: SageMaker's own
-        (JobSettings(), {"MaxPayloadInMB": 0, "BatchStrategy": "SINGLE_RECORD"}, Plan("SingleRecord", None, 1)),
-        (JobSettings(), {"MaxPayloadInMB": "6", "MaxConcurrentTransforms": True}, Plan("SingleRecord", 6 * MIB, 1)),
+        (LINES, None, Plan("SingleRecord", 6 * MIB, 1)),  # no /execution-parameters: SageMaker's own
+        (LINES, {"MaxPayloadInMB": 0, "BatchStrategy": "SINGLE_RECORD"}, Plan("SingleRecord", None, 1)),
+        (LINES, {"MaxPayloadInMB": "6", "MaxConcurrentTransforms": True}, Plan("SingleRecord", 6 * MIB, 1)),
     ],
 )  # fmt: skip
 def test_the_jobs_settings_win_then_the_containers_answer_then_sagemakers_defaults(job, answered, plan):
-    assert transform.settle(job, answered) == plan
+    assert job.settle(answered) == plan
 
 
 def test_the_container_is_told_only_what_the_job_gives_as_sagemaker_tells_it():
-    assert JobSettings().environment() == {"SAGEMAKER_BATCH": "true"}
-    assert JobSettings(batch_strategy="MultiRecord", max_payload_mb=0, max_concurrent=3).environment() == {
+    assert LINES.environment() == {"SAGEMAKER_BATCH": "true"}
+    assert replace(LINES, batch_strategy="MultiRecord", max_payload_mb=0, max_concurrent=3).environment() == {
         "SAGEMAKER_BATCH": "true",
         "SAGEMAKER_BATCH_STRATEGY": "MULTI_RECORD",
         "SAGEMAKER_MAX_PAYLOAD_IN_MB": "0",
@@ -86,7 +94,9 @@ def test_every_file_under_the_input_keeps_its_place_under_the_output(tmp_path):
 
 class Container:
     """A stand-in for the serving container: answers each line with its reversal, one line each, slowly
-    enough that requests overlap; a line "fail" is refused (400), "flaky" fails once (503)."""
+    enough that requests overlap; a line "fail" is refused (400, naming its line in the request, as serve
+    does), "flaky" fails once (503), "unparsable" is refused as serve refuses a body it cannot parse
+    (with the list of the bodies it takes), and "bad" is answered with an error line in its place."""
 
     def __init__(self, answered: dict[str, object] | None) -> None:
         self.answered = answered
@@ -128,17 +138,42 @@ class Container:
         if "flaky" in lines and not self.flaky_seen:
             self.flaky_seen = True
             return web.json_response({"error": "restarting"}, status=503)
-        return web.Response(body="".join(line[::-1] + "\n" for line in lines).encode())
+        if "unparsable" in lines:
+            error = f"failed to parse the request JSON buffer: Invalid value; {codec.ACCEPTED_BODIES}"
+            return web.json_response({"error": error}, status=400)
+        answers = ['{"error":"the model refuses bad"}' if line == "bad" else line[::-1] for line in lines]
+        return web.Response(body="".join(answer + "\n" for answer in answers).encode())
 
 
-def run_job(
-    tmp_path: Path, job: JobSettings, answered: dict[str, object] | None
-) -> tuple[transform.Summary, Container]:
+@contextlib.contextmanager
+def in_a_thread(container: Container) -> Iterator[Container]:
+    """The stand-in served from a thread of its own, for a command that runs its own event loop."""
+    loop = asyncio.new_event_loop()
+    started = threading.Event()
+    stop = loop.create_future()
+
+    async def serve() -> None:
+        async with container.running():
+            started.set()
+            await stop
+
+    thread = threading.Thread(target=loop.run_until_complete, args=(serve(),))
+    thread.start()
+    try:
+        assert started.wait(10)
+        yield container
+    finally:
+        loop.call_soon_threadsafe(stop.set_result, None)
+        thread.join(10)
+        loop.close()
+
+
+def run_job(tmp_path: Path, job: BatchJob, answered: dict[str, object] | None) -> tuple[transform.Summary, Container]:
     files = transform.input_files(tmp_path / "in")
 
     async def main() -> tuple[transform.Summary, Container]:
         async with Container(answered).running() as container:
-            plan = transform.settle(job, answered)
+            plan = job.settle(answered)
             done: list[int] = []
             summary = await transform.run_job(container.url, job, files, tmp_path / "out", plan, done.append)
             assert sum(done) == summary.records
@@ -152,7 +187,7 @@ def test_a_job_assembles_each_files_answers_by_line_in_order_with_requests_in_fl
     write(tmp_path / "in" / "a.jsonl", "\n".join(lines).encode())  # no newline after the last line
     write(tmp_path / "in" / "b" / "c.jsonl", b"xy\nflaky\n")
     answered = {"BatchStrategy": "MULTI_RECORD", "MaxPayloadInMB": 1, "MaxConcurrentTransforms": 3}
-    job = JobSettings(max_payload_mb=0, batch_strategy="SingleRecord")
+    job = replace(LINES, max_payload_mb=0, batch_strategy="SingleRecord")
     summary, container = run_job(tmp_path, job, answered)
     assert (summary.records, summary.requests, summary.failed_records) == (202, 202, 0)
     assert len(container.bodies) == 203  # the 503 was retried
@@ -165,7 +200,7 @@ def test_a_job_assembles_each_files_answers_by_line_in_order_with_requests_in_fl
 def test_without_a_strategy_the_containers_multi_record_packs_lines_up_to_its_payload(tmp_path):
     lines = [("r" * 1000) + str(i) for i in range(3000)]  # ~3 MB
     write(tmp_path / "in" / "a.jsonl", "".join(line + "\n" for line in lines).encode())
-    summary, container = run_job(tmp_path, JobSettings(), {"BatchStrategy": "MULTI_RECORD", "MaxPayloadInMB": 1})
+    summary, container = run_job(tmp_path, LINES, {"BatchStrategy": "MULTI_RECORD", "MaxPayloadInMB": 1})
     assert summary.requests == len(container.bodies) == 3
     assert all(len(body) <= MIB for body in container.bodies)
     assert (tmp_path / "out" / "a.jsonl.out").read_text().splitlines() == [line[::-1] for line in lines]
@@ -175,9 +210,9 @@ def test_a_failed_request_is_named_by_file_and_lines_and_its_file_gets_no_output
     write(tmp_path / "in" / "bad.jsonl", b"a\nb\nfail\nc\n")
     write(tmp_path / "in" / "good.jsonl", b"a\n")
     write(tmp_path / "in" / "huge.jsonl", b"a\n" + b"x" * (MIB + 1) + b"\n")
-    summary, container = run_job(tmp_path, JobSettings(max_payload_mb=1), {"BatchStrategy": "MULTI_RECORD"})
+    summary, container = run_job(tmp_path, replace(LINES, max_payload_mb=1), {"BatchStrategy": "MULTI_RECORD"})
     assert summary.failures == [
-        "bad.jsonl: lines 1-4: 400 line 3 of 4: refused",
+        "bad.jsonl: line 3 (its request: lines 1-4): 400 refused",
         f"huge.jsonl: line 2: {MIB + 2} bytes, more than MaxPayloadInMB allows ({MIB} bytes)",
     ]
     assert (summary.failed_records, summary.failed_files, summary.files) == (5, 2, 3)
@@ -199,3 +234,80 @@ def test_the_command_refuses_what_sagemaker_would_before_starting_anything(tmp_p
         assert result.exit_code == 2, result.output
         (line,) = [line for line in result.stderr.splitlines() if line.startswith("error:")]
         assert message in line
+
+
+def test_a_failed_record_is_named_by_its_line_in_the_file_not_in_its_request(tmp_path):
+    lines = [("r" * 1000) + str(i) for i in range(3000)]
+    lines[2499] = "fail"  # line 2500 of the file, in the third request
+    write(tmp_path / "in" / "a.jsonl", "".join(line + "\n" for line in lines).encode())
+    job = replace(LINES, max_payload_mb=1)
+    summary, _ = run_job(tmp_path, job, {"BatchStrategy": "MULTI_RECORD"})
+    batches = list(transform.mini_batches(tmp_path / "in" / "a.jsonl", "Line", "MultiRecord", MIB))
+    (hit,) = [b for b in batches if b.first <= 2500 < b.first + b.records]
+    assert hit.first > 1
+    assert summary.failures == [
+        f"a.jsonl: line 2500 (its request: lines {hit.first}-{hit.first + hit.records - 1}): 400 refused"
+    ]
+
+
+def test_error_lines_count_as_failed_records_named_by_their_lines(tmp_path):
+    write(tmp_path / "in" / "a.jsonl", b"xy\nbad\nzz\nbad\n")
+    write(tmp_path / "in" / "b.jsonl", b"ok\n")
+    summary, _ = run_job(tmp_path, replace(LINES, batch_strategy="SingleRecord"), None)
+    assert (summary.records, summary.failed_records, summary.error_lines, summary.failed_files) == (5, 2, 2, 0)
+    assert summary.failures == [
+        "a.jsonl: line 2: error line: the model refuses bad",
+        "a.jsonl: line 4: error line: the model refuses bad",
+    ]
+    assert summary.records_per_second is not None
+    # the job completes with them, as SageMaker's would: the output keeps each in its place
+    assert (tmp_path / "out" / "a.jsonl.out").read_text().splitlines() == [
+        "yx",
+        '{"error":"the model refuses bad"}',
+        "zz",
+        '{"error":"the model refuses bad"}',
+    ]
+
+
+def local_transform(tmp_path: Path, container: Container, *args: str) -> tuple[int, list[str]]:
+    from smtriton.cli import app
+
+    with in_a_thread(container):
+        argv = ["local-transform", str(tmp_path / "in"), str(tmp_path / "out"), "--endpoint-url", container.url, *args]
+        result = CliRunner().invoke(app, argv)
+    return result.exit_code, [line for line in result.stderr.splitlines() if line.strip()]
+
+
+def test_the_report_fails_a_job_whose_records_were_answered_with_error_lines(tmp_path):
+    write(tmp_path / "in" / "a.jsonl", b"xy\nbad\nzz\n")
+    code, said = local_transform(tmp_path, Container({"BatchStrategy": "MULTI_RECORD"}), "--content-type",
+                                 "application/jsonlines", "--split-type", "Line")  # fmt: skip
+    assert code == 1
+    assert "failed: a.jsonl: line 2: error line: the model refuses bad" in said
+    assert any(line.endswith("records/s; 1 failed (1 answered with an error line)") for line in said)
+    assert said[-1] == (
+        "error: 1 of 3 records failed, 1 as error lines (named above; the output keeps them in their place, as "
+        "SageMaker's job would)"
+    )
+    assert (tmp_path / "out" / "a.jsonl.out").exists()
+
+
+def test_a_job_whose_every_record_failed_shows_no_throughput(tmp_path):
+    write(tmp_path / "in" / "a.jsonl", b"fail\nfail\n")
+    code, said = local_transform(tmp_path, Container(None), "--content-type", "application/jsonlines",
+                                 "--split-type", "Line", "--batch-strategy", "MultiRecord")  # fmt: skip
+    assert code == 1
+    (summary,) = [line for line in said if line.startswith("2 records in 1 requests")]
+    assert "records/s" not in summary
+    assert summary.endswith("; 2 failed")
+
+
+def test_a_body_serve_cannot_parse_is_said_without_every_content_type_serve_takes(tmp_path):
+    write(tmp_path / "in" / "a.json", b"unparsable\n")
+    code, said = local_transform(tmp_path, Container(None))
+    assert code == 1
+    assert (
+        "failed: a.json: line 1: 400 failed to parse the request JSON buffer: Invalid value (sent as application/json)"
+        in said
+    )
+    assert not any("serve takes" in line for line in said)

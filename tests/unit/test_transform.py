@@ -92,7 +92,6 @@ def test_the_job_and_its_model_with_the_newest_gpu_ami_and_the_options(clients):
         {"TransformJobArn": arn("transform-job", "nightly")},
         TransformJobName="nightly",
         ModelName="nightly-new",
-        BatchStrategy="SingleRecord",
         MaxPayloadInMB=20,
         MaxConcurrentTransforms=4,
         TransformInput={
@@ -101,10 +100,9 @@ def test_the_job_and_its_model_with_the_newest_gpu_ami_and_the_options(clients):
             "SplitType": "Line",
         },
         TransformOutput={"S3OutputPath": "s3://out/results/", "AssembleWith": "Line", "KmsKeyId": "alias/ml"},
-        TransformResources={
+        TransformResources={  # no VolumeKmsKeyId: a g5's storage is local NVMe, which SageMaker takes none for
             "InstanceType": "ml.g5.xlarge",
             "InstanceCount": 1,
-            "VolumeKmsKeyId": "alias/ml",
             "TransformAmiVersion": "al2-ami-sagemaker-batch-gpu-535",
         },
         Tags=TAGS,
@@ -112,6 +110,18 @@ def test_the_job_and_its_model_with_the_newest_gpu_ami_and_the_options(clients):
     messages: list[str] = []
     result = run_transform(clients.sagemaker, s, progress=messages.append)
     assert (result.status, result.model_name) == ("InProgress", "nightly-new")
+    assert messages[0] == (
+        "warning: ml.g5.xlarge stores on local NVMe, which its hardware encrypts and SageMaker takes no volume KMS "
+        "key for: --kms-key encrypts the job's output only"
+    )
+
+
+def test_a_kms_key_encrypts_the_volume_of_an_instance_type_with_one():
+    request = valid("sagemaker", "CreateTransformJob",
+                    spec(instance_type="ml.m5.xlarge", hosting=Hosting(kms_key="alias/ml")).request("m"))  # fmt: skip
+    assert request["TransformResources"]["VolumeKmsKeyId"] == "alias/ml"
+    assert request["TransformOutput"]["KmsKeyId"] == "alias/ml"
+    assert spec(instance_type="ml.m5.xlarge", hosting=Hosting(kms_key="alias/ml")).validate() == []
 
 
 def test_waiting_follows_the_job_and_deletes_its_model(clients):
@@ -122,7 +132,6 @@ def test_waiting_follows_the_job_and_deletes_its_model(clients):
         {"TransformJobArn": arn("transform-job", "nightly")},
         TransformJobName="nightly",
         ModelName="nightly-new",
-        BatchStrategy="SingleRecord",
         TransformInput=ANY,
         TransformOutput=ANY,
         Tags=TAGS,
@@ -215,6 +224,9 @@ def test_a_failed_job_is_one_line_with_its_reason_and_exit_1(clients, monkeypatc
         ({"hosting": Hosting(volume_size_gb=10)}, "neither a volume size"),
         ({"hosting": Hosting(subnets=("subnet-0123456789abcdef0",))}, "both --subnet and --security-group"),
         ({"name": "nightly_1"}, "transform job name"),
+        ({"max_concurrent": 20, "max_payload_mb": 10}, r"MaxConcurrentTransforms \* MaxPayloadInMB is 20 \* 10 = 200"),
+        ({"instance_type": "ml.p4d.24xlarge"}, "ml.p4d.24xlarge is not an instance type batch transform runs on"),
+        ({"instance_type": "ml.p5.48xlarge"}, r"its GPU types: .*ml\.g6e\.\*"),
     ],
 )
 def test_refused_before_any_call(change, message):
@@ -244,24 +256,23 @@ def test_ami_versions_come_from_botocores_documentation():
 
 
 @pytest.mark.parametrize(
-    ("content_type", "split_type", "given", "strategy"),
+    ("content_type", "split_type", "given"),
     [
-        ("application/jsonlines", "Line", None, "MultiRecord"),
-        ("application/x-ndjson", "Line", None, "MultiRecord"),
-        ("text/csv", "Line", None, "MultiRecord"),
-        ("application/json", "Line", None, "SingleRecord"),
-        ("text/csv", "None", None, "SingleRecord"),
-        ("application/jsonlines", "Line", "SingleRecord", "SingleRecord"),
-        ("application/json", "Line", "MultiRecord", "MultiRecord"),  # serve reads newline-separated JSON too
+        ("application/jsonlines", "Line", None),
+        ("text/csv", "Line", None),
+        ("application/json", "None", None),
+        ("application/jsonlines", "Line", "SingleRecord"),
+        ("application/json", "Line", "MultiRecord"),  # serve reads newline-separated JSON too
     ],
 )
-def test_multi_record_with_line_is_allowed_and_the_default_for_json_lines_and_csv(
-    content_type, split_type, given, strategy
-):
+def test_a_strategy_not_given_is_left_to_the_containers_execution_parameters(content_type, split_type, given):
+    """SageMaker's resolution, which `local-transform` runs: no BatchStrategy in the request, so the
+    container's /execution-parameters answer (serve's MULTI_RECORD) decides."""
     s = spec(content_type=content_type, split_type=split_type, batch_strategy=given, accept="application/jsonlines")
     s.validate()
     request = valid("sagemaker", "CreateTransformJob", s.request("m"))
-    assert request["BatchStrategy"] == strategy
+    assert request.get("BatchStrategy") == given
+    assert s.job.settle({"BatchStrategy": "MULTI_RECORD"}).strategy == given or "MultiRecord"
     assert request["TransformInput"]["ContentType"] == content_type
     assert request["TransformOutput"] == {
         "S3OutputPath": "s3://out/results/",
