@@ -138,10 +138,14 @@ def local_endpoint(
     ] = None,
     max_archive_gib: Annotated[
         float,
-        typer.Option(min=1e-6, help="Most GiB an archive may hold once extracted (its headers are summed first)"),
+        typer.Option(
+            min=1e-6,
+            help="Most GiB an archive may inflate to: its files (their headers summed first) and its tar headers",
+        ),
     ] = DEFAULT_MAX_BYTES / GIB,
     max_archive_entries: Annotated[
-        int, typer.Option(min=1, help="Most files, folders and links an archive may hold")
+        int,
+        typer.Option(min=1, help="Most entries an archive may hold: its members and the folders their paths imply"),
     ] = DEFAULT_MAX_ENTRIES,
     region: RegionOpt = None,
     profile: ProfileOpt = None,

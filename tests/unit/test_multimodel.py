@@ -273,6 +273,19 @@ def test_folders_other_than_the_entry_get_names_no_entry_or_other_archive_can_ta
     assert long != names.folder_name("y" * 250, "helper")
 
 
+def test_a_long_folder_name_fits_a_directory_in_bytes_and_stays_apart_from_its_neighbours(tmp_path):
+    """NAME_MAX counts bytes: a name of two-byte characters is cut to whole characters that fit; and two
+    folders whose names differ only past the cut keep names of their own."""
+    wide = names.folder_name("m", "é" * 127)  # 2 + 254 bytes: one too many
+    assert len(wide.encode()) <= names.NAME_MAX
+    assert wide.endswith("é" * 100)
+    (tmp_path / wide).mkdir()  # no ENAMETOOLONG
+    first, second = (names.folder_name("t" * 30, "a" * 240 + last) for last in "xy")
+    assert first != second
+    assert len(first.encode()) <= names.NAME_MAX
+    assert names.FOLDER_SEPARATOR in first
+
+
 def test_a_python_model_of_a_multi_folder_archive_calls_the_folders_by_their_names(tmp_path):
     """Staged with an __init__.py of ours in each version folder (then the model's own, if it had one):
     a BLS request naming a folder goes to that folder's model; the files are the archive's own."""

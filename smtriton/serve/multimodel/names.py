@@ -52,9 +52,12 @@ def triton_name_for(model_name: str, target_model: str | None) -> tuple[str, str
 
 def folder_name(triton_name: str, folder: str) -> str:
     """The Triton name of an archive's folder other than its entry: ``<Triton name>~<folder>``, unique
-    to the archive. A name too long for a directory takes a digest of the archive's name instead."""
+    to the archive. A name too long for a directory (NAME_MAX counts bytes) takes a digest of the whole
+    name in place of the archive's name, and the folder's name cut to whole characters: the digest keeps
+    apart two folders whose names differ only past the cut."""
     name = f"{triton_name}{FOLDER_SEPARATOR}{folder}"
     if len(name.encode()) <= NAME_MAX:
         return name
-    digest = hashlib.sha256(triton_name.encode()).hexdigest()[:16]
-    return f"{digest}{FOLDER_SEPARATOR}{folder}"[:NAME_MAX]
+    prefix = hashlib.sha256(name.encode()).hexdigest()[:16] + FOLDER_SEPARATOR
+    kept = folder.encode()[: NAME_MAX - len(prefix)].decode(errors="ignore")
+    return prefix + kept
