@@ -269,10 +269,10 @@ class Settings(BaseSettings):
     failed_record: Annotated[Literal["fail", "error-line"], BeforeValidator(parse_word(str.lower))] = setting(
         "SMTRITON_FAILED_RECORD",
         "a record of a multi-record body (JSON Lines, CSV rows) that fails: `fail` answers the whole request with "
-        "its status and an error naming its line (the batch transform job fails, loudly); `error-line` writes "
-        '`{"error": ...}` in its place and goes on, so the output keeps one line per input line (503, 504 and 507 '
-        "still fail the request, so that SageMaker retries it; a CSV row that cannot be read, an empty line or "
-        "the wrong count of numbers, fails the whole body with 400 before any row reaches Triton)",
+        "its status and an error naming its line, sending nothing more (the job fails, loudly); `error-line` writes "
+        '`{"error": ...}` (at most 200 characters) in its place, a line per input line kept (503, 504, 507 still fail '
+        "it, for SageMaker to retry; so does a CSV row that cannot be read, with 400). Every record is checked "
+        "against its model before the first is sent: one Triton would refuse costs no Triton request",
         "fail",
     )
     records_in_flight: Integer = setting(

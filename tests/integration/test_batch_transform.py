@@ -112,6 +112,9 @@ def test_single_record_sends_a_line_a_request_and_gets_a_line(batch_server):
 def test_a_failing_record_fails_the_mini_batch_naming_its_line(batch_server):
     lines = [record([1.0]), record([2.0, 3.0]), record([-999.0]), b'{"inputs": [{"name": "NOPE"}]}']
     r = post(batch_server, b"\n".join(lines))
+    assert r.status_code == 400, r.text  # every record is checked before the first reaches Triton
+    assert r.json() == {"error": "line 4 of 4: input 'NOPE' has no 'datatype'"}
+    r = post(batch_server, b"\n".join([*lines[:3], record([4.0])]))
     assert r.status_code == 500, r.text
     assert r.json() == {"error": "line 3 of 4: the model refuses -999"}
     r = post(batch_server, b"\n".join([lines[0], lines[3], lines[2]]))

@@ -216,18 +216,29 @@ def test_a_merged_request_triton_refuses_as_a_whole_is_each_clients_own_refusal_
     assert metrics.unmerged_again._value.get() == 0
 
 
-def test_send_all_gives_a_timeout_or_a_refusal_of_merged_records_to_each_never_resent():
+def merged(triton: Triton, inferences: list[Inference]):
+    """``inferences`` through send_merged, as a body's records go (each merged part's own request alone)."""
+    parts = [coalescing.batching.part(inference, MODEL) for inference in inferences]
+    assert all(part is not None for part in parts)
+
+    async def send(inference: Inference) -> UpstreamResponse:
+        return await triton.send("m", inference)
+
+    return coalescing.send_merged(send, parts, MODEL, lambda at: inferences[at])  # type: ignore[arg-type]
+
+
+def test_send_merged_gives_a_timeout_or_a_refusal_of_merged_records_to_each_never_resent():
     async def scenario(triton: Triton, coalescer: Coalescer) -> None:
         inferences = [request(1), request(2), request(3), request(4)]
         triton.refusal = QUEUE_FULL
-        results = await coalescing.send_all(triton.send, "m", inferences, MODEL, concurrency=2)
+        results = await merged(triton, inferences)
         assert [r.status for r in results if isinstance(r, UpstreamResponse)] == [503] * 4
         assert triton.sent == [[1, 2, 3, 4]]
 
         triton.sent.clear()
         triton.refusal = None
         triton.failure = TimeoutError("Triton did not answer in time")
-        results = await coalescing.send_all(triton.send, "m", inferences, MODEL, concurrency=2)
+        results = await merged(triton, inferences)
         assert all(isinstance(r, TimeoutError) for r in results)
         assert len({id(r) for r in results}) == 4  # each its own exception
         assert triton.sent == [[1, 2, 3, 4]]  # one Triton request, not five
@@ -304,16 +315,15 @@ def test_requests_that_cannot_merge_do_not_wait():
     run(scenario)
 
 
-def test_send_all_merges_what_it_may_and_answers_each_as_alone():
+def test_send_merged_answers_each_as_alone_and_sends_them_again_alone_when_triton_fails_the_rows():
     async def scenario(triton: Triton, coalescer: Coalescer) -> None:
-        inferences = [request(1), request(2, 3), request(4, parameters={"k": "v"}), request(13), request(5, 6, 7)]
-        results = await coalescing.send_all(triton.send, "m", inferences, MODEL, concurrency=2)
-        assert [doubled(r) for r in results[:3] if isinstance(r, UpstreamResponse)] == [[2], [4, 6], [8]]
-        assert isinstance(results[3], UpstreamResponse)
-        assert results[3].status == 400
-        assert isinstance(results[4], UpstreamResponse)
-        assert doubled(results[4]) == [10, 12, 14]
-        # [1, 2, 3, 13] failed merged, each sent again; [5, 6, 7] did not fit beside them
-        assert sorted(triton.sent) == sorted([[1, 2, 3, 13], [4], [5, 6, 7], [1], [2, 3], [13]])
+        results = await merged(triton, [request(1), request(2, 3)])
+        assert [doubled(r) for r in results if isinstance(r, UpstreamResponse)] == [[2], [4, 6]]
+        assert triton.sent == [[1, 2, 3]]
+        triton.sent.clear()
+        results = await merged(triton, [request(1), request(13), request(5, 6)])
+        assert [r.status for r in results if isinstance(r, UpstreamResponse)] == [200, 400, 200]
+        assert doubled(results[2]) == [10, 12]  # type: ignore[arg-type]
+        assert triton.sent == [[1, 13, 5, 6], [1], [13], [5, 6]]  # failed merged, each sent again alone
 
     run(scenario)

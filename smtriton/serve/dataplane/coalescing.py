@@ -212,53 +212,46 @@ def _next_group(lane: _Lane) -> list[_Waiting]:
     return group
 
 
-async def send_all(
-    send: Send, triton_name: str, inferences: Sequence[Inference], model: ModelBatching | None, concurrency: int
+async def send_merged(
+    send: Callable[[Inference], Awaitable[UpstreamResponse]],
+    parts: Sequence[Part],
+    model: ModelBatching,
+    alone: Callable[[int], Inference],
+    again: contextlib.AbstractContextManager[None] | None = None,
 ) -> list[UpstreamResponse | Exception]:
-    """Each of ``inferences``' answers (or the error it raised), as it would have had it alone: those
-    that may merge are sent in as few Triton requests as ``max_batch_size`` allows, the others alone,
-    ``concurrency`` Triton requests at a time. For a body that holds several requests at once."""
-    parts = [batching.part(inference, model) if model is not None else None for inference in inferences]
-    groups = batching.groups(parts, model.max_batch_size if model is not None else 1)
-    results: list[UpstreamResponse | Exception | None] = [None] * len(inferences)
-    gate = asyncio.Semaphore(concurrency)
+    """Each of ``parts``' answers (or the error it met), as it would have had it alone: the parts, of one
+    key and fitting ``max_batch_size`` together, sent as one Triton request and its answer split back. For
+    the requests one body holds at once (its records), which wait for nothing else. Triton refusing the
+    merged request as a whole, or its transport failing, is each part's own failure, never sent again;
+    Triton failing it for a part's rows, or an answer that cannot be split, sends the parts again one at a
+    time (``alone(i)``: part ``i``'s own request; inside ``again``), each getting its own answer."""
+    try:
+        merged = batching.merge(parts)
+    except Exception:  # a bug in the merge: the records still go, alone
+        log.exception("merging %d records failed; sent alone", len(parts))
+        return await _one_by_one(send, len(parts), alone)
+    try:
+        response = await send(merged.inference)
+    except Exception as exc:  # each record's own failure (its own copy: tracebacks differ)
+        return [copy.copy(exc) for _ in parts]
+    if batching.refused_as_a_whole(response):
+        return [response] * len(parts)
+    answers = merged.split(response, model)
+    if answers is None:
+        with again or contextlib.nullcontext():
+            return await _one_by_one(send, len(parts), alone)
+    return list(answers)
 
-    async def alone(index: int) -> None:
-        async with gate:
-            try:
-                results[index] = await send(triton_name, inferences[index])
-            except Exception as exc:
-                results[index] = exc
 
-    async def together(indices: list[int]) -> None:
-        assert model is not None
+async def _one_by_one(
+    send: Callable[[Inference], Awaitable[UpstreamResponse]], count: int, alone: Callable[[int], Inference]
+) -> list[UpstreamResponse | Exception]:
+    """Each of ``count`` requests sent alone, one after the other (in the place in flight the merged one
+    had), each answered or its error kept."""
+    results: list[UpstreamResponse | Exception] = []
+    for index in range(count):
         try:
-            merged = batching.merge([part for index in indices if (part := parts[index]) is not None])
-        except Exception:  # a bug in the merge: the records still go, alone
-            log.exception("merging %d records to %s failed; sent alone", len(indices), triton_name)
-            await asyncio.gather(*(alone(index) for index in indices))
-            return
-        async with gate:
-            try:
-                response = await send(triton_name, merged.inference)
-            except Exception as exc:  # each record's own failure (its own copy: tracebacks differ)
-                for index in indices:
-                    results[index] = copy.copy(exc)
-                return
-        if batching.refused_as_a_whole(response):
-            for index in indices:
-                results[index] = response
-            return
-        answers = merged.split(response, model)
-        if answers is None:  # sent again alone: each record gets its own answer or error
-            await asyncio.gather(*(alone(index) for index in indices))
-            return
-        for index, answer in zip(indices, answers, strict=True):
-            results[index] = answer
-
-    await asyncio.gather(*(alone(group[0]) if len(group) == 1 else together(group) for group in groups))
-    done: list[UpstreamResponse | Exception] = []
-    for result in results:
-        assert result is not None
-        done.append(result)
-    return done
+            results.append(await send(alone(index)))
+        except Exception as exc:
+            results.append(exc)
+    return results

@@ -2,25 +2,23 @@
 
 This is what SageMaker's built-in algorithms and most tabular batch transform jobs send. A model takes it
 when it has exactly one input, numeric, of shape ``[batch, n]`` (``max_batch_size > 0``): every line of the
-body is a row of ``n`` values, all rows go in one tensor, split into Triton requests of at most
-``max_batch_size`` rows (binary, with binary outputs asked for). The answer has one line per row, in order:
-``text/csv``, the row's values of every output in the order Triton gives them, flattened; or, with
-``Accept: application/jsonlines``, the row's KServe v2 response (each output's shape with a batch of 1).
-Values are read by one rule whatever the type: plain decimal numbers (an integer type's without a
-fraction or an exponent; a floating-point type's may also be ``nan`` or ``inf``), quoted or not, with no
-digit separators; a UTF-8 byte-order mark before the first row is skipped.
-Any other model is refused with 415 saying what it takes. A failing request fails its rows as
-:mod:`~smtriton.serve.dataplane.multirecord` says.
+body is a row of ``n`` values, all rows go in one tensor (read and checked before any row is sent, by one
+rule for every type: :mod:`~smtriton.serve.dataplane.csv_values`), split into Triton requests of at most
+``max_batch_size`` rows (binary, with binary outputs asked for), each made when it is its turn. The answer
+has one line per row, in order: ``text/csv``, the row's values of every output in the order Triton gives
+them, flattened; or, with ``Accept: application/jsonlines``, the row's KServe v2 response (each output's
+shape with a batch of 1). Any other model is refused with 415 saying what it takes. A failing request
+fails its rows as :mod:`~smtriton.serve.dataplane.record_answers` says.
 """
 
 from __future__ import annotations
 
-import codecs
 import csv
+import functools
 import io
 import re
 import struct
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,18 +27,19 @@ import orjson
 from numpy.typing import NDArray
 
 from smtriton import dtypes
+from smtriton.serve.dataplane import record_answers
 from smtriton.serve.dataplane.answers import JSON_LINES, Answer
-from smtriton.serve.dataplane.multirecord import EMPTY_LINE, Failure, Line, Outcome, error_message, media_type
+from smtriton.serve.dataplane.csv_values import CsvInput, read
+from smtriton.serve.dataplane.multirecord import media_type
 from smtriton.serve.dataplane.reading import Inference
-from smtriton.serve.errors import BadRequest, ServeError, UnsupportedMediaType
+from smtriton.serve.dataplane.record_answers import Failure, Line, Outcome, error_message
+from smtriton.serve.dataplane.request import Reply
+from smtriton.serve.errors import ServeError, UnsupportedMediaType
 from smtriton.serve.triton.client import RequestBody, UpstreamResponse
 
 CSV = "text/csv"
 NUMERIC = dtypes.INTEGER | dtypes.FLOAT
 _LENGTH = struct.Struct("<I")
-# Python's int() and float(), which read the values, take ``1_000``; no CSV writer puts it, and a type
-# that took it and one that did not would read one file two ways.
-_SEPARATOR = b"_"
 _NOT_SPACE = re.compile(rb"\S")
 
 
@@ -55,17 +54,6 @@ def is_csv(content_type: str | None, body: RequestBody) -> bool:
 
 def wants_json_lines(accept: str | None) -> bool:
     return accept is not None and JSON_LINES in accept.lower()
-
-
-@dataclass(frozen=True)
-class CsvInput:
-    """The one input a CSV row goes to: its name, Triton data type, the values a row has (None: any
-    number, the same for every row of a body) and the rows one Triton request may carry."""
-
-    name: str
-    datatype: str
-    width: int | None
-    max_batch_size: int
 
 
 def csv_input(model: str, config: dict[str, Any]) -> CsvInput:
@@ -101,135 +89,94 @@ def _described(spec: dict[str, Any], max_batch_size: int) -> str:
     return f"{spec.get('name')} ({_datatype(spec)} {shape})"
 
 
-@dataclass(frozen=True)
-class Rows:
-    """Rows of a CSV body sent to Triton together: the first one's index and how many."""
+@dataclass(frozen=True, slots=True)
+class Work:
+    """How a body's rows go to Triton and come back: the sending, Triton's answer made SageMaker's, whether
+    a failure is written as an error line, the Triton requests in flight at most, the answer's form (each
+    row's KServe v2 response with ``json_lines``, else CSV) and model name, and the parameters each request
+    carries (the custom attributes)."""
 
-    first: int
-    count: int
-    inference: Inference
-
-
-def requests(body: RequestBody, to: CsvInput, parameters: dict[str, Any]) -> list[Rows]:
-    """The Triton requests carrying the rows of a CSV body, at most ``max_batch_size`` rows each; 400
-    naming the line for a row that is not ``n`` numbers."""
-    values = parse(body, to)
-    numpy_type = dtypes.numpy_dtype(to.datatype)
-    batches = []
-    for first in range(0, len(values), to.max_batch_size):
-        rows = np.ascontiguousarray(values[first : first + to.max_batch_size], dtype=numpy_type)
-        raw = rows.tobytes()
-        header = {
-            "inputs": [
-                {
-                    "name": to.name,
-                    "shape": list(rows.shape),
-                    "datatype": to.datatype,
-                    "parameters": {"binary_data_size": len(raw)},
-                }
-            ],
-            "parameters": {**parameters, "binary_data_output": True},
-        }
-        head = orjson.dumps(header)
-        batches.append(Rows(first, len(rows), Inference(head + raw, len(head), header)))
-    return batches
+    send: Callable[[Inference], Awaitable[UpstreamResponse]]
+    to_answer: Callable[[UpstreamResponse], Answer]
+    error_lines: bool
+    in_flight: int
+    json_lines: bool
+    model_name: str
+    parameters: dict[str, Any]
 
 
-def parse(body: RequestBody, to: CsvInput) -> NDArray[Any]:
-    """The rows of a CSV body as one array of ``to``'s numpy type, shape ``[rows, n]``, its values read as
-    the module docstring says (the byte-order mark is Excel's: its UTF-8 exports begin with one)."""
-    lines: list[bytes] = bytes(body).split(b"\n") if isinstance(body, bytearray) else body.split(b"\n")
-    if lines[0].startswith(codecs.BOM_UTF8):
-        lines[0] = lines[0][len(codecs.BOM_UTF8) :]
-    while lines and not lines[-1].strip():
-        lines.pop()
-    if not lines:
-        raise BadRequest("the text/csv body holds no rows: send one row of numbers a line")
-    numpy_type = dtypes.numpy_dtype(to.datatype)
-    width = to.width
-    rows: list[list[bytes]] = []
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
-            raise BadRequest(f"line {number} of {len(lines)}: {EMPTY_LINE.replace('KServe v2 request', 'row')}")
-        fields = [field.strip().strip(b'"') for field in line.split(b",")]
-        if width is None:
-            width = len(fields)
-        if len(fields) != width:
-            expected = f"model input '{to.name}' takes {to.width}" if to.width else f"line 1 has {width}"
-            raise BadRequest(f"line {number} of {len(lines)} has {len(fields)} values: {expected}")
-        rows.append(fields)
+async def answer(body: RequestBody, to: CsvInput, work: Work) -> Reply:
+    """The answer to a CSV body: every row read and checked (400 naming the line), then sent in requests of
+    at most ``max_batch_size`` rows, each made when it is its turn, a bounded number at a time; a line a
+    row, written in order as they come (:mod:`~smtriton.serve.dataplane.record_answers`)."""
+    values = await read(body, to)
+    out = record_answers.AnswerBuffer(len(values), work.error_lines)
+    firsts = range(0, len(values), to.max_batch_size)
+    jobs = (functools.partial(_send, values, first, to, work, out) for first in firsts)
+    await record_answers.run_window(iter(jobs), work.in_flight, lambda: out.stopped)
+    await out.finish()
+    return out.reply(JSON_LINES if work.json_lines else CSV)
+
+
+async def _send(values: NDArray[Any], first: int, to: CsvInput, work: Work, out: record_answers.AnswerBuffer) -> None:
+    count = min(to.max_batch_size, len(values) - first)
+    outcome: Outcome
     try:
-        if _SEPARATOR in body:
-            raise ValueError("a digit separator")
-        return _values(np.array(rows, dtype=bytes), numpy_type)
-    except (ValueError, OverflowError):
-        for number, fields in enumerate(rows, 1):
-            bad = next((f for f in fields if not _converts(f, numpy_type)), None)
-            if bad is not None:
-                plain = ": write plain decimal numbers, without digit separators" if _SEPARATOR in bad else ""
-                raise BadRequest(
-                    f"line {number} of {len(lines)}: {bad.decode('utf-8', 'replace')!r} is not a value of "
-                    f"{to.datatype} (model input '{to.name}'){plain}"
-                ) from None
-        raise
+        outcome = await work.send(request(values[first : first + count], to, work.parameters))
+    except ServeError as exc:
+        outcome = exc
+    for row, line in enumerate(lines(first, count, outcome, work.to_answer, work.json_lines, work.model_name)):
+        out.put(first + row, line)
 
 
-def _values(text: NDArray[Any], numpy_type: np.dtype[Any]) -> NDArray[Any]:
-    """Numbers from their text, refused (ValueError) out of the type's range rather than wrapped."""
-    if numpy_type.kind == "f":
-        return text.astype(numpy_type)
-    if numpy_type.kind == "u" and np.char.startswith(text, b"-").any():
-        raise ValueError("negative")
-    wide = text.astype(np.uint64 if numpy_type.kind == "u" else np.int64)
-    info = np.iinfo(numpy_type)
-    if wide.size and (wide.min() < info.min or wide.max() > info.max):
-        raise ValueError("out of range")
-    return wide.astype(numpy_type)
-
-
-def _converts(field: bytes, numpy_type: np.dtype[Any]) -> bool:
-    if _SEPARATOR in field:
-        return False
-    try:
-        _values(np.array([field], dtype=bytes), numpy_type)
-    except (ValueError, OverflowError):
-        return False
-    return True
+def request(rows: NDArray[Any], to: CsvInput, parameters: dict[str, Any]) -> Inference:
+    """The Triton request carrying ``rows`` (binary, with binary outputs asked for)."""
+    raw = np.ascontiguousarray(rows).tobytes()
+    header = {
+        "inputs": [
+            {
+                "name": to.name,
+                "shape": list(rows.shape),
+                "datatype": to.datatype,
+                "parameters": {"binary_data_size": len(raw)},
+            }
+        ],
+        "parameters": {**parameters, "binary_data_output": True},
+    }
+    head = orjson.dumps(header)
+    return Inference(head + raw, len(head), header)
 
 
 def lines(
-    batches: Sequence[Rows],
-    outcomes: Sequence[Outcome],
+    first: int,
+    count: int,
+    outcome: Outcome,
     to_answer: Callable[[UpstreamResponse], Answer],
     json_lines: bool,
     model_name: str,
 ) -> list[Line]:
-    """Each row's answer line (CSV, or its KServe v2 response with ``json_lines``), in order; the rows of
-    a failed Triton request each get its failure."""
-    out: list[Line] = []
-    for batch, outcome in zip(batches, outcomes, strict=True):
-        failure = _failure(outcome, to_answer)
-        if failure is None:
-            assert isinstance(outcome, UpstreamResponse)
-            try:
-                out += _rows(outcome, batch.count, json_lines, model_name)
-                continue
-            except (ValueError, KeyError, TypeError, struct.error) as exc:  # an answer not as asked for
-                failure = Failure(500, f"Triton's answer could not be read as rows: {exc}")
-        if batch.count > 1:
-            where = f"lines {batch.first + 1}-{batch.first + batch.count} went to Triton together"
-            failure = Failure(failure.status, f"{failure.message} ({where})")
-        out += [failure] * batch.count
-    return out
+    """The answer lines of the ``count`` rows from ``first`` that went to Triton together (CSV, or each
+    row's KServe v2 response with ``json_lines``); the rows of a failed request each get its failure."""
+    failed = _failure(outcome, to_answer)
+    if failed is None:
+        assert isinstance(outcome, UpstreamResponse)
+        try:
+            return list(_rows(outcome, count, json_lines, model_name))
+        except (ValueError, KeyError, TypeError, struct.error) as exc:  # an answer not as asked for
+            failed = record_answers.failure(500, f"Triton's answer could not be read as rows: {exc}")
+    if count > 1:
+        where = f"lines {first + 1}-{first + count} went to Triton together"
+        failed = record_answers.failure(failed.status, f"{failed.message} ({where})")
+    return [failed] * count
 
 
 def _failure(outcome: Outcome, to_answer: Callable[[UpstreamResponse], Answer]) -> Failure | None:
     if isinstance(outcome, ServeError):
-        return Failure(outcome.status, outcome.message)
+        return record_answers.failure(outcome.status, outcome.message)
     if outcome.status == 200:
         return None
     status, _, payload = to_answer(outcome)
-    return Failure(status, error_message(payload))
+    return record_answers.failure(status, error_message(payload))
 
 
 def outputs(upstream: UpstreamResponse) -> tuple[dict[str, Any], list[tuple[dict[str, Any], NDArray[Any]]]]:

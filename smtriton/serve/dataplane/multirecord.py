@@ -8,64 +8,78 @@ v2 request it is, read as any request is (:mod:`~smtriton.serve.dataplane.readin
 line per record, in order, each the record's KServe v2 response on one line (``application/jsonlines``).
 A trailing newline is not a record; an empty line between records is one, and fails.
 
-The records of a body go to Triton through one call, :data:`RunRecords`: the step that merges records of
-one model into fuller Triton requests and splits Triton's answers back, each record answered as it
-would have been alone (:func:`through` the upstream's merge, :mod:`smtriton.serve.dataplane.coalescing`;
-:func:`concurrently` runs them one by one), a bounded number of Triton requests at a time.
-
-A record that fails fails the whole request with its status and an error naming its line (the job fails
-loudly, as SageMaker expects); with ``SMTRITON_FAILED_RECORD=error-line`` it becomes an ``{"error": ...}``
-line in its place instead, so that the output keeps its alignment, except for the failures that are the
-server's state rather than the record's (503, 504, 507), which still fail the request so SageMaker retries.
+A body is worked on in two passes, neither holding the event loop longer than a few milliseconds at a
+time. First every record is read and checked against its model
+(:mod:`~smtriton.serve.dataplane.record_check`) before any reaches Triton, and kept as little as its
+sending needs: where it lies in the body and, for a record that may merge with others, the text of its
+inputs' data (not a tree of Python values a line: 75,000 records held that way took 1.3 GiB). With
+``SMTRITON_FAILED_RECORD=fail`` the first record that fails fails the body there, nothing sent. Then the
+records go to Triton, those of one model that agree in all but the batch dimension merged into as few
+requests as ``max_batch_size`` allows (:func:`~smtriton.serve.dataplane.coalescing.send_merged`), each
+answered as it would have been alone, a bounded number of Triton requests at a time, each request made when
+it is its turn; the answer is written in order as the lines come
+(:mod:`~smtriton.serve.dataplane.record_answers`, which also says what a failure does).
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import re
-from collections.abc import Awaitable, Callable, Sequence
+import time
+from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import dataclass
+from typing import Any
 
 import orjson
 
-from smtriton.serve.dataplane import codec, images
+from smtriton.serve.dataplane import batching, coalescing, codec, images, record_check
 from smtriton.serve.dataplane.answers import JSON_LINES, Answer
+from smtriton.serve.dataplane.batching import MERGED_BYTES_MAX, ModelBatching, Part
 from smtriton.serve.dataplane.reading import Inference
+from smtriton.serve.dataplane.record_answers import (
+    AnswerBuffer,
+    Failure,
+    Line,
+    Outcome,
+    RecordFailed,
+    check_room,
+    error_message,
+    fails_the_request,
+    failure,
+    run_window,
+)
+from smtriton.serve.dataplane.record_check import BINARY_OUTPUTS, ModelRules
 from smtriton.serve.dataplane.request import Reply
-from smtriton.serve.errors import BadRequest, ServeError, error_body
+from smtriton.serve.errors import BadRequest, ServeError
 from smtriton.serve.triton.client import RequestBody, UpstreamResponse
 
 JSON_LINES_TYPES = frozenset({JSON_LINES, "application/x-ndjson"})
-# Failures that say the server cannot answer now, not that the record is wrong: never written as a line.
-RETRYABLE = frozenset({503, 504, 507})
 NO_RECORDS = "the body holds no records: send one KServe v2 request (JSON) a line"
 EMPTY_LINE = "the line is empty: each line of the body is one KServe v2 request"
+NOT_AN_OBJECT = "the record is not a JSON object"
 _NOT_SPACE = re.compile(rb"\S")
-
-# One record's answer to Triton, or why it got none.
-Outcome = UpstreamResponse | ServeError
-# The merge step: the records of one body, all for one Triton model -> each record's own outcome, in order.
-RunRecords = Callable[[str, Sequence[Inference]], Awaitable[list[Outcome]]]
+SLICE_S = 0.005  # the event loop is served at least this often while a body's records are read
+# What reading a record keeps, about, besides its text (its place, how it merges, its group), and the
+# bodies past which that is compared with the memory free before the work.
+RECORD_BYTES = 512
+ROOM_CHECK_FROM = 64 << 20
+_TAIL = 64 << 10  # bytes looked at, from the end, for the last record
 
 
 @dataclass(frozen=True, slots=True)
-class Failure:
-    """A record that got no answer line: the status and the error it would have got alone."""
+class Work:
+    """What a body's records need: how one is read, what its model takes and how its requests merge
+    (None: each goes alone), how one goes to Triton and how its answer becomes SageMaker's, whether a
+    failure is written as an error line, and the Triton requests in flight at most."""
 
-    status: int
-    message: str
-
-
-# One line of the answer: the record's answer (without its newline), or its failure.
-Line = bytes | Failure
-
-
-class RecordFailed(ServeError):
-    """The first failing record of a body, failing the whole request with its own status."""
-
-    def __init__(self, line: int, total: int, failure: Failure) -> None:
-        super().__init__(f"line {line} of {total}: {failure.message}")
-        self.status = failure.status
+    read: Callable[[RequestBody], Awaitable[Inference]]
+    rules: ModelRules
+    model: ModelBatching | None
+    send: Callable[[Inference], Awaitable[UpstreamResponse]]
+    to_answer: Callable[[UpstreamResponse], Answer]
+    error_lines: bool
+    in_flight: int
 
 
 def media_type(content_type: str | None) -> str:
@@ -99,124 +113,191 @@ def several_documents(body: RequestBody) -> bool:
     return True
 
 
-def split_lines(body: RequestBody) -> list[RequestBody]:
-    """The records of a body, one a line (``\\r\\n`` taken as a line break too); the blank lines that end
-    it are no records."""
-    lines = body.split(b"\n")
-    while lines and not lines[-1].strip():
-        lines.pop()
-    return [line[:-1] if line.endswith(b"\r") else line for line in lines]
+def records_end(body: RequestBody) -> int:
+    """Where the body's last record ends: the blank lines that end a body are no records (0: none)."""
+    at = len(body)
+    while at > 0:
+        start = max(0, at - _TAIL)
+        kept = len(bytes(body[start:at]).rstrip())
+        if kept:
+            return start + kept
+        at = start
+    return 0
 
 
-def through(
-    infer_all: Callable[[str, Sequence[Inference], int], Awaitable[list[UpstreamResponse | Exception]]], bound: int
-) -> RunRecords:
-    """:data:`RunRecords` by a merging step (the upstream's ``infer_all``) that answers each record or the
-    error it met, ``bound`` Triton requests at a time; an error that is no request's failure (a bug) is
-    raised, as it would have been for the record alone."""
+class _Record:
+    """A record read and checked, as little of it as its sending needs: where its line lies in the body,
+    how it merges (``part``: its data's text, its key shared with the records like it), or the request it
+    was made into when that is not its line as it came (``kept``: re-encoded, or parameters added)."""
 
-    async def run(triton_name: str, inferences: Sequence[Inference]) -> list[Outcome]:
-        outcomes: list[Outcome] = []
-        for result in await infer_all(triton_name, inferences, bound):
-            if isinstance(result, Exception) and not isinstance(result, ServeError):
-                raise result
-            outcomes.append(result)
-        return outcomes
+    __slots__ = ("kept", "part", "start", "stop")
 
-    return run
+    def __init__(self, start: int, stop: int, part: Part | None, kept: Inference | None) -> None:
+        self.start, self.stop, self.part, self.kept = start, stop, part, kept
 
 
-def concurrently(infer: Callable[[str, Inference], Awaitable[UpstreamResponse]], bound: int) -> RunRecords:
-    """:data:`RunRecords` that sends each record alone, ``bound`` at a time, in order."""
-
-    async def run(triton_name: str, inferences: Sequence[Inference]) -> list[Outcome]:
-        outcomes: list[Outcome | None] = [None] * len(inferences)
-        indices = iter(range(len(inferences)))
-
-        async def worker() -> None:
-            for index in indices:  # shared: each worker takes the next record not yet taken
-                try:
-                    outcomes[index] = await infer(triton_name, inferences[index])
-                except ServeError as exc:
-                    outcomes[index] = exc
-
-        await asyncio.gather(*(worker() for _ in range(min(bound, len(inferences)))))
-        return [outcome for outcome in outcomes if outcome is not None]
-
-    return run
-
-
-async def answer(
-    lines: Sequence[RequestBody],
-    read: Callable[[RequestBody], Awaitable[Inference]],
-    run: RunRecords,
-    triton_name: str,
-    to_answer: Callable[[UpstreamResponse], Answer],
-    error_lines: bool,
-) -> Reply:
-    """The answer to a body of records: each line read (``read``), all run through ``run``, each answer
-    mapped (``to_answer``) to its line; a failure as the module says."""
-    if not lines:
+async def answer(body: RequestBody, work: Work) -> Reply:
+    """The answer to a body of records (the module docstring); 400 for a body without any."""
+    end = records_end(body)
+    if not end:
         raise BadRequest(NO_RECORDS)
-    results: list[Line | None] = [None] * len(lines)
-    inferences: list[Inference] = []
-    where: list[int] = []
-    for index, line in enumerate(lines):
-        failure: Failure | None = None
-        if not line.strip():
-            failure = Failure(400, EMPTY_LINE)
-        else:
-            try:
-                inferences.append(await read(line))
-                where.append(index)
-            except ServeError as exc:
-                failure = Failure(exc.status, exc.message)
-        if failure is not None:
-            if not error_lines or failure.status in RETRYABLE:
-                raise RecordFailed(index + 1, len(lines), failure)  # before anything reaches Triton
-            results[index] = failure
-    outcomes = await run(triton_name, inferences) if inferences else []
-    for index, outcome in zip(where, outcomes, strict=True):
-        results[index] = line_of(outcome, to_answer)
-    return assemble([result for result in results if result is not None], error_lines, JSON_LINES)
+    total = body.count(b"\n", 0, end) + 1
+    needed = total * RECORD_BYTES + 2 * len(body)
+    if needed >= ROOM_CHECK_FROM:
+        check_room(f"{total} records", needed)
+    reader = _Reader(body, work, total)
+    entries = await reader.read_all(end)
+    out = AnswerBuffer(total, work.error_lines, entries)
+    jobs = (functools.partial(_send, body, entries, group, work, out) for group in reader.groups)
+    await run_window(iter(jobs), work.in_flight, lambda: out.stopped, out.turn)
+    await out.finish()
+    return out.reply(JSON_LINES)
+
+
+class _Reader:
+    """The first pass: every record of a body read and checked, a slice at a time, into what its sending
+    needs, and grouped as its requests will merge (a record joins the latest group of its kind that it
+    fits, as :func:`~smtriton.serve.dataplane.batching.groups` does)."""
+
+    def __init__(self, body: RequestBody, work: Work, total: int) -> None:
+        self.body, self.work, self.total = body, work, total
+        self.groups: list[list[int]] = []
+        self._latest: dict[Hashable, list[Any]] = {}  # key -> [its latest group, rows, bytes]
+        self._kinds: dict[Hashable, tuple[Hashable, Inference]] = {}  # key -> (the key, its data-less request)
+        self._failures: dict[Failure, Failure] = {}  # one object for the records that fail alike
+        self._last: tuple[RequestBody, _Record | Failure] | None = None  # the line before, as read
+
+    async def read_all(self, end: int) -> list[_Record | Failure | None]:
+        body = self.body
+        entries: list[_Record | Failure | None] = []
+        start = 0
+        slice_end = time.perf_counter() + SLICE_S
+        for index in range(self.total):
+            stop = body.find(b"\n", start, end)
+            if stop < 0:
+                stop = end
+            line_end = stop - 1 if stop > start and body[stop - 1] == 13 else stop  # a \r\n line break
+            entry = await self._entry(index, start, line_end)
+            entries.append(entry)
+            if isinstance(entry, _Record):
+                self._group(index, entry)
+            start = stop + 1
+            if time.perf_counter() >= slice_end:
+                await asyncio.sleep(0)
+                slice_end = time.perf_counter() + SLICE_S
+        return entries
+
+    async def _entry(self, index: int, start: int, stop: int) -> _Record | Failure:
+        line = self.body[start:stop]
+        last = self._last
+        if last is not None and last[0] == line:  # the same text is read and checked the same way
+            found = last[1]
+            return found if isinstance(found, Failure) else _Record(start, stop, found.part, found.kept)
+        try:
+            entry: _Record | Failure = await self._record(line, start, stop)
+        except ServeError as exc:
+            said = failure(exc.status, exc.message)
+            if fails_the_request(said, self.work.error_lines):
+                raise RecordFailed(index + 1, self.total, said) from None
+            entry = self._failures.setdefault(said, said)
+        self._last = (line, entry)
+        return entry
+
+    async def _record(self, line: RequestBody, start: int, stop: int) -> _Record:
+        first = _NOT_SPACE.search(line)
+        if first is None:
+            raise BadRequest(EMPTY_LINE)
+        if first.group() != b"{":
+            raise BadRequest(NOT_AN_OBJECT)
+        work = self.work
+        inference = await work.read(line)
+        header = inference.header if inference.complete else inference.whole_header()
+        if header is not None:
+            record_check.check(header, work.rules, inference.header_length is not None)
+        part = batching.part(inference, work.model) if work.model is not None else None
+        if part is not None:
+            return _Record(start, stop, self._slim(part), None)
+        if inference.body is line:
+            return _Record(start, stop, None, None)
+        binary_header = header if inference.header_length else None  # what a binary one's sending reads
+        return _Record(start, stop, None, Inference(inference.body, inference.header_length, binary_header))
+
+    def _slim(self, part: Part) -> Part:
+        """``part`` without its parsed values: a JSON record's data is its text, and what it says besides
+        (names, types, the other dims, outputs, parameters) is its key's, held once for all of its kind."""
+        if part.inference.header_length is not None:
+            return part  # re-encoded binary: its header holds no data
+        kind = self._kinds.get(part.key)
+        if kind is None:
+            header = part.inference.header
+            assert header is not None
+            inputs = [{key: value for key, value in spec.items() if key != "data"} for spec in header["inputs"]]
+            kind = self._kinds[part.key] = (part.key, Inference(b"", None, {**header, "inputs": inputs}, False))
+        key, request = kind
+        return Part(request, key, part.batch, part.request_id, part.tensors)
+
+    def _group(self, index: int, record: _Record) -> None:
+        part, model = record.part, self.work.model
+        if part is None or model is None:
+            self.groups.append([index])
+            return
+        size = record.stop - record.start
+        latest = self._latest.get(part.key)
+        fits = latest is not None and latest[1] + part.batch <= model.max_batch_size
+        if latest is not None and fits and latest[2] + size <= MERGED_BYTES_MAX:
+            latest[0].append(index)
+            latest[1] += part.batch
+            latest[2] += size
+            return
+        group = [index]
+        self.groups.append(group)
+        self._latest[part.key] = [group, part.batch, size]
+
+
+def _request(body: RequestBody, record: _Record) -> Inference:
+    """A record's own request: its line as it came, or what it was made into."""
+    return record.kept if record.kept is not None else Inference(body[record.start : record.stop], None, None)
+
+
+async def _send(
+    body: RequestBody, entries: list[_Record | Failure | None], group: list[int], work: Work, out: AnswerBuffer
+) -> None:
+    """One group of records to Triton (merged, or a record alone), each record's line put in the answer."""
+    records: list[_Record] = []
+    for index in group:
+        record = entries[index]
+        assert isinstance(record, _Record)
+        records.append(record)
+    outcomes: list[UpstreamResponse | Exception]
+    if len(records) == 1:
+        try:
+            outcomes = [await work.send(_request(body, records[0]))]
+        except ServeError as exc:
+            outcomes = [exc]
+    else:
+        assert work.model is not None
+        parts = [record.part for record in records if record.part is not None]
+        # With the first failure failing the body, nothing more goes while its rows are looked into.
+        again = None if work.error_lines else out.held()
+        outcomes = await coalescing.send_merged(
+            work.send, parts, work.model, lambda at: _request(body, records[at]), again
+        )
+    for index, outcome in zip(group, outcomes, strict=True):
+        if isinstance(outcome, Exception) and not isinstance(outcome, ServeError):
+            raise outcome  # a bug, raised as it would have been for the record alone
+        entries[index] = None  # answered: what was kept of it goes
+        out.put(index, line_of(outcome, work.to_answer))
 
 
 def line_of(outcome: Outcome, to_answer: Callable[[UpstreamResponse], Answer]) -> Line:
     """A record's answer line: its KServe v2 JSON response on one line, or its failure."""
     if isinstance(outcome, ServeError):
-        return Failure(outcome.status, outcome.message)
+        return failure(outcome.status, outcome.message)
     status, content_type, payload = to_answer(outcome)
     if status != 200:
-        return Failure(status, error_message(payload))
+        return failure(status, error_message(payload))
     if content_type != codec.JSON:
-        return Failure(
-            400,
-            "the record asked for binary outputs (binary_data_output): an answer line carries JSON; "
-            "leave binary_data_output out of the records",
-        )
+        return Failure(400, BINARY_OUTPUTS)
     if b"\n" in payload:  # Triton writes compact JSON; a line break would split the record's answer
         payload = orjson.dumps(orjson.loads(payload))
     return payload
-
-
-def error_message(payload: bytes) -> str:
-    """The message of an ``{"error": ...}`` body."""
-    try:
-        message = orjson.loads(payload).get("error")
-    except (orjson.JSONDecodeError, AttributeError):
-        message = None
-    return message if isinstance(message, str) else payload.decode("utf-8", "replace") or "inference failed"
-
-
-def assemble(lines: Sequence[Line], error_lines: bool, content_type: str) -> Reply:
-    """One answer line per record, in order, each ended by a newline; the first failure fails the whole
-    request unless ``error_lines`` writes it as an ``{"error": ...}`` line (a retryable one never is)."""
-    parts: list[bytes] = []
-    for number, line in enumerate(lines, 1):
-        if isinstance(line, Failure):
-            if not error_lines or line.status in RETRYABLE:
-                raise RecordFailed(number, len(lines), line)
-            line = error_body(line.message)
-        parts.append(line)
-    parts.append(b"")
-    return Reply(200, content_type, b"\n".join(parts))

@@ -116,11 +116,6 @@ class DataPlane:
         self.sessions = SessionSteps(self.owner)
         self.waiting = Waiting(settings, self.mirror)
         self._giving_back: set[asyncio.Future[None]] = set()
-        # The records of a multi-record body, to Triton: those that may merge in as few requests as the
-        # model allows, the others alone, a bounded number at once.
-        self.run_records: multirecord.RunRecords = multirecord.through(
-            self.upstream.infer_all, settings.records_in_flight
-        )
 
     # ----- what the owner tells -------------------------------------------------------------------
     def handle(self, message: Message) -> Awaitable[None] | None:
@@ -410,32 +405,38 @@ class DataPlane:
     async def _records(self, request: Request, body: RequestBody, target: _Target) -> Reply:
         """A body of JSON Lines, one KServe v2 request a line (:mod:`~smtriton.serve.dataplane.multirecord`)."""
         self._records_only(request, target, "a body of several records")
+        name = target.triton_name
 
         async def read(line: RequestBody) -> Inference:
-            inference = await self.upstream.read(target.triton_name, line, None)
+            inference = await self.upstream.read(name, line, None)
             return _with_front_parameters(inference, request.custom_attributes, None)
 
-        return await multirecord.answer(
-            multirecord.split_lines(body),
+        work = multirecord.Work(
             read,
-            self.run_records,
-            target.triton_name,
+            await self.upstream.record_rules(name),
+            await self.upstream.batching(name) if self.upstream.coalescer is not None else None,
+            self.upstream.sender(name),
             self._to_answer(target),
             self.settings.failed_record == "error-line",
+            self.settings.records_in_flight,
         )
+        return await multirecord.answer(body, work)
 
     async def _csv_rows(self, request: Request, body: RequestBody, target: _Target) -> Reply:
         """A text/csv body, a row a line (:mod:`~smtriton.serve.dataplane.csvrows`)."""
         self._records_only(request, target, "a text/csv body")
         to = await self.upstream.csv_input(target.triton_name)
         parameters = {} if request.custom_attributes is None else {answers.CUSTOM_ATTRIBUTES: request.custom_attributes}
-        batches = csvrows.requests(body, to, parameters)
-        outcomes = await self.run_records(target.triton_name, [batch.inference for batch in batches])
-        json_lines = csvrows.wants_json_lines(request.accept)
-        shown = target.invoke.record.response_name if target.invoke is not None else target.triton_name
-        lines = csvrows.lines(batches, outcomes, self._to_answer(target), json_lines, shown)
-        error_lines = self.settings.failed_record == "error-line"
-        return multirecord.assemble(lines, error_lines, answers.JSON_LINES if json_lines else csvrows.CSV)
+        work = csvrows.Work(
+            self.upstream.sender(target.triton_name),
+            self._to_answer(target),
+            self.settings.failed_record == "error-line",
+            self.settings.records_in_flight,
+            csvrows.wants_json_lines(request.accept),
+            target.invoke.record.response_name if target.invoke is not None else target.triton_name,
+            parameters,
+        )
+        return await csvrows.answer(body, to, work)
 
     async def _answer(self, target: _Target, upstream: UpstreamResponse) -> answers.Answer:
         """Triton's answer as SageMaker's: on an MME, with the caller's model name, and a failure judged

@@ -63,6 +63,6 @@ class Reply:
 
     status: int
     content_type: str
-    body: bytes
+    body: bytes | bytearray  # (a body of records is answered in the one buffer its lines were written into)
     headers: Headers = field(default_factory=list)
     stream: Streamed | None = None

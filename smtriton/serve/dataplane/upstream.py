@@ -19,10 +19,20 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from smtriton.serve.dataplane import batching, coalescing, codec, csvrows, images, large_json, reading
+from smtriton.serve.dataplane import (
+    batching,
+    coalescing,
+    codec,
+    csv_values,
+    csvrows,
+    images,
+    large_json,
+    reading,
+    record_check,
+)
 from smtriton.serve.dataplane.batching import ModelBatching
 from smtriton.serve.dataplane.mirror import EndpointMirror
 from smtriton.serve.dataplane.reading import Inference
@@ -85,7 +95,8 @@ class Upstream:
         self._stream_client: StreamClient | None = None
         self._pool_size = pool_size
         self._image_inputs: dict[str, images.ImageInput | ServeError] = {}  # Triton name -> where an image goes
-        self._csv_inputs: dict[str, csvrows.CsvInput | ServeError] = {}  # Triton name -> where CSV rows go
+        self._csv_inputs: dict[str, csv_values.CsvInput | ServeError] = {}  # Triton name -> where CSV rows go
+        self._record_rules: dict[str, record_check.ModelRules] = {}  # Triton name -> what a record may hold
         self._batching: dict[str, ModelBatching | None] = {}  # Triton name -> how its requests merge (None: never)
         self._asking: dict[str, asyncio.Task[None]] = {}  # Triton name -> its configuration being asked for
         self.coalescer = (
@@ -105,6 +116,7 @@ class Upstream:
         if (state.http_port, state.triton_key) != (old.http_port, old.triton_key):
             self._image_inputs.clear()  # Triton restarted: models may have been loaded anew
             self._csv_inputs.clear()
+            self._record_rules.clear()
             self._forget_batching()
             if self.client is not None:
                 closing.append(self.client)
@@ -122,6 +134,7 @@ class Upstream:
         """A model was loaded or unloaded under ``triton_name``: what was learnt of it is forgotten."""
         self._image_inputs.pop(triton_name, None)
         self._csv_inputs.pop(triton_name, None)
+        self._record_rules.pop(triton_name, None)
         self._forget_batching(triton_name)
         if self.coalescer is not None:
             self.coalescer.forget(triton_name)
@@ -185,13 +198,27 @@ class Upstream:
 
         return await _learnt(self._image_inputs, triton_name, learn)
 
-    async def csv_input(self, triton_name: str) -> csvrows.CsvInput:
+    async def csv_input(self, triton_name: str) -> csv_values.CsvInput:
         """Where CSV rows go in ``triton_name`` (asked of Triton once, until the model changes)."""
 
-        async def learn() -> csvrows.CsvInput:
+        async def learn() -> csv_values.CsvInput:
             return csvrows.csv_input(triton_name, await self.ready().model_config(triton_name))
 
         return await _learnt(self._csv_inputs, triton_name, learn)
+
+    async def record_rules(self, triton_name: str) -> record_check.ModelRules:
+        """What a record of a multi-record body may hold for ``triton_name`` (asked of Triton once, until the
+        model changes); a model Triton cannot describe gets the checks that need no configuration."""
+        rules = self._record_rules.get(triton_name)
+        if rules is None:
+            try:
+                config = await self.ready().model_config(triton_name)
+            except NotReady:
+                raise
+            except ServeError:  # not a model Triton knows: its records fail there, in Triton's words
+                return record_check.ModelRules(triton_name)
+            rules = self._record_rules[triton_name] = record_check.model_rules(triton_name, config)
+        return rules
 
     # ----- to Triton ----------------------------------------------------------------------------------------
     async def infer(self, triton_name: str, inference: Inference) -> UpstreamResponse:
@@ -207,14 +234,15 @@ class Upstream:
                 return await coalescer.infer(triton_name, inference, model)
         return await self._send(triton_name, inference)
 
-    async def infer_all(
-        self, triton_name: str, inferences: Sequence[Inference], concurrency: int
-    ) -> list[UpstreamResponse | Exception]:
-        """Each request's answer (or the error it raised) as it would have had it alone, those that may
-        merge sent merged into as few Triton requests as the model allows, ``concurrency`` at a time:
-        for a body that holds several requests."""
-        model = await self.batching(triton_name) if self.coalescer is not None else None
-        return await coalescing.send_all(self._send, triton_name, inferences, model, concurrency)
+    def sender(self, triton_name: str) -> Callable[[Inference], Awaitable[UpstreamResponse]]:
+        """How the requests of a body that holds several go to ``triton_name``: as they are, never held to
+        merge with other clients' (they merge among themselves:
+        :func:`~smtriton.serve.dataplane.coalescing.send_merged`)."""
+
+        async def send(inference: Inference) -> UpstreamResponse:
+            return await self._send(triton_name, inference)
+
+        return send
 
     async def _send(self, triton_name: str, inference: Inference) -> UpstreamResponse:
         client = self.ready()
