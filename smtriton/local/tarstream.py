@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import gzip
+import io
 import tarfile
 import zlib
 from collections.abc import Iterator
@@ -79,13 +80,15 @@ def _pax_records(data: bytes) -> dict[bytes, bytes]:
 
 
 class TarStream:
-    """The tar inside an open gzip stream, read forward once. ``members()`` yields each member; while a
-    member is the current one, ``data()`` reads its bytes; ``finish()`` reads what follows the tar's
-    end, so that the gzip trailer (its CRC) is checked. No read passes ``cap`` inflated bytes."""
+    """The tar inside an open gzip stream (not ``compressed``: an open tar file), read forward once.
+    ``members()`` yields each member; while a member is the current one, ``data()`` reads its bytes;
+    ``finish()`` reads what follows the tar's end, so that the gzip trailer (its CRC) is checked. No read
+    passes ``cap`` inflated bytes."""
 
-    def __init__(self, stream: gzip.GzipFile, cap: int) -> None:
+    def __init__(self, stream: io.BufferedIOBase, cap: int, *, compressed: bool = True) -> None:
         self._stream = stream
         self.cap = cap
+        self._compressed = compressed
         self.offset = 0  # bytes inflated so far
         self._data = 0  # the current member's data not read yet
         self._padding = 0  # and the padding to the next block after it
@@ -141,6 +144,8 @@ class TarStream:
         try:
             info = tarfile.TarInfo.frombuf(block, "utf-8", "surrogateescape")
         except tarfile.HeaderError as exc:
+            if not at and not self._compressed:
+                raise Unreadable(f"is neither gzip-compressed nor a tar archive ({exc})") from None
             if not at:
                 raise Unreadable(f"is not a tar archive: its gzip data holds no tar entries ({exc})") from None
             raise Unreadable(f"is corrupt: the tar header at byte {at} is damaged ({exc}; {AGAIN})") from None
@@ -209,14 +214,18 @@ class TarStream:
 
 
 @contextlib.contextmanager
-def open_tar(archive: Path, cap: int) -> Iterator[TarStream]:
-    """The tar inside the gzip file ``archive``, inflated on demand up to ``cap`` bytes."""
+def open_tar(archive: Path, cap: int, *, plain: bool = False) -> Iterator[TarStream]:
+    """The tar inside the gzip file ``archive``, inflated on demand up to ``cap`` bytes; with ``plain``,
+    a tar that is not compressed is read too (counted the same)."""
     with archive.open("rb") as raw:
         head = raw.read(2)
         if not head:
             raise Unreadable("is empty")
-        if head != GZIP_MAGIC:
-            raise Unreadable("is not gzip-compressed: a model archive is a .tar.gz (as smtriton package writes)")
         raw.seek(0)
+        if head != GZIP_MAGIC:
+            if not plain:
+                raise Unreadable("is not gzip-compressed: a model archive is a .tar.gz (as smtriton package writes)")
+            yield TarStream(raw, cap, compressed=False)
+            return
         with gzip.GzipFile(fileobj=raw, mode="rb") as stream:
             yield TarStream(stream, cap)

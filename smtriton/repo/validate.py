@@ -15,14 +15,15 @@ from __future__ import annotations
 
 import ast
 import re
-import tarfile
 from collections import defaultdict
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from smtriton import dtypes, model_config, row_merging
+from smtriton.local.archive import DEFAULT_MAX_BYTES
+from smtriton.local.tarstream import Overflow, Unreadable, open_tar
 from smtriton.model_config import CONFIG_FILE, PLATFORM_BACKENDS, ConfigParseError, ModelConfig
 from smtriton.repo import ensemble, layout
 from smtriton.repo.artifacts import (
@@ -46,6 +47,10 @@ EXECUTION_ENV = "EXECUTION_ENV_PATH"
 MODEL_DIRECTORY_VARIABLE = "$$TRITON_MODEL_DIRECTORY"
 # The Python of the Python-backend stub in the default image (NVIDIA's 25.04, Ubuntu 24.04).
 STUB_PYTHON = "3.12"
+# What validate reads of a packed environment's archive: as much as local-endpoint extracts of a whole
+# model archive by default, and members enough for any environment (a CUDA PyTorch one holds some 40,000).
+ENV_MAX_BYTES = DEFAULT_MAX_BYTES
+ENV_MAX_MEMBERS = 1_000_000
 KIND_OF_BACKEND = {"onnxruntime": "onnx", "pytorch": "torchscript", "tensorrt": "tensorrt", "python": "python"}
 ARTIFACT_NAMES = {"onnx": "ONNX graph", "torchscript": "TorchScript model", "tensorrt": "TensorRT plan"}
 
@@ -422,7 +427,11 @@ def _check_execution_env(model: _Model, stub_python: str, problems: list[Problem
     if not path.exists():
         problems.append(Problem(path, f"missing: {EXECUTION_ENV} names it (pack the environment with conda-pack)"))
         return
-    activate, pythons = _environment_contents(path)
+    try:
+        activate, pythons = _environment_contents(path)
+    except Unreadable as exc:
+        problems.append(Problem(path, f"the packed environment {exc}"))
+        return
     if not activate:
         problems.append(Problem(path, "not a packed environment: it has no bin/activate (pack it with conda-pack)"))
     if pythons and stub_python not in pythons:
@@ -433,20 +442,37 @@ def _check_execution_env(model: _Model, stub_python: str, problems: list[Problem
         )))  # fmt: skip
 
 
+def _archive_names(path: Path) -> Iterator[str]:
+    """Every member's name of a tar archive, gzip-compressed or not (what the Python backend reads), read
+    as a stream by :mod:`smtriton.local.tarstream` within ``ENV_MAX_BYTES`` and ``ENV_MAX_MEMBERS``, and
+    then to its end (a cut or damaged file is found). Raises Unreadable saying what is wrong."""
+    if not path.is_file():
+        raise Unreadable("is neither a file nor a directory")
+    try:
+        with open_tar(path, ENV_MAX_BYTES, plain=True) as tar:
+            for count, member in enumerate(tar.members(), 1):
+                if count > ENV_MAX_MEMBERS:
+                    raise Unreadable(f"has more than {ENV_MAX_MEMBERS} members, the most validate reads of one")
+                yield member.name
+            tar.finish()
+    except Overflow:
+        most = f"{ENV_MAX_BYTES / (1 << 30):.4g} GiB" if ENV_MAX_BYTES >= 1 << 30 else f"{ENV_MAX_BYTES >> 20} MiB"
+        raise Unreadable(
+            f"inflates to more than {most} (its tar headers and padding included), the most validate reads of one"
+        ) from None
+    except OSError as exc:
+        raise Unreadable(f"cannot be read: {exc.strerror or exc}") from None
+
+
 def _environment_contents(path: Path) -> tuple[bool, set[str]]:
     """(whether it has bin/activate, the Python versions of its lib/pythonX.Y) of a packed environment:
     a directory, or a tar archive read as a stream (an environment is hundreds of MB)."""
+    names: Iterable[str]
     if path.is_dir():
         names = [str(p.relative_to(path)) for p in (path / "bin").glob("activate")]
         names += [str(p.relative_to(path)) + "/" for p in (path / "lib").glob("python3.*") if p.is_dir()]
     else:
-        names = []
-        try:
-            with tarfile.open(path, "r|*") as archive:
-                for member in archive:
-                    names.append(member.name)
-        except (tarfile.TarError, OSError, EOFError):
-            return False, set()
+        names = _archive_names(path)
     pythons = set()
     activate = False
     for name in names:

@@ -16,6 +16,8 @@ import orjson
 # Triton's namespaced names leak the repository path ("/opt/ml/model::name"); keep only the name
 # (docs/contract.md §6 B14).
 _REPO_PREFIX = re.compile(r"(?<=')/[^'\s]*::")
+# A lone surrogate: no UTF-8 text holds one.
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 INTERNAL_ERROR = "internal error in the front server (logged); the request may be retried"
 
@@ -157,9 +159,24 @@ class Relayed(ServeError):
 
 
 def error_body(message: str) -> bytes:
-    """Compact ``{"error": ...}`` exactly as Triton writes it."""
-    return orjson.dumps({"error": strip_repository_paths(message)})
+    """Compact ``{"error": ...}`` exactly as Triton writes it (what is not UTF-8 in it escaped)."""
+    try:
+        return orjson.dumps({"error": strip_repository_paths(message)})
+    except orjson.JSONEncodeError:
+        return orjson.dumps({"error": strip_repository_paths(readable(message))})
 
 
 def strip_repository_paths(message: str) -> str:
     return _REPO_PREFIX.sub("", message)
+
+
+def readable(text: str) -> str:
+    """``text`` as an answer (JSON, UTF-8) can carry it: a lone surrogate, which stands for a byte of a
+    name that is not UTF-8 (as ``os`` gives a file's name), written as that byte's ``\\xNN`` (one that
+    stands for no byte as ``\\uNNNN``)."""
+    return _SURROGATE.sub(_escaped, text)
+
+
+def _escaped(found: re.Match[str]) -> str:
+    code = ord(found.group())
+    return f"\\x{code - 0xDC00:02x}" if 0xDC80 <= code <= 0xDCFF else f"\\u{code:04x}"

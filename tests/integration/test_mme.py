@@ -181,6 +181,9 @@ def test_an_ensemble_load_on_a_host_without_gpu_logs_no_cuda_error(mme):
         (b'{"model_name": "x", "url": null}', "'url'"),
         (b'{"model_name": "x"}', "'url'"),
         (b'{"model_name": "../x", "url": "/x"}', "invalid model_name"),
+        (b'{"model_name": "x", "url": "/x/\\udcff"}', "JSON object"),  # no JSON text holds a lone surrogate
+        (b'{"model_name": "x\\udcff", "url": "/x"}', "JSON object"),
+        (b'{"model_name": "x", "url": "/x/\xff"}', "JSON object"),  # nor bytes that are not UTF-8
     ],
 )
 def test_malformed_load_bodies_are_400_and_the_server_survives(mme, body, message):
@@ -188,6 +191,34 @@ def test_malformed_load_bodies_are_400_and_the_server_survives(mme, body, messag
     assert r.status_code == 400
     assert message in r.json()["error"]
     assert requests.get(f"{mme.url}/ping", timeout=5).status_code == 200
+
+
+@pytest.mark.parametrize("layout", ["alone", "ensemble", "ambiguous"])
+def test_a_model_folder_whose_name_is_not_utf8_is_a_400_and_the_server_stays_healthy(mme, layout):
+    """An archive SageMaker extracted with a model folder named b"m\\xff": once a 500 (alone, or as an
+    ensemble's step) or a load request that never got an answer (beside another model)."""
+    name = f"hashU{layout}"
+    url = mme.root / name / "model"
+    bad = url / os.fsdecode(b"m\xff")
+    shutil.copytree(TEST_MODELS / "addsub", bad)
+    if layout == "ensemble":
+        shutil.copytree(MME_MODELS / "ens", url / "ens")
+    elif layout == "ambiguous":
+        shutil.copytree(TEST_MODELS / "addsub", url / "other")
+    headers = {"X-Amzn-SageMaker-Target-Model": "addsub.tar.gz"}
+    body = {"model_name": name, "url": str(url)}
+    r = requests.post(f"{mme.url}/models", json=body, headers=headers, timeout=30)
+    assert (r.status_code, r.headers["content-type"]) == (400, "application/json")
+    assert r.json() == {
+        "error": "model folder 'm\\xff' of the archive has a name that is not UTF-8: rename it and package the "
+        "archive again"
+    }
+    assert requests.get(f"{mme.url}/ping", timeout=5).status_code == 200
+    assert name not in [m["modelName"] for m in requests.get(f"{mme.url}/models", timeout=5).json()["models"]]
+    bad.rename(url / "addsub")
+    assert requests.post(f"{mme.url}/models", json=body, headers=headers, timeout=120).status_code == 200
+    assert _invoke(mme, name).status_code == 200
+    assert _unload(mme, name).status_code == 200
 
 
 def test_urls_outside_the_model_root_are_refused(mme, tmp_path):

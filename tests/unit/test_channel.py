@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import orjson
 import pytest
 
-from smtriton.serve.errors import Conflict, ModelNotFound, ServeError
+from smtriton.serve.errors import BadRequest, Conflict, ModelNotFound, ServeError
 from smtriton.serve.ipc.channel import Channel, ChannelClosed
 from smtriton.serve.ipc.messages import (
     STARTING,
@@ -114,6 +114,37 @@ def test_a_bug_in_a_handler_is_a_500_for_the_caller():
             await worker.call(ListModels(None, None))
         assert failed.value.status == 500
         assert "KeyError" in failed.value.message
+        await worker.close()
+        await main.close()
+        await asyncio.gather(*tasks)
+
+    asyncio.run(scenario())
+
+
+def test_an_answer_with_text_that_is_not_utf8_still_answers_the_call():
+    """A refusal naming a folder whose name is not UTF-8 (as ``os`` gives it: a lone surrogate) keeps its
+    status, the bytes escaped; a result JSON cannot carry is a 500. Neither leaves the call waiting (the
+    reply once failed to be written, and the load request hung)."""
+
+    async def scenario() -> None:
+        async def refuse() -> None:
+            raise BadRequest("ambiguous model archive: a, m\udcff, n\ud800")
+
+        def owner(message: Message):
+            match message:
+                case LoadModel():
+                    return refuse()  # answered once it is done, as the owner answers a load
+                case DescribeModel(name=name):
+                    return {"modelName": name + "\udcff"}
+
+        worker, main, tasks = await _pair(_unused, owner)
+        with pytest.raises(ServeError) as refused:
+            await worker.call(LoadModel("{}", None), 5)
+        assert (refused.value.status, refused.value.message) == (400, "ambiguous model archive: a, m\\xff, n\\ud800")
+        with pytest.raises(ServeError) as failed:
+            await worker.call(DescribeModel("m"), 5)
+        assert (failed.value.status, failed.value.message) == (500, "internal error: TypeError")  # orjson's
+        assert await worker.call(ListModels(None, None), 5) is None  # the channel still answers
         await worker.close()
         await main.close()
         await asyncio.gather(*tasks)

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import logging
+import os
+import shutil
 from pathlib import Path
 
+import orjson
 import pytest
 
 from smtriton.serve.dataplane import answers
-from smtriton.serve.errors import BadRequest, InsufficientStorage
+from smtriton.serve.errors import BadRequest, InsufficientStorage, error_body
 from smtriton.serve.host import cgroups
 from smtriton.serve.multimodel import layout, memory, names, paging, registry, urls
 from smtriton.serve.multimodel.records import ModelRecord
@@ -351,3 +354,78 @@ def test_tritons_words_name_files_inside_the_archive_and_models_as_the_caller_kn
     assert record.in_callers_terms(text) == (
         "model instance 'bad tag.tar.gz': at badtag/1/model.py(15); 'helper' at helper/1/model.onnx, helper/1/x"
     )
+
+
+MODELS = Path(__file__).parents[1] / "integration" / "models"
+NOT_UTF8 = os.fsdecode(b"m\xff")  # a folder named b"m\xff", as os gives its name: "m\udcff"
+
+
+def _archive_with(url: Path, kind: str) -> None:
+    """An extracted archive (as SageMaker extracts one, bytes as they are) with a model folder named
+    b"m\\xff": alone, as an ensemble's step, or beside another model."""
+    shutil.copytree(MODELS / "addsub", url / NOT_UTF8)
+    if kind == "ensemble":
+        shutil.copytree(MODELS.parent / "models_mme" / "ens", url / "ens")
+    elif kind == "ambiguous":
+        shutil.copytree(MODELS / "addsub", url / "other")
+
+
+@pytest.mark.parametrize("kind", ["alone", "ensemble", "ambiguous"])
+def test_a_model_folder_whose_name_is_not_utf8_is_a_400_naming_it_and_the_name_loads_after(tmp_path, kind):
+    """Refused in one line, its byte escaped, before anything is staged; the same name then loads. Once:
+    a UnicodeEncodeError (folder_name), a record no worker could be told of, or a refusal that could
+    not cross to the worker (the client waited for ever)."""
+    import asyncio
+
+    from smtriton.serve.triton.client import TritonClient
+    from tests.unit.triton_stand_in import stand_in_thread
+
+    root = tmp_path / "models"
+    _archive_with(root / "bad" / "model", kind)
+    shutil.copytree(MODELS / "addsub", root / "good" / "model")
+    managed = tmp_path / "managed"
+    managed.mkdir()
+
+    async def load_twice(port: int) -> None:
+        client = TritonClient(f"http://127.0.0.1:{port}", 30)
+        table = registry.ModelRegistry(settings(root), managed, lambda: client)
+        try:
+            with pytest.raises(BadRequest) as refused:
+                await table.load(orjson.dumps({"model_name": "a", "url": str(root / "bad" / "model")}), None)
+            message = refused.value.message
+            assert refused.value.status == 400
+            assert message == (
+                "model folder 'm\\xff' of the archive has a name that is not UTF-8: rename it and package the "
+                "archive again"
+            )
+            assert orjson.loads(error_body(message)) == {"error": message}
+            assert (table.records, table._loading, list(managed.iterdir())) == ({}, set(), [])
+            await table.load(orjson.dumps({"model_name": "a", "url": str(root / "good" / "model")}), "x.tar.gz")
+            assert list(table.records) == ["a"]
+        finally:
+            await client.close()
+
+    with stand_in_thread() as triton:
+        asyncio.run(load_twice(triton.port))
+
+
+def test_a_folder_name_that_is_not_utf8_never_becomes_a_triton_name():
+    with pytest.raises(BadRequest, match=r"model folder 'h\\xff' of the archive has a name that is not UTF-8"):
+        names.folder_name("m.tar.gz", os.fsdecode(b"h\xff"))
+
+
+def test_a_url_that_resolves_to_a_path_that_is_not_utf8_or_holds_such_a_link_out_is_a_400_naming_it(tmp_path):
+    """Its record, and the model list, show where it lies: a path that is not UTF-8 could not be shown."""
+    root = tmp_path / "models"
+    (root / NOT_UTF8 / "model").mkdir(parents=True)
+    (root / "alias").symlink_to(NOT_UTF8)
+    with pytest.raises(BadRequest) as refused:
+        urls.confine_url(str(root / "alias" / "model"), root)
+    assert refused.value.message == (
+        f"url '{root}/alias/model' resolves to a path that is not UTF-8: '{root}/m\\xff/model'"
+    )
+    (root / "a" / "model").mkdir(parents=True)
+    (root / "a" / "model" / os.fsdecode(b"l\xfe")).symlink_to(tmp_path)
+    with pytest.raises(BadRequest) as refused:
+        urls.confine_url(str(root / "a" / "model"), root)
+    assert refused.value.message.endswith("holds a symlink that leads outside it: l\\xfe")

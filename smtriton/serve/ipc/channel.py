@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 
 import orjson
 
-from smtriton.serve.errors import BadRequest, Relayed, ServeError
+from smtriton.serve.errors import BadRequest, Relayed, ServeError, readable
 from smtriton.serve.ipc.messages import Call, Message, UnknownMessage
 
 log = logging.getLogger("serve.channel")
@@ -135,7 +135,7 @@ class Channel:
     def _reply(self, ident: int | None, op: str, result: Any) -> None:
         reply: dict[str, Any]
         if isinstance(result, ServeError):
-            reply = {"reply": ident, "status": result.status, "error": result.message}
+            reply = {"reply": ident, "status": result.status, "error": readable(result.message)}
         elif isinstance(result, Exception):  # a bug on this side: the caller gets a 500, this log the traceback
             log.error("handling %r over the worker channel failed", op, exc_info=result)
             reply = {"reply": ident, "status": 500, "error": f"internal error: {result.__class__.__name__}"}
@@ -143,7 +143,11 @@ class Channel:
             reply = {"reply": ident, "result": result}
         if ident is not None:
             with contextlib.suppress(ChannelClosed):
-                self._write(reply)
+                try:
+                    self._write(reply)
+                except orjson.JSONEncodeError as exc:  # a result JSON cannot carry: answered all the same
+                    log.error("the reply to %r could not be written: %s", op, exc)
+                    self._write({"reply": ident, "status": 500, "error": f"internal error: {exc.__class__.__name__}"})
 
     def _close(self) -> None:
         if self.closed.is_set():

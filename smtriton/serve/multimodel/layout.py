@@ -8,6 +8,7 @@ from pathlib import Path
 from smtriton import model_config
 from smtriton.model_config import CONFIG_FILE, ConfigParseError
 from smtriton.serve.errors import BadRequest
+from smtriton.serve.multimodel.names import utf8_folder
 
 
 @dataclass(frozen=True)
@@ -23,6 +24,8 @@ def find_layout(root: Path, target_model: str | None) -> ArchiveLayout:
     if (root / CONFIG_FILE).is_file():
         return ArchiveLayout(entry=root, others=(), ensemble=False)
     dirs = sorted(p for p in root.iterdir() if p.is_dir() and (p / CONFIG_FILE).is_file())
+    for folder in dirs:
+        utf8_folder(folder.name)
     if not dirs:
         raise BadRequest(f"failed to register '{root.name}', repository not found: no config.pbtxt in the archive")
     if len(dirs) == 1:

@@ -8,7 +8,7 @@ import re
 
 import orjson
 
-from smtriton.serve.errors import BadRequest
+from smtriton.serve.errors import BadRequest, readable
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,254}")
 # Between an archive's Triton name and a folder of it: never in an entry's Triton name (those are
@@ -21,6 +21,19 @@ NAME_MAX = 255
 def validate_name(name: object, what: str) -> str:
     if not isinstance(name, str) or not _NAME.fullmatch(name) or name in (".", ".."):
         raise BadRequest(f"invalid {what}: must be 1-255 characters of letters, digits, '.', '_' or '-'")
+    return name
+
+
+def utf8_folder(name: str) -> str:
+    """An archive's folder name (as ``os`` gives it), refused with a 400 naming it when it is not UTF-8:
+    the model's record, its Triton names and every answer naming it are UTF-8 text."""
+    try:
+        name.encode()
+    except UnicodeEncodeError:
+        raise BadRequest(
+            f"model folder '{readable(name)}' of the archive has a name that is not UTF-8: rename it and package "
+            "the archive again"
+        ) from None
     return name
 
 
@@ -55,7 +68,7 @@ def folder_name(triton_name: str, folder: str) -> str:
     to the archive. A name too long for a directory (NAME_MAX counts bytes) takes a digest of the whole
     name in place of the archive's name, and the folder's name cut to whole characters: the digest keeps
     apart two folders whose names differ only past the cut."""
-    name = f"{triton_name}{FOLDER_SEPARATOR}{folder}"
+    name = f"{triton_name}{FOLDER_SEPARATOR}{utf8_folder(folder)}"
     if len(name.encode()) <= NAME_MAX:
         return name
     prefix = hashlib.sha256(name.encode()).hexdigest()[:16] + FOLDER_SEPARATOR

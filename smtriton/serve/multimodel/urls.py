@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 
 from smtriton.model_config import CONFIG_FILE
-from smtriton.serve.errors import BadRequest
+from smtriton.serve.errors import BadRequest, readable
 
 # Longer than any path the kernel resolves: refused before it is looked at.
 MAX_URL_LENGTH = 4096
@@ -38,7 +38,8 @@ def _real(path: Path, url: str, what: str) -> Path:
 
 def confine_url(url: object, model_root: Path) -> Path:
     """The url as a real directory strictly inside ``model_root``; refuses '..', links out, links that
-    loop or lead nowhere, other roots and the model root itself (whose every model it would walk)."""
+    loop or lead nowhere, other roots, the model root itself (whose every model it would walk) and a real
+    path that is not UTF-8."""
     if not isinstance(url, str) or not url:
         raise BadRequest("'url' must be a non-empty string")
     if len(url) > MAX_URL_LENGTH:
@@ -52,6 +53,10 @@ def confine_url(url: object, model_root: Path) -> Path:
         raise BadRequest(f"url '{_shown(url)}' is the model root itself: give one model's folder under it")
     if root not in real.parents:
         raise BadRequest(f"url '{_shown(url)}' is not under the model root {model_root}")
+    try:
+        str(real).encode()
+    except UnicodeEncodeError:  # the model's record and its list show where it lies
+        raise BadRequest(f"url '{_shown(url)}' resolves to a path that is not UTF-8: '{readable(str(real))}'") from None
     if not real.is_dir():
         raise BadRequest(f"failed to register '{_shown(url)}', repository not found")
     for dirpath, dirnames, filenames in os.walk(real):
@@ -60,7 +65,7 @@ def confine_url(url: object, model_root: Path) -> Path:
             if candidate.is_symlink():
                 target = _real(candidate, url, "holds")
                 if target != real and real not in target.parents:
-                    raise BadRequest(f"url '{_shown(url)}' holds a symlink that leads outside it: {entry}")
+                    raise BadRequest(f"url '{_shown(url)}' holds a symlink that leads outside it: {readable(entry)}")
     return real
 
 
