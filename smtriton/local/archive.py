@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from smtriton.errors import ToolUsageError
-from smtriton.local.tarstream import AGAIN, Member, Overflow, TarStream, Unreadable, open_tar
+from smtriton.repo.tarstream import AGAIN, Member, Overflow, TarStream, Unreadable, open_tar
 
 GIB = 1 << 30
 # The defaults of local-endpoint's --max-archive-gib and --max-archive-entries.

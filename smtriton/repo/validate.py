@@ -22,8 +22,6 @@ from pathlib import Path
 from typing import Any
 
 from smtriton import dtypes, model_config, row_merging
-from smtriton.local.archive import DEFAULT_MAX_BYTES
-from smtriton.local.tarstream import Overflow, Unreadable, open_tar
 from smtriton.model_config import CONFIG_FILE, PLATFORM_BACKENDS, ConfigParseError, ModelConfig
 from smtriton.repo import ensemble, layout
 from smtriton.repo.artifacts import (
@@ -38,6 +36,7 @@ from smtriton.repo.artifacts import (
     torchscript_signature,
 )
 from smtriton.repo.layout import model_directories
+from smtriton.repo.tarstream import Overflow, Unreadable, open_tar
 from smtriton.serve.triton.tensorrt_sidecar import RuntimeInfo, SidecarError, check_compatibility, read_sidecar
 
 # serve's rule for model names (docs/contract.md §2.4, loading a model), used for every repository.
@@ -49,7 +48,7 @@ MODEL_DIRECTORY_VARIABLE = "$$TRITON_MODEL_DIRECTORY"
 STUB_PYTHON = "3.12"
 # What validate reads of a packed environment's archive: as much as local-endpoint extracts of a whole
 # model archive by default, and members enough for any environment (a CUDA PyTorch one holds some 40,000).
-ENV_MAX_BYTES = DEFAULT_MAX_BYTES
+ENV_MAX_BYTES = 32 << 30  # as local-endpoint's --max-archive-gib
 ENV_MAX_MEMBERS = 1_000_000
 KIND_OF_BACKEND = {"onnxruntime": "onnx", "pytorch": "torchscript", "tensorrt": "tensorrt", "python": "python"}
 ARTIFACT_NAMES = {"onnx": "ONNX graph", "torchscript": "TorchScript model", "tensorrt": "TensorRT plan"}
@@ -444,7 +443,7 @@ def _check_execution_env(model: _Model, stub_python: str, problems: list[Problem
 
 def _archive_names(path: Path) -> Iterator[str]:
     """Every member's name of a tar archive, gzip-compressed or not (what the Python backend reads), read
-    as a stream by :mod:`smtriton.local.tarstream` within ``ENV_MAX_BYTES`` and ``ENV_MAX_MEMBERS``, and
+    as a stream by :mod:`smtriton.repo.tarstream` within ``ENV_MAX_BYTES`` and ``ENV_MAX_MEMBERS``, and
     then to its end (a cut or damaged file is found). Raises Unreadable saying what is wrong."""
     if not path.is_file():
         raise Unreadable("is neither a file nor a directory")
