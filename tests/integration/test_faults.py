@@ -17,6 +17,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -328,12 +329,19 @@ def test_a_failed_respawn_is_retried_and_shutdown_still_stops_triton(tmp_path, t
 POISON_MODELS = Path(__file__).parent / "models_poison"
 
 
-def _client_loop(url: str, body: bytes, check, stop, outcomes: list[tuple[float, float, int, bool]]) -> None:
+def _client_loop(
+    url: str,
+    body: bytes,
+    check,
+    stop,
+    outcomes: list[tuple[float, float, int, bool]],
+    content_type: str = "application/json",
+) -> None:
     """Requests on fresh connections until ``stop``: (sent, answered, status, answer correct) each."""
     while not stop.is_set():
         sent = time.monotonic()
         try:
-            r = requests.post(url, data=body, headers={"Content-Type": "application/json"}, timeout=60)
+            r = requests.post(url, data=body, headers={"Content-Type": content_type}, timeout=60)
             outcomes.append((sent, time.monotonic(), r.status_code, r.status_code == 200 and check(r)))
         except requests.RequestException:
             outcomes.append((sent, time.monotonic(), -1, False))
@@ -350,22 +358,22 @@ def _kill_triton(server: ServeProcess) -> float:
     return time.monotonic()
 
 
-def test_a_triton_crash_under_load_costs_latency_not_answers(tmp_path, test_repository):
-    """8 clients in a loop, Triton killed twice 6 s apart: every answer 200 and right, the slowest within
-    the restart's time and a few seconds (the requests met Triton down waited, those in flight were
-    sent again once)."""
-    repo = tmp_path / "models"  # a path of its own: the Triton to kill is the one serving it
-    shutil.copytree(test_repository, repo)
-    server = start_serve(tmp_path, repo, "addsub", env=WORKERS)
-    outcomes: list[tuple[float, float, int, bool]] = []
+# A client: what it sends again and again (its body and content type) and how its answer is checked.
+Client = tuple[bytes, str, Callable[[requests.Response], bool]]
+
+
+def _killed_twice_under_load(server: ServeProcess, clients: list[Client]) -> tuple[list[list[tuple]], list[float]]:
+    """``clients`` in a loop on ``/invocations`` while Triton is killed twice 6 s apart: each client's
+    outcomes (:func:`_client_loop`), and how long each restart took."""
+    outcomes: list[list[tuple[float, float, int, bool]]] = [[] for _ in clients]
     stop = threading.Event()
     url = f"{server.url}/invocations"
-    with ThreadPoolExecutor(8) as pool:
+    restarts = []
+    with ThreadPoolExecutor(len(clients)) as pool:
         try:
-            for _ in range(8):
-                pool.submit(_client_loop, url, ADDSUB, _addsub_correct, stop, outcomes)
+            for (body, content_type, check), theirs in zip(clients, outcomes, strict=True):
+                pool.submit(_client_loop, url, body, check, stop, theirs, content_type)
             time.sleep(2)
-            restarts = []
             for _ in range(2):
                 killed = _kill_triton(server)
                 assert wait_for(lambda: requests.get(f"{server.url}/ping", timeout=2).status_code == 503, 5)
@@ -376,13 +384,86 @@ def test_a_triton_crash_under_load_costs_latency_not_answers(tmp_path, test_repo
         finally:
             stop.set()
     server.stop()
+    assert server.log_text().count("tritonserver exited unexpectedly") >= 2
+    return outcomes, restarts
+
+
+def _all_answered_right(outcomes: list[tuple[float, float, int, bool]]) -> None:
     statuses = [status for _, _, status, _ in outcomes]
-    assert len(outcomes) > 100
     assert set(statuses) == {200}, {code: statuses.count(code) for code in set(statuses)}
     assert all(correct for *_, correct in outcomes)
+
+
+def test_a_triton_crash_under_load_costs_latency_not_answers(tmp_path, test_repository):
+    """8 clients in a loop, Triton killed twice 6 s apart: every answer 200 and right, the slowest within
+    the restart's time and a few seconds (the requests met Triton down waited, those in flight were
+    sent again once)."""
+    repo = tmp_path / "models"  # a path of its own: the Triton to kill is the one serving it
+    shutil.copytree(test_repository, repo)
+    server = start_serve(tmp_path, repo, "addsub", env=WORKERS)
+    each, restarts = _killed_twice_under_load(server, [(ADDSUB, "application/json", _addsub_correct)] * 8)
+    outcomes = [outcome for theirs in each for outcome in theirs]
+    assert len(outcomes) > 100
+    _all_answered_right(outcomes)
     slowest = max(answered - sent for sent, answered, _, _ in outcomes)
     assert slowest < max(restarts) + 5, (slowest, restarts)
-    assert server.log_text().count("tritonserver exited unexpectedly") >= 2
+
+
+def test_a_triton_crash_under_load_costs_multi_record_and_csv_bodies_latency_not_answers(tmp_path, test_repository):
+    """The same two kills, one worker under batch transform, its clients sending JSON Lines and CSV bodies
+    (mini-batches of 48 records, merged as the model's batch allows, 16 Triton requests in flight a body)
+    beside single requests: every answer 200 and the same as before the kills (each of a body's Triton
+    requests that met Triton down waited, one in flight at a death was sent again once, on probation, and
+    the records already answered were kept). Before, every body answered during the restart was 503."""
+    repo = tmp_path / "models"
+    shutil.copytree(test_repository, repo)
+    env = {"SAGEMAKER_BATCH": "true", "SAGEMAKER_MODEL_SERVER_WORKERS": "1", "SMTRITON_ACCESS_LOG": "true"}
+    server = start_serve(tmp_path, repo, "rows", env=env)
+    rng = np.random.default_rng(58)
+    rows = [(rng.integers(-40, 40, int(n)) / 4).tolist() for n in rng.integers(1, 9, 48)]  # exact in FP32
+    lines = b"\n".join(json.dumps({"inputs": [{"name": "INPUT0", "shape": [1, len(row)], "datatype": "FP32",
+                                              "data": row}]}).encode() for row in rows) + b"\n"  # fmt: skip
+    table = rng.integers(-40, 40, (48, 3)) / 4
+    csv_body = "".join(",".join(str(v) for v in row) + "\n" for row in table).encode()
+    single = json.dumps({"inputs": [{"name": "INPUT0", "shape": [1, 3], "datatype": "FP32", "data": [1, 2, 3]}]})
+    bodies = {"jsonlines": (lines, "application/jsonlines"), "csv": (csv_body, "text/csv"),
+              "single": (single.encode(), "application/json")}  # fmt: skip
+
+    def answer(kind: str, r: requests.Response) -> object:
+        """What an answer says: each line's JSON, a CSV body's text, a single answer's JSON."""
+        if kind == "jsonlines":
+            return [json.loads(line) for line in r.text.splitlines()]
+        return r.text if kind == "csv" else r.json()
+
+    try:
+        before = {}
+        for kind, (body, content_type) in bodies.items():  # the answers of a Triton that serves, checked
+            headers = {"Content-Type": content_type}
+            r = requests.post(f"{server.url}/invocations", data=body, headers=headers, timeout=60)
+            assert r.status_code == 200, r.text
+            before[kind] = answer(kind, r)
+        for row, got in zip(rows, before["jsonlines"], strict=True):
+            assert {o["name"]: o["data"] for o in got["outputs"]} == {
+                "OUTPUT0": [2 * v for v in row],
+                "TOTAL": [sum(row)],
+            }
+        csv_rows = np.array([[float(v) for v in line.split(",")] for line in str(before["csv"]).splitlines()])
+        expected = np.concatenate([table * 2, table.sum(axis=1, keepdims=True)], axis=1)
+        np.testing.assert_array_equal(csv_rows, expected)
+        assert before["single"]["outputs"][0]["data"] == [2, 4, 6]
+
+        def same(kind: str) -> Callable[[requests.Response], bool]:
+            return lambda r: answer(kind, r) == before[kind]
+
+        kinds = ["jsonlines"] * 3 + ["csv"] * 3 + ["single"] * 2
+        each, restarts = _killed_twice_under_load(server, [(*bodies[kind], same(kind)) for kind in kinds])
+    finally:
+        server.stop()
+    for kind, outcomes in zip(kinds, each, strict=True):
+        assert len(outcomes) > 10, kind
+        _all_answered_right(outcomes)
+        slowest = max(answered - sent for sent, answered, _, _ in outcomes)
+        assert slowest < max(restarts) + 5, (kind, slowest, restarts)
 
 
 def test_a_request_that_kills_triton_is_answered_500_after_two_deaths_and_others_are_served(tmp_path):

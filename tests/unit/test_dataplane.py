@@ -859,3 +859,110 @@ def test_records_are_neither_sent_in_a_session_nor_to_a_model_that_streams():
         assert triton.requests == []
 
     run(scenario)
+
+
+# A body's records, each its own Triton request, in order, one at a time.
+ONE_AT_A_TIME = Settings.from_env({"SMTRITON_RECORDS_IN_FLIGHT": "1"})
+RECORDS = [b'{"inputs":[],"id":"%d"}' % n for n in range(1, 4)]
+
+
+def test_a_body_of_records_that_meets_triton_restarting_waits_and_is_answered_once_it_serves():
+    """What its records need of the model's configuration is asked of the next Triton, and its records go
+    to it: the body costs the restart's time, not a 503."""
+
+    async def scenario(triton: TritonStandIn, plane: DataPlane) -> None:
+        _tell(plane, _down(1))
+        answer = asyncio.ensure_future(invoke(plane, b"\n".join(RECORDS), "application/jsonlines"))
+        await asyncio.sleep(0.2)
+        assert not answer.done()
+        assert (triton.configs_asked, triton.requests) == (0, [])  # nothing reaches a Triton that is down
+        _tell(plane, _up(triton, 2))
+        reply = await asyncio.wait_for(answer, 5)
+        assert (reply.status, reply.body) == (200, b"\n".join(RECORDS) + b"\n")
+        assert plane.waiting.waiting == 0
+
+    run(scenario, settings=ONE_AT_A_TIME)
+
+
+def test_a_record_in_flight_at_a_death_is_sent_again_once_on_probation_and_those_answered_are_kept():
+    async def scenario(triton: TritonStandIn, plane: DataPlane) -> None:
+        owner = _Desk(plane)
+        plane.owner.channel = owner  # type: ignore[assignment]
+        _restarts_after_one_death(triton, plane)
+        triton.die_after = 1  # the first record is answered; Triton dies under the second
+        reply = await asyncio.wait_for(invoke(plane, b"\n".join(RECORDS), "application/jsonlines"), 5)
+        assert (reply.status, reply.body) == (200, b"\n".join(RECORDS) + b"\n")
+        sent = [body for path, body, _ in triton.requests if path.endswith("/infer")]
+        assert sent == [RECORDS[0], RECORDS[1], RECORDS[1], RECORDS[2]]  # only the unanswered one again
+        assert owner.said == [("call", "probation"), ("notice", "probation_over")]  # on probation, alone
+        assert owner.serving_when_asked == [True]
+
+    run(scenario, settings=ONE_AT_A_TIME)
+
+
+def _dies_twice(triton: TritonStandIn, plane: DataPlane) -> None:
+    """The next two requests each find Triton dying under them; a new one serves 0.2 s after each."""
+    triton.die_on_infer = 2
+    generation = iter(range(1, 10))
+
+    def death() -> None:
+        _tell(plane, _down(next(generation)))
+        asyncio.get_running_loop().call_later(0.2, lambda: _tell(plane, _up(triton, next(generation))))
+
+    triton.on_death = death
+
+
+@pytest.mark.parametrize("failed_record", ["fail", "error-line"])
+def test_records_merged_in_flight_at_two_deaths_in_a_row_are_500_and_not_sent_again(failed_record):
+    """A merged group is a suspect like any request: sent again once, and at its second death each of its
+    records fails (the body with it, or an error line each), never split nor sent a third time."""
+    settings = Settings.from_env({"SMTRITON_FAILED_RECORD": failed_record})
+    record = b'{"inputs":[{"name":"INPUT0","shape":[1,2],"datatype":"INT32","data":[%d,2]}]}'
+    body = b"\n".join(record % n for n in range(3))
+    killed = "Triton died twice in a row while running this request"
+
+    async def scenario(triton: TritonStandIn, plane: DataPlane) -> None:
+        triton.max_batch_size["m"] = 8
+        _dies_twice(triton, plane)
+        reply = await asyncio.wait_for(invoke(plane, body, "application/jsonlines"), 5)
+        sent = [body for path, body, _ in triton.requests if path.endswith("/infer")]
+        assert len(sent) == 2  # sent again once, never a third time, never split
+        assert sent[0] == sent[1]
+        assert b"[0,2,1,2,2,2]" in sent[0]  # the three records merged
+        if failed_record == "fail":
+            assert reply.status == 500
+            assert error_of(reply).startswith(f"line 1 of 3: {killed}")
+        else:
+            assert reply.status == 200
+            assert [orjson.loads(line)["error"].startswith(killed) for line in reply.body.splitlines()] == [True] * 3
+
+    run(scenario, settings=settings)
+
+
+def test_csv_rows_meet_triton_restarting_and_dying_under_them_and_cost_only_time():
+    """A CSV body waits for a Triton that serves (its model's configuration asked of it), and a request
+    of its rows in flight at a death is sent again once, the rows already answered kept."""
+    rows = [b"1,2", b"3,4", b"5,6"]
+
+    async def scenario(triton: TritonStandIn, plane: DataPlane) -> None:
+        triton.config_extra["m"] = {
+            "max_batch_size": 1,
+            "input": [{"name": "INPUT0", "data_type": "TYPE_INT32", "dims": [2]}],
+        }
+        triton.answer = (200, b'{"outputs":[{"name":"OUT","datatype":"INT32","shape":[1,1],"data":[7]}]}')
+        _tell(plane, _down(0))
+        answer = asyncio.ensure_future(invoke(plane, b"\n".join(rows), "text/csv"))
+        await asyncio.sleep(0.2)
+        assert not answer.done()
+        assert (triton.configs_asked, triton.requests) == (0, [])
+        _restarts_after_one_death(triton, plane)
+        triton.die_after = 1  # the first row is answered; Triton dies under the second
+        _tell(plane, _up(triton, 1))
+        reply = await asyncio.wait_for(answer, 5)
+        assert (reply.status, reply.body) == (200, b"7\n7\n7\n")
+        sent = [body for path, body, _ in triton.requests if path.endswith("/infer")]
+        assert len(sent) == 4
+        assert sent[1] == sent[2]  # only the unanswered row again
+        assert len({sent[0], sent[1], sent[3]}) == 3
+
+    run(scenario, settings=ONE_AT_A_TIME)

@@ -38,6 +38,7 @@ class TritonStandIn:
         self.infers_abandoned = 0  # infer: requests whose client had gone when the answer was ready
         self.die_on_infer = 0  # infer: this many requests find the connection closed under them, as when Triton dies
         self.on_death: Callable[[], None] | None = None  # called each time, as the owner would hear of the death
+        self.die_after = 0  # infer: this many requests are answered before die_on_infer's deaths begin
         self.load_error: str | None = None  # load: refused with this message
         # metadata: each model's inputs as Triton describes them (name, datatype, shape)
         self.inputs: dict[str, list[dict[str, object]]] = {
@@ -45,6 +46,7 @@ class TritonStandIn:
         }
         self.decoupled: set[str] = set()
         self.max_batch_size: dict[str, int] = {}  # config: models Triton batches (dynamic_batching on)
+        self.config_extra: dict[str, dict[str, object]] = {}  # config: fields added to a model's (its inputs)
         self.config_delay_s = 0.0  # config: how long Triton takes to answer
         self.configs_asked = 0
         self.configs_answered = 0
@@ -88,7 +90,9 @@ class TritonStandIn:
 
     async def _infer(self, request: web.Request) -> web.Response:
         body = await self._record(request)
-        if self.die_on_infer:
+        dies = self.die_on_infer and not self.die_after
+        self.die_after = max(0, self.die_after - 1)
+        if dies:
             self.die_on_infer -= 1
             if self.on_death is not None:
                 self.on_death()
@@ -146,6 +150,7 @@ class TritonStandIn:
         if model in self.max_batch_size:
             # as an ONNX model would be: its backend runs a batch as one tensor, so its requests may merge
             config.update(backend="onnxruntime", max_batch_size=self.max_batch_size[model], dynamic_batching={})
+        config.update(self.config_extra.get(model, {}))
         return web.json_response(config)
 
     async def _metadata(self, request: web.Request) -> web.Response:

@@ -222,7 +222,8 @@ async def send_merged(
     """Each of ``parts``' answers (or the error it met), as it would have had it alone: the parts, of one
     key and fitting ``max_batch_size`` together, sent as one Triton request and its answer split back. For
     the requests one body holds at once (its records), which wait for nothing else. Triton refusing the
-    merged request as a whole, or its transport failing, is each part's own failure, never sent again;
+    merged request as a whole, or its transport failing (once ``send`` has waited out a Triton death and
+    sent it again, as it does any stateless request), is each part's own failure, never sent again;
     Triton failing it for a part's rows, or an answer that cannot be split, sends the parts again one at a
     time (``alone(i)``: part ``i``'s own request; inside ``again``), each getting its own answer."""
     try:

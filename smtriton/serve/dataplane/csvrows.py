@@ -8,7 +8,8 @@ rule for every type: :mod:`~smtriton.serve.dataplane.csv_values`), split into Tr
 has one line per row, in order: ``text/csv``, the row's values of every output in the order Triton gives
 them, flattened; or, with ``Accept: application/jsonlines``, the row's KServe v2 response (each output's
 shape with a batch of 1). Any other model is refused with 415 saying what it takes. A failing request
-fails its rows as :mod:`~smtriton.serve.dataplane.record_answers` says.
+fails its rows as :mod:`~smtriton.serve.dataplane.record_answers` says; a Triton restart costs them time
+only, each request going as a single stateless one does (``Work.send``), the rows already answered kept.
 """
 
 from __future__ import annotations

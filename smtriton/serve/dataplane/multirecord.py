@@ -18,7 +18,10 @@ records go to Triton, those of one model that agree in all but the batch dimensi
 requests as ``max_batch_size`` allows (:func:`~smtriton.serve.dataplane.coalescing.send_merged`), each
 answered as it would have been alone, a bounded number of Triton requests at a time, each request made when
 it is its turn; the answer is written in order as the lines come
-(:mod:`~smtriton.serve.dataplane.record_answers`, which also says what a failure does).
+(:mod:`~smtriton.serve.dataplane.record_answers`, which also says what a failure does). Each request goes
+as a single stateless one does (``Work.send``: :meth:`~smtriton.serve.dataplane.waiting.Waiting.send`), so
+a Triton restart costs the body time: the records already answered are kept, and only the requests still
+unanswered wait for the next Triton and go again.
 """
 
 from __future__ import annotations

@@ -38,7 +38,6 @@ from smtriton.serve.dataplane.waiting import Waiting
 from smtriton.serve.errors import (
     INTERNAL_ERROR,
     BadRequest,
-    KilledTriton,
     ModelNotFound,
     PayloadTooLarge,
     ServeError,
@@ -114,7 +113,7 @@ class DataPlane:
         self.upstream = Upstream(settings, metrics, self.mirror, pool_size)
         self.owner = OwnerLink(owner, self.multi_model)
         self.sessions = SessionSteps(self.owner)
-        self.waiting = Waiting(settings, self.mirror)
+        self.waiting = Waiting(settings, self.mirror, self.owner.probation)
         self._giving_back: set[asyncio.Future[None]] = set()
 
     # ----- what the owner tells -------------------------------------------------------------------
@@ -294,9 +293,9 @@ class DataPlane:
             raise UnsupportedMediaType("a model that streams its answer takes JSON or binary+json, not an image body")
         if not isinstance(body, BodyPieces):  # a body held in pieces is a binary request's: no rows, no records
             if csvrows.is_csv(request.content_type, body):
-                return await self._csv_rows(request, body, target)
+                return await self._csv_rows(request, body, target, deadline)
             if multirecord.holds_records(request.content_type, body, self.settings.batch):
-                return await self._records(request, body, target)
+                return await self._records(request, body, target, deadline)
         inference = await self.upstream.read(target.triton_name, body, request.content_type)
         if inference.body is not body:
             self._give_back(body)  # re-encoded: the body as it came is read no more
@@ -331,43 +330,11 @@ class DataPlane:
 
     async def _send(self, target: _Target, inference: Inference, deadline: float) -> UpstreamResponse:
         """A stateless inference to Triton, which a Triton death costs time, not its answer
-        (:mod:`smtriton.serve.dataplane.waiting`): it waits for a Triton that serves, and is sent again
-        once if its Triton died under it, on probation (alone among the requests sent again, on the
-        whole endpoint); one in flight at two deaths in a row is answered 500, never sent a third time.
-        Its turn on probation is asked for once a Triton serves, and given back if Triton died again
-        before it came: a turn taken sooner would run out its lease while Triton restarts, and let
-        several suspects go together. Every wait ends at ``deadline``."""
-        waiting = self.waiting
-        newer_than: int | None = None  # once it was in flight at a death: that Triton's generation
-        while True:
-            await waiting.until_serving(deadline, newer_than)
-            turn: contextlib.AbstractAsyncContextManager[None] = (
-                contextlib.nullcontext() if newer_than is None else self.owner.probation(deadline)
-            )
-            async with turn:
-                if not waiting.serving(newer_than):
-                    continue  # Triton died again while this waited for its turn, which goes back meanwhile
-                generation = self.mirror.state.generation
-                try:
-                    return await self.upstream.infer(target.triton_name, inference)
-                except TritonUnavailable as exc:
-                    if not waiting.enabled or not await waiting.died(generation, deadline):
-                        raise
-                    if not exc.sent:  # it never reached Triton: nothing to suspect it of
-                        continue
-                    if newer_than is not None:
-                        log.error(
-                            "a request to model %s (%d bytes) was in flight at two Triton deaths in a row: "
-                            "answered 500, not sent again",
-                            target.triton_name,
-                            len(inference.body),
-                        )
-                        raise KilledTriton(
-                            "Triton died twice in a row while running this request, the second time with no "
-                            "other request under suspicion: it is not sent again (it may be what crashes the "
-                            "model)"
-                        ) from None
-                    newer_than = generation
+        (:meth:`~smtriton.serve.dataplane.waiting.Waiting.send`); it may merge with other clients' requests."""
+        name = target.triton_name
+        return await self.waiting.send(
+            lambda: self.upstream.infer(name, inference), deadline, name, len(inference.body)
+        )
 
     async def _send_once(self, target: _Target, inference: Inference, step: SessionStep | None) -> UpstreamResponse:
         """An inference of a sequence (its session's ``step``, or one it sets itself): sent once, never held
@@ -402,10 +369,21 @@ class DataPlane:
             return answers.to_sagemaker
         return lambda upstream: answers.to_mme_response(invoke.record, upstream)
 
-    async def _records(self, request: Request, body: RequestBody, target: _Target) -> Reply:
+    def _sender(self, target: _Target, deadline: float) -> Callable[[Inference], Awaitable[UpstreamResponse]]:
+        """How each Triton request of a body goes: as a single stateless one does (:meth:`_send`: a Triton
+        death costs it time, not its answer), but never held to merge with other clients' requests."""
+        name, send = target.triton_name, self.upstream.sender(target.triton_name)
+
+        async def sent(inference: Inference) -> UpstreamResponse:
+            return await self.waiting.send(lambda: send(inference), deadline, name, len(inference.body))
+
+        return sent
+
+    async def _records(self, request: Request, body: RequestBody, target: _Target, deadline: float) -> Reply:
         """A body of JSON Lines, one KServe v2 request a line (:mod:`~smtriton.serve.dataplane.multirecord`)."""
         self._records_only(request, target, "a body of several records")
         name = target.triton_name
+        rules = await self.waiting.ask(lambda: self.upstream.record_rules(name), deadline)
 
         async def read(line: RequestBody) -> Inference:
             inference = await self.upstream.read(name, line, None)
@@ -413,22 +391,22 @@ class DataPlane:
 
         work = multirecord.Work(
             read,
-            await self.upstream.record_rules(name),
+            rules,
             await self.upstream.batching(name) if self.upstream.coalescer is not None else None,
-            self.upstream.sender(name),
+            self._sender(target, deadline),
             self._to_answer(target),
             self.settings.failed_record == "error-line",
             self.settings.records_in_flight,
         )
         return await multirecord.answer(body, work)
 
-    async def _csv_rows(self, request: Request, body: RequestBody, target: _Target) -> Reply:
+    async def _csv_rows(self, request: Request, body: RequestBody, target: _Target, deadline: float) -> Reply:
         """A text/csv body, a row a line (:mod:`~smtriton.serve.dataplane.csvrows`)."""
         self._records_only(request, target, "a text/csv body")
-        to = await self.upstream.csv_input(target.triton_name)
+        to = await self.waiting.ask(lambda: self.upstream.csv_input(target.triton_name), deadline)
         parameters = {} if request.custom_attributes is None else {answers.CUSTOM_ATTRIBUTES: request.custom_attributes}
         work = csvrows.Work(
-            self.upstream.sender(target.triton_name),
+            self._sender(target, deadline),
             self._to_answer(target),
             self.settings.failed_record == "error-line",
             self.settings.records_in_flight,
