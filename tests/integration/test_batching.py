@@ -24,8 +24,8 @@ import requests
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from smtriton.serve.dataplane import batching
-from smtriton.serve.dataplane.reading import read
+from smtriton.serve.dataplane.batching import parts as batching
+from smtriton.serve.dataplane.reading.inference import read
 from smtriton.serve.triton.client import UpstreamResponse
 from tests.integration.conftest import start_serve
 from tests.integration.harness import ServeProcess, free_port, metric_samples, triton_key, triton_url, wait_for

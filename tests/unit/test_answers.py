@@ -8,7 +8,8 @@ from typing import Any
 
 import orjson
 
-from smtriton.serve.dataplane import answers, codec
+from smtriton.serve.dataplane import answers
+from smtriton.serve.dataplane.reading import codec
 from smtriton.serve.multimodel.records import ModelRecord
 from smtriton.serve.triton.client import UpstreamResponse
 

@@ -1,5 +1,5 @@
 """Requests merged along the batch dimension and Triton's answer split back
-(smtriton/serve/dataplane/batching.py): when requests may merge, what the merged request is, and that
+(smtriton/serve/dataplane/batching/parts.py): when requests may merge, what the merged request is, and that
 each part's answer is what Triton's answer holds for its rows. tests/integration/test_batching.py
 compares merged against unmerged answers on the real Triton."""
 
@@ -13,9 +13,9 @@ import numpy as np
 import orjson
 import pytest
 
-from smtriton.serve.dataplane import batching
-from smtriton.serve.dataplane.batching import ModelBatching, Part
-from smtriton.serve.dataplane.reading import Inference, read
+from smtriton.serve.dataplane.batching import parts as batching
+from smtriton.serve.dataplane.batching.parts import ModelBatching, Part
+from smtriton.serve.dataplane.reading.inference import Inference, read
 from smtriton.serve.triton.client import UpstreamResponse
 
 MODEL = ModelBatching(max_batch_size=8, instances=1)

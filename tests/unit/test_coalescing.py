@@ -1,5 +1,5 @@
 """A worker's requests to one model, merged while its earlier ones are with Triton
-(smtriton/serve/dataplane/coalescing.py), in front of a stand-in ``send`` that answers each request
+(smtriton/serve/dataplane/batching/coalescing.py), in front of a stand-in ``send`` that answers each request
 row by row, as a batching model does, and is held or failed by the test."""
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ from typing import Any
 import orjson
 import pytest
 
-from smtriton.serve.dataplane import coalescing
-from smtriton.serve.dataplane.batching import ModelBatching
-from smtriton.serve.dataplane.coalescing import Coalescer
-from smtriton.serve.dataplane.reading import Inference, read
+from smtriton.serve.dataplane.batching import coalescing
+from smtriton.serve.dataplane.batching.coalescing import Coalescer
+from smtriton.serve.dataplane.batching.parts import ModelBatching
+from smtriton.serve.dataplane.reading.inference import Inference, read
 from smtriton.serve.errors import TritonUnavailable
 from smtriton.serve.metrics import Metrics
 from smtriton.serve.triton.client import UpstreamResponse

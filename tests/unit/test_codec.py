@@ -2,7 +2,7 @@
 
 import pytest
 
-from smtriton.serve.dataplane import codec
+from smtriton.serve.dataplane.reading import codec
 from smtriton.serve.errors import BadRequest
 
 BJ = "application/vnd.sagemaker-triton.binary+json"

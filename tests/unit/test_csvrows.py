@@ -11,10 +11,10 @@ import numpy as np
 import orjson
 import pytest
 
-from smtriton.serve.dataplane import csv_values, csvrows
 from smtriton.serve.dataplane.answers import to_sagemaker
-from smtriton.serve.dataplane.csvrows import CsvInput
-from smtriton.serve.dataplane.record_answers import Failure, RecordFailed
+from smtriton.serve.dataplane.records import csv_values, csvrows
+from smtriton.serve.dataplane.records.csvrows import CsvInput
+from smtriton.serve.dataplane.records.record_answers import Failure, RecordFailed
 from smtriton.serve.errors import BadRequest, NotReady, PayloadTooLarge, UnsupportedMediaType
 from smtriton.serve.host import cgroups
 from smtriton.serve.triton.client import UpstreamResponse

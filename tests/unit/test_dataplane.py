@@ -13,12 +13,12 @@ from typing import Any, Literal
 import orjson
 import pytest
 
-from smtriton.serve.dataplane.batching import ModelBatching
-from smtriton.serve.dataplane.codec import BINARY_JSON
+from smtriton.serve.dataplane.batching.parts import ModelBatching
 from smtriton.serve.dataplane.plane import DataPlane
-from smtriton.serve.dataplane.reading import Inference
+from smtriton.serve.dataplane.reading.codec import BINARY_JSON
+from smtriton.serve.dataplane.reading.inference import Inference
 from smtriton.serve.dataplane.request import Reply, Request
-from smtriton.serve.dataplane.sessions import SEQUENCE_LOST, SessionStep
+from smtriton.serve.dataplane.sending.sessions import SEQUENCE_LOST, SessionStep
 from smtriton.serve.errors import BadRequest, ModelNotFound, NotReady, TritonUnavailable
 from smtriton.serve.ipc.messages import (
     STARTING,

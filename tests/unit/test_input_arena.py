@@ -14,8 +14,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from smtriton.serve.dataplane.reading import read
-from smtriton.serve.dataplane.upstream import Upstream
+from smtriton.serve.dataplane.reading.inference import read
+from smtriton.serve.dataplane.sending.upstream import Upstream
 from smtriton.serve.errors import BadRequest, TritonUnavailable, UpstreamTimeout
 from smtriton.serve.eventloop import LoopOfFirstUse
 from smtriton.serve.metrics import Metrics

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from smtriton.serve.dataplane.plane import DataPlane
-from smtriton.serve.dataplane.upstream import Upstream
+from smtriton.serve.dataplane.sending.upstream import Upstream
 from smtriton.serve.errors import INTERNAL_ERROR
 from smtriton.serve.http import fastpath
 from smtriton.serve.http.app import create_app

@@ -1,4 +1,4 @@
-"""Large JSON requests read in slices (smtriton/serve/dataplane/large_json.py): the same request Triton
+"""Large JSON requests read in slices (smtriton/serve/dataplane/reading/large_json.py): the same request Triton
 would get from the whole reading, the same refusals, and an event loop that is never held long."""
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from smtriton.serve.dataplane import large_json
-from smtriton.serve.dataplane.reading import SMALL_JSON, Inference, read
+from smtriton.serve.dataplane.reading import large_json
+from smtriton.serve.dataplane.reading.inference import SMALL_JSON, Inference, read
 from smtriton.serve.errors import BadRequest, PayloadTooLarge
 from smtriton.serve.host import memory
 from smtriton.serve.triton.request_body import BodyPieces, contiguous

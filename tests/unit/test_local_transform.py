@@ -21,7 +21,7 @@ from smtriton.aws.batch_job import BatchJob, Plan
 from smtriton.errors import ToolUsageError
 from smtriton.local import transform
 from smtriton.local.transform import MiniBatch
-from smtriton.serve.dataplane import codec
+from smtriton.serve.dataplane.reading import codec
 
 MIB = 1024 * 1024
 

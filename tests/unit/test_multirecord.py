@@ -12,12 +12,12 @@ import time
 import orjson
 import pytest
 
-from smtriton.serve.dataplane import multirecord, record_answers
 from smtriton.serve.dataplane.answers import to_sagemaker
-from smtriton.serve.dataplane.batching import ModelBatching
-from smtriton.serve.dataplane.reading import Inference, read
-from smtriton.serve.dataplane.record_answers import Failure, RecordFailed
-from smtriton.serve.dataplane.record_check import ModelRules, model_rules
+from smtriton.serve.dataplane.batching.parts import ModelBatching
+from smtriton.serve.dataplane.reading.inference import Inference, read
+from smtriton.serve.dataplane.records import multirecord, record_answers
+from smtriton.serve.dataplane.records.record_answers import Failure, RecordFailed
+from smtriton.serve.dataplane.records.record_check import ModelRules, model_rules
 from smtriton.serve.errors import NotReady, PayloadTooLarge, ServeError
 from smtriton.serve.host import cgroups
 from smtriton.serve.triton.client import UpstreamResponse

@@ -1,4 +1,4 @@
-"""The one reading of a request (smtriton/serve/dataplane/reading.py): what it refuses because Triton
+"""The one reading of a request (smtriton/serve/dataplane/reading/inference.py): what it refuses because Triton
 could read the request otherwise, and what it refuses because it would crash Triton."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from smtriton.serve.dataplane import reading
-from smtriton.serve.dataplane.reading import (
+from smtriton.serve.dataplane.reading import inference
+from smtriton.serve.dataplane.reading.inference import (
     KNOWN_HEADER_BYTES,
     KNOWN_HEADERS,
     MAX_JSON_DEPTH,
@@ -257,9 +257,9 @@ def binary_request(name: str, padding: int = 0) -> tuple[bytes, int]:
 
 def test_a_binary_json_part_sent_again_is_read_once_and_gives_the_same_reading(monkeypatch):
     reads: list[bytes] = []
-    read_json = reading.read_json_text
-    monkeypatch.setattr(reading, "read_json_text", lambda part: reads.append(bytes(part)) or read_json(part))
-    monkeypatch.setattr(reading, "_known", {})
+    read_json = inference.read_json_text
+    monkeypatch.setattr(inference, "read_json_text", lambda part: reads.append(bytes(part)) or read_json(part))
+    monkeypatch.setattr(inference, "_known", {})
     body, length = binary_request("x")
     first, again = read(body, length), read(body[:length] + b"\x03\x04", length)
     assert again.header is first.header
@@ -274,7 +274,7 @@ def test_a_binary_json_part_sent_again_is_read_once_and_gives_the_same_reading(m
 
 
 def test_a_refused_json_part_is_refused_every_time_it_is_sent(monkeypatch):
-    monkeypatch.setattr(reading, "_known", {})
+    monkeypatch.setattr(inference, "_known", {})
     header = (
         b'{"inputs":[{"name":"x","shape":[1],"shape":[899970039],"datatype":"UINT8",'
         b'"parameters":{"binary_data_size":1}}]}'
@@ -282,12 +282,12 @@ def test_a_refused_json_part_is_refused_every_time_it_is_sent(monkeypatch):
     for _ in range(2):
         with pytest.raises(RepeatedKey):
             read(header + b"\x01", len(header))
-    assert reading._known == {}
+    assert inference._known == {}
 
 
 def test_the_readings_kept_are_bounded_in_number_and_size(monkeypatch):
     known: dict[bytes, object] = {}
-    monkeypatch.setattr(reading, "_known", known)
+    monkeypatch.setattr(inference, "_known", known)
     read(*binary_request("x", padding=KNOWN_HEADER_BYTES))  # too long to keep
     assert known == {}
     for index in range(KNOWN_HEADERS):

@@ -8,8 +8,8 @@ import asyncio
 
 import pytest
 
-from smtriton.serve.dataplane import codec
-from smtriton.serve.dataplane.record_answers import (
+from smtriton.serve.dataplane.reading import codec
+from smtriton.serve.dataplane.records.record_answers import (
     ERROR_CHARS,
     AnswerBuffer,
     Failure,

@@ -9,7 +9,14 @@ from typing import Any
 
 import pytest
 
-from smtriton.serve.dataplane.record_check import BINARY_OUTPUTS, NO_INPUTS, InputRule, ModelRules, check, model_rules
+from smtriton.serve.dataplane.records.record_check import (
+    BINARY_OUTPUTS,
+    NO_INPUTS,
+    InputRule,
+    ModelRules,
+    check,
+    model_rules,
+)
 from smtriton.serve.errors import BadRequest
 
 ADDSUB = model_rules(

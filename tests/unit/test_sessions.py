@@ -7,8 +7,9 @@ import json
 
 import pytest
 
-from smtriton.serve.dataplane import reading, sessions
-from smtriton.serve.dataplane.sessions import SESSION_SEQUENCES, SessionRequest
+from smtriton.serve.dataplane.reading import inference
+from smtriton.serve.dataplane.sending import sessions
+from smtriton.serve.dataplane.sending.sessions import SESSION_SEQUENCES, SessionRequest
 from smtriton.serve.errors import BadRequest
 from smtriton.serve.owner import sessions as owner_sessions
 from smtriton.serve.owner.sessions import SessionTable
@@ -23,7 +24,7 @@ def infer_with(**parameters: object) -> bytes:
 
 def read_request(header: str, body: bytes, header_length: int | None) -> SessionRequest:
     """What the request asks of its session, from its JSON part as the request's one reading read it."""
-    return sessions.read_request(header, reading.read(body, header_length).header)
+    return sessions.read_request(header, inference.read(body, header_length).header)
 
 
 @pytest.mark.parametrize(
@@ -92,13 +93,13 @@ def test_binary_json_requests_are_read_from_their_json_part():
     ],
 )
 def test_only_the_sessions_range_of_sequence_ids_is_theirs(body, names):
-    assert sessions.names_a_session_sequence(reading.read(body, None).parameters) is names
+    assert sessions.names_a_session_sequence(inference.read(body, None).parameters) is names
 
 
 def test_an_escaped_key_names_the_same_sequence():
     """The reading decodes keys as Triton does: an escape cannot hide a session's sequence id."""
     body = INFER[:-1] + b', "parameters": {"sequence_\\u0069d": %d}}' % SESSION_SEQUENCES
-    assert sessions.names_a_session_sequence(reading.read(body, None).parameters)
+    assert sessions.names_a_session_sequence(inference.read(body, None).parameters)
 
 
 def test_expiry_is_written_as_sagemaker_does():

@@ -11,8 +11,8 @@ import orjson
 import pytest
 
 from smtriton.serve.dataplane.plane import DataPlane
-from smtriton.serve.dataplane.reading import Inference
-from smtriton.serve.dataplane.sessions import CLOSE_PARAMETER, SESSION_HEADER
+from smtriton.serve.dataplane.reading.inference import Inference
+from smtriton.serve.dataplane.sending.sessions import CLOSE_PARAMETER, SESSION_HEADER
 from smtriton.serve.http.app import create_app
 from smtriton.serve.ipc.messages import EndpointState, ModelAdded, ModelDraining
 from smtriton.serve.metrics import Metrics

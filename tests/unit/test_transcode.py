@@ -1,4 +1,5 @@
-"""smtriton.serve.dataplane.transcode: which JSON requests are re-encoded binary, and that the encoding is exact."""
+"""smtriton.serve.dataplane.reading.transcode: which JSON requests are re-encoded binary, and that the encoding
+is exact."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from smtriton.serve.dataplane.reading import read
+from smtriton.serve.dataplane.reading.inference import read
 from smtriton.serve.errors import BadRequest
 
 

@@ -13,8 +13,8 @@ from typing import Any
 
 import orjson
 
-from smtriton.serve.dataplane import codec
-from smtriton.serve.dataplane.codec import JSON
+from smtriton.serve.dataplane.reading import codec
+from smtriton.serve.dataplane.reading.codec import JSON
 from smtriton.serve.errors import error_body
 from smtriton.serve.multimodel.records import ModelRecord
 from smtriton.serve.triton.client import UpstreamResponse, error_text

@@ -7,13 +7,15 @@ counting the invoke in flight so that an unload can wait for it), reads the body
 steps in its session, sends it to Triton, maps Triton's answer to SageMaker's
 (:mod:`smtriton.serve.dataplane.answers`), asks the owner whether a failed MME invoke ran out of memory,
 and counts and logs the request. A body of several records (batch transform's mini-batches: JSON Lines,
-CSV rows) is answered a line a record (:mod:`~smtriton.serve.dataplane.multirecord`,
-:mod:`~smtriton.serve.dataplane.csvrows`). The control routes make one call each too: load, unload, list and
+CSV rows) is answered a line a record (:mod:`~smtriton.serve.dataplane.records.multirecord`,
+:mod:`~smtriton.serve.dataplane.records.csvrows`). The control routes make one call each too: load, unload, list and
 describe (the owner's to decide), and batch transform's execution parameters.
 
-The parts, each a job of its own: what the owner told this worker (:mod:`~smtriton.serve.dataplane.mirror`),
-the way to Triton (:mod:`~smtriton.serve.dataplane.upstream`), the questions to the owner
-(:mod:`~smtriton.serve.dataplane.owner_link`), the session steps (:mod:`~smtriton.serve.dataplane.sessions`).
+The parts, each a job of its own: what the owner told this worker
+(:mod:`~smtriton.serve.dataplane.sending.mirror`), the way to Triton
+(:mod:`~smtriton.serve.dataplane.sending.upstream`), the questions to the owner
+(:mod:`~smtriton.serve.dataplane.sending.owner_link`), the session steps
+(:mod:`~smtriton.serve.dataplane.sending.sessions`).
 """
 
 from __future__ import annotations
@@ -27,14 +29,17 @@ from dataclasses import dataclass
 from typing import Any
 
 from smtriton.serve import headers
-from smtriton.serve.dataplane import answers, codec, csvrows, images, multirecord, sessions
-from smtriton.serve.dataplane.mirror import EndpointMirror, Invoke
-from smtriton.serve.dataplane.owner_link import OwnerLink
-from smtriton.serve.dataplane.reading import Inference
+from smtriton.serve.dataplane import answers
+from smtriton.serve.dataplane.reading import codec, images
+from smtriton.serve.dataplane.reading.inference import Inference
+from smtriton.serve.dataplane.records import csvrows, multirecord
 from smtriton.serve.dataplane.request import Headers, Reply, Request, Streamed
-from smtriton.serve.dataplane.sessions import SessionStep, SessionSteps
-from smtriton.serve.dataplane.upstream import Upstream
-from smtriton.serve.dataplane.waiting import Waiting
+from smtriton.serve.dataplane.sending import sessions
+from smtriton.serve.dataplane.sending.mirror import EndpointMirror, Invoke
+from smtriton.serve.dataplane.sending.owner_link import OwnerLink
+from smtriton.serve.dataplane.sending.sessions import SessionStep, SessionSteps
+from smtriton.serve.dataplane.sending.upstream import Upstream
+from smtriton.serve.dataplane.sending.waiting import Waiting
 from smtriton.serve.errors import (
     INTERNAL_ERROR,
     BadRequest,
@@ -330,7 +335,7 @@ class DataPlane:
 
     async def _send(self, target: _Target, inference: Inference, deadline: float) -> UpstreamResponse:
         """A stateless inference to Triton, which a Triton death costs time, not its answer
-        (:meth:`~smtriton.serve.dataplane.waiting.Waiting.send`); it may merge with other clients' requests."""
+        (:meth:`~smtriton.serve.dataplane.sending.waiting.Waiting.send`); it may merge with other clients' requests."""
         name = target.triton_name
         return await self.waiting.send(
             lambda: self.upstream.infer(name, inference), deadline, name, len(inference.body)
@@ -380,7 +385,7 @@ class DataPlane:
         return sent
 
     async def _records(self, request: Request, body: RequestBody, target: _Target, deadline: float) -> Reply:
-        """A body of JSON Lines, one KServe v2 request a line (:mod:`~smtriton.serve.dataplane.multirecord`)."""
+        """A body of JSON Lines, one KServe v2 request a line (:mod:`~smtriton.serve.dataplane.records.multirecord`)."""
         self._records_only(request, target, "a body of several records")
         name = target.triton_name
         rules = await self.waiting.ask(lambda: self.upstream.record_rules(name), deadline)
@@ -401,7 +406,7 @@ class DataPlane:
         return await multirecord.answer(body, work)
 
     async def _csv_rows(self, request: Request, body: RequestBody, target: _Target, deadline: float) -> Reply:
-        """A text/csv body, a row a line (:mod:`~smtriton.serve.dataplane.csvrows`)."""
+        """A text/csv body, a row a line (:mod:`~smtriton.serve.dataplane.records.csvrows`)."""
         self._records_only(request, target, "a text/csv body")
         to = await self.waiting.ask(lambda: self.upstream.csv_input(target.triton_name), deadline)
         parameters = {} if request.custom_attributes is None else {answers.CUSTOM_ATTRIBUTES: request.custom_attributes}

@@ -1,6 +1,6 @@
 """The endpoint's stateful sessions, in the main process: the table of open sessions and the keeper that
 answers the workers about them (docs/design.md §3b). What a request asks of its session, and the
-constants both sides share, are :mod:`smtriton.serve.dataplane.sessions`."""
+constants both sides share, are :mod:`smtriton.serve.dataplane.sending.sessions`."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from smtriton.serve.dataplane.sessions import SESSION_SEQUENCES, TRITON_IDLE_S, expires_text
+from smtriton.serve.dataplane.sending.sessions import SESSION_SEQUENCES, TRITON_IDLE_S, expires_text
 from smtriton.serve.errors import BadRequest
 from smtriton.serve.ipc.messages import OpenedSession, UsedSession
 

@@ -23,14 +23,14 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
-from smtriton.serve.dataplane.mirror import EndpointMirror
+from smtriton.serve.dataplane.sending.mirror import EndpointMirror
 from smtriton.serve.errors import KilledTriton, NotReady, TritonUnavailable
 from smtriton.serve.settings import Settings
 
 log = logging.getLogger("serve")
 T = TypeVar("T")
 # A turn on probation, held while the block runs, its wait ending at the deadline given (a
-# :func:`time.monotonic` reading): the owner's, through :class:`~smtriton.serve.dataplane.owner_link.OwnerLink`.
+# :func:`time.monotonic` reading): the owner's, through :class:`~smtriton.serve.dataplane.sending.owner_link.OwnerLink`.
 Probation = Callable[[float], contextlib.AbstractAsyncContextManager[None]]
 
 # How long a worker may take to hear of a Triton death after a request to it failed unreachable: the

@@ -8,7 +8,7 @@ asked (JSON unless it said binary), so the answer is the one Triton gives to the
 request this module is not certain about (BOOL, BYTES or FP16 data, strings or booleans among numbers,
 numbers out of the type's range, element count not matching the shape, shared memory) goes to Triton
 as it came, and Triton answers it with its own words. What is re-encoded is what the request's one
-reading (:mod:`smtriton.serve.dataplane.reading`) read and checked; keys Triton does not read are not
+reading (:mod:`smtriton.serve.dataplane.reading.inference`) read and checked; keys Triton does not read are not
 carried over.
 """
 
@@ -22,7 +22,7 @@ import orjson
 import simdjson
 
 from smtriton import dtypes
-from smtriton.serve.dataplane.codec import DATA_ELSEWHERE
+from smtriton.serve.dataplane.reading.codec import DATA_ELSEWHERE
 
 # numpy kind -> simdjson buffer kind: "d" doubles, "i" int64, "u" uint64.
 _BUFFER_KIND: dict[str, Literal["d", "i", "u"]] = {"f": "d", "i": "i", "u": "u"}
@@ -51,7 +51,7 @@ class _Unsure(Exception):
 
 def to_binary(document: Any, header: dict[str, Any]) -> tuple[bytes, int, dict[str, Any]] | None:
     """``(binary body, JSON header length, JSON header)`` for a JSON inference request that the reading
-    (:mod:`smtriton.serve.dataplane.reading`) parsed into ``document`` (simdjson's) and ``header`` (its
+    (:mod:`smtriton.serve.dataplane.reading.inference`) parsed into ``document`` (simdjson's) and ``header`` (its
     values but the inputs' data, already checked); None when it is sent as it came."""
     try:
         return _encode(document, header)

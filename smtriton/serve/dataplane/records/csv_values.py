@@ -28,7 +28,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from smtriton import dtypes
-from smtriton.serve.dataplane.record_answers import check_room
+from smtriton.serve.dataplane.records.record_answers import check_room
 from smtriton.serve.errors import BadRequest
 from smtriton.serve.triton.client import RequestBody
 

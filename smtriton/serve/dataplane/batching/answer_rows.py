@@ -3,7 +3,7 @@ answer with its ``id`` first, its outputs' shapes and ``binary_data_size`` and i
 in place of the whole request's — the JSON data of its rows the very characters Triton wrote, binary
 outputs the very bytes — so it is byte for byte what its request gets alone. Anything that cannot be
 cut so (an output without the batch dimension first and then its declared dims, sizes that do not add
-up) raises :class:`~smtriton.serve.dataplane.json_text.NotPlain`."""
+up) raises :class:`~smtriton.serve.dataplane.batching.json_text.NotPlain`."""
 
 from __future__ import annotations
 
@@ -16,7 +16,15 @@ from typing import Any
 
 import numpy as np
 
-from smtriton.serve.dataplane.json_text import SPACE, NotPlain, scanstring, skip, value_end, walk_array, walk_object
+from smtriton.serve.dataplane.batching.json_text import (
+    SPACE,
+    NotPlain,
+    scanstring,
+    skip,
+    value_end,
+    walk_array,
+    walk_object,
+)
 from smtriton.serve.triton.client import UpstreamResponse
 from smtriton.serve.triton.input_arena import ITEM_BYTES
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import orjson
 
-from smtriton.serve.dataplane.reading import Inference
+from smtriton.serve.dataplane.reading.inference import Inference
 from smtriton.serve.errors import BadRequest, UnsupportedMediaType
 from smtriton.serve.triton.client import RequestBody
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import orjson
 
-from smtriton.serve.dataplane import codec
+from smtriton.serve.dataplane.reading import codec
 from smtriton.serve.dataplane.request import Reply
 from smtriton.serve.errors import PayloadTooLarge, ServeError, error_body
 from smtriton.serve.host import cgroups

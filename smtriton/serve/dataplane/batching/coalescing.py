@@ -3,7 +3,7 @@
 Never waits to fill a batch: a request goes to Triton at once while fewer than a bound of the model's
 requests from this worker are in flight there (a request alone, at c=1, goes at once). Only requests
 that arrive while the bound is reached wait, and only until one of those in flight comes back: then
-the requests waiting that may merge (:mod:`smtriton.serve.dataplane.batching`) go as one Triton
+the requests waiting that may merge (:mod:`smtriton.serve.dataplane.batching.parts`) go as one Triton
 request, as many rows as the model's ``max_batch_size`` takes, and the answer is split back. The bound
 is a few requests per model instance (``SMTRITON_MERGE_IN_FLIGHT`` each), shared among the front's
 workers, since they all feed the one Triton: enough for every instance to have one executing and one
@@ -17,7 +17,7 @@ instance, 4 clients: 13 % fewer answers than with 2 each).
 A merged request Triton fails for a client's rows (a 400, a model's error), or answers in a way that
 cannot be split, is sent again unmerged: each client gets the answer it would have got alone, its own
 error included. One Triton refuses as a whole (unavailable, its queue full, out of time:
-:func:`~smtriton.serve.dataplane.batching.refused_as_a_whole`), and a transport failure (Triton
+:func:`~smtriton.serve.dataplane.batching.parts.refused_as_a_whole`), and a transport failure (Triton
 unreachable, out of time), is each client's own such failure, never sent again row by row.
 """
 
@@ -31,9 +31,9 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-from smtriton.serve.dataplane import batching
-from smtriton.serve.dataplane.batching import ModelBatching, Part
-from smtriton.serve.dataplane.reading import Inference
+from smtriton.serve.dataplane.batching import parts as batching
+from smtriton.serve.dataplane.batching.parts import ModelBatching, Part
+from smtriton.serve.dataplane.reading.inference import Inference
 from smtriton.serve.eventloop import LoopOfFirstUse
 from smtriton.serve.metrics import Metrics
 from smtriton.serve.triton.client import UpstreamResponse

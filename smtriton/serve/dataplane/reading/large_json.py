@@ -8,7 +8,7 @@ is read here in steps that each take a few milliseconds, the event loop served b
 
 1. its *skeleton* — the request but its inputs' ``data`` arrays — is found by a scan that jumps over
    each data array (the brackets of other values counted by numpy, a megabyte at a time), and read by
-   the request's one reading (:mod:`smtriton.serve.dataplane.reading`), with all its checks: the values
+   the request's one reading (:mod:`smtriton.serve.dataplane.reading.inference`), with all its checks: the values
    of keys Triton does not read are JSON as Triton's parser would have them, and are then not carried
    over; nothing but space may follow the request;
 2. the memory the re-encoded request needs is compared with what the container has free (a request
@@ -36,8 +36,8 @@ import numpy as np
 import orjson
 import simdjson
 
-from smtriton.serve.dataplane import transcode
-from smtriton.serve.dataplane.reading import (
+from smtriton.serve.dataplane.reading import transcode
+from smtriton.serve.dataplane.reading.inference import (
     LEFT_IN_BODY,
     MAX_JSON_DEPTH,
     Inference,

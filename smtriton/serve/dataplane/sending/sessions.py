@@ -25,7 +25,7 @@ from typing import Any, Literal
 import orjson
 
 from smtriton.serve import headers
-from smtriton.serve.dataplane.owner_link import OwnerLink
+from smtriton.serve.dataplane.sending.owner_link import OwnerLink
 from smtriton.serve.errors import BadRequest
 
 SESSION_HEADER = headers.SESSION

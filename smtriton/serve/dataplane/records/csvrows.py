@@ -3,12 +3,12 @@
 This is what SageMaker's built-in algorithms and most tabular batch transform jobs send. A model takes it
 when it has exactly one input, numeric, of shape ``[batch, n]`` (``max_batch_size > 0``): every line of the
 body is a row of ``n`` values, all rows go in one tensor (read and checked before any row is sent, by one
-rule for every type: :mod:`~smtriton.serve.dataplane.csv_values`), split into Triton requests of at most
+rule for every type: :mod:`~smtriton.serve.dataplane.records.csv_values`), split into Triton requests of at most
 ``max_batch_size`` rows (binary, with binary outputs asked for), each made when it is its turn. The answer
 has one line per row, in order: ``text/csv``, the row's values of every output in the order Triton gives
 them, flattened; or, with ``Accept: application/jsonlines``, the row's KServe v2 response (each output's
 shape with a batch of 1). Any other model is refused with 415 saying what it takes. A failing request
-fails its rows as :mod:`~smtriton.serve.dataplane.record_answers` says; a Triton restart costs them time
+fails its rows as :mod:`~smtriton.serve.dataplane.records.record_answers` says; a Triton restart costs them time
 only, each request going as a single stateless one does (``Work.send``), the rows already answered kept.
 """
 
@@ -28,12 +28,12 @@ import orjson
 from numpy.typing import NDArray
 
 from smtriton import dtypes
-from smtriton.serve.dataplane import record_answers
 from smtriton.serve.dataplane.answers import JSON_LINES, Answer
-from smtriton.serve.dataplane.csv_values import CsvInput, read
-from smtriton.serve.dataplane.multirecord import media_type
-from smtriton.serve.dataplane.reading import Inference
-from smtriton.serve.dataplane.record_answers import Failure, Line, Outcome, error_message
+from smtriton.serve.dataplane.reading.inference import Inference
+from smtriton.serve.dataplane.records import record_answers
+from smtriton.serve.dataplane.records.csv_values import CsvInput, read
+from smtriton.serve.dataplane.records.multirecord import media_type
+from smtriton.serve.dataplane.records.record_answers import Failure, Line, Outcome, error_message
 from smtriton.serve.dataplane.request import Reply
 from smtriton.serve.errors import ServeError, UnsupportedMediaType
 from smtriton.serve.triton.client import RequestBody, UpstreamResponse
@@ -109,7 +109,7 @@ class Work:
 async def answer(body: RequestBody, to: CsvInput, work: Work) -> Reply:
     """The answer to a CSV body: every row read and checked (400 naming the line), then sent in requests of
     at most ``max_batch_size`` rows, each made when it is its turn, a bounded number at a time; a line a
-    row, written in order as they come (:mod:`~smtriton.serve.dataplane.record_answers`)."""
+    row, written in order as they come (:mod:`~smtriton.serve.dataplane.records.record_answers`)."""
     values = await read(body, to)
     out = record_answers.AnswerBuffer(len(values), work.error_lines)
     firsts = range(0, len(values), to.max_batch_size)

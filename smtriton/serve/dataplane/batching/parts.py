@@ -3,7 +3,7 @@
 Why: behind a front, Triton pays per HTTP request — it parses the request, schedules it and writes
 its answer — and a dynamic batcher fed one small request at a time forms small batches. Requests a
 worker holds for the same model at the same moment, merged along the batch dimension, cost Triton
-one request and one execution (:mod:`smtriton.serve.dataplane.coalescing` decides when; a batch
+one request and one execution (:mod:`smtriton.serve.dataplane.batching.coalescing` decides when; a batch
 transform body of several records can use the same merge).
 
 Only where the answer cannot change (:func:`model_batching`, :func:`part`): the model's rows are
@@ -40,11 +40,11 @@ from typing import Any
 import orjson
 
 from smtriton.row_merging import RowMerging, config_parameter, row_merging
-from smtriton.serve.dataplane import answer_rows
 from smtriton.serve.dataplane.answers import CUSTOM_ATTRIBUTES
-from smtriton.serve.dataplane.codec import DATA_ELSEWHERE
-from smtriton.serve.dataplane.json_text import SPACE, NotPlain, value_end, walk_array, walk_object
-from smtriton.serve.dataplane.reading import KNOWN_HEADER_BYTES, KNOWN_HEADERS, Inference
+from smtriton.serve.dataplane.batching import answer_rows
+from smtriton.serve.dataplane.batching.json_text import SPACE, NotPlain, value_end, walk_array, walk_object
+from smtriton.serve.dataplane.reading.codec import DATA_ELSEWHERE
+from smtriton.serve.dataplane.reading.inference import KNOWN_HEADER_BYTES, KNOWN_HEADERS, Inference
 from smtriton.serve.triton.client import UpstreamResponse
 from smtriton.serve.triton.input_arena import ITEM_BYTES
 from smtriton.serve.triton.request_body import contiguous

@@ -4,22 +4,22 @@ With ``SplitType=Line`` and ``BatchStrategy=MultiRecord`` SageMaker sends as man
 file as fit ``MaxPayloadInMB`` in one POST, and with ``AssembleWith=Line`` it expects one output line per
 input line, in order. A body of ``application/jsonlines`` (or ``application/x-ndjson``), and under
 ``SAGEMAKER_BATCH`` a JSON body of several lines, is such a mini-batch: each line is one record, the KServe
-v2 request it is, read as any request is (:mod:`~smtriton.serve.dataplane.reading`); the answer is one
+v2 request it is, read as any request is (:mod:`~smtriton.serve.dataplane.reading.inference`); the answer is one
 line per record, in order, each the record's KServe v2 response on one line (``application/jsonlines``).
 A trailing newline is not a record; an empty line between records is one, and fails.
 
 A body is worked on in two passes, neither holding the event loop longer than a few milliseconds at a
 time. First every record is read and checked against its model
-(:mod:`~smtriton.serve.dataplane.record_check`) before any reaches Triton, and kept as little as its
+(:mod:`~smtriton.serve.dataplane.records.record_check`) before any reaches Triton, and kept as little as its
 sending needs: where it lies in the body and, for a record that may merge with others, the text of its
 inputs' data (not a tree of Python values a line: 75,000 records held that way took 1.3 GiB). With
 ``SMTRITON_FAILED_RECORD=fail`` the first record that fails fails the body there, nothing sent. Then the
 records go to Triton, those of one model that agree in all but the batch dimension merged into as few
-requests as ``max_batch_size`` allows (:func:`~smtriton.serve.dataplane.coalescing.send_merged`), each
+requests as ``max_batch_size`` allows (:func:`~smtriton.serve.dataplane.batching.coalescing.send_merged`), each
 answered as it would have been alone, a bounded number of Triton requests at a time, each request made when
 it is its turn; the answer is written in order as the lines come
-(:mod:`~smtriton.serve.dataplane.record_answers`, which also says what a failure does). Each request goes
-as a single stateless one does (``Work.send``: :meth:`~smtriton.serve.dataplane.waiting.Waiting.send`), so
+(:mod:`~smtriton.serve.dataplane.records.record_answers`, which also says what a failure does). Each request goes
+as a single stateless one does (``Work.send``: :meth:`~smtriton.serve.dataplane.sending.waiting.Waiting.send`), so
 a Triton restart costs the body time: the records already answered are kept, and only the requests still
 unanswered wait for the next Triton and go again.
 """
@@ -36,11 +36,14 @@ from typing import Any
 
 import orjson
 
-from smtriton.serve.dataplane import batching, coalescing, codec, images, record_check
 from smtriton.serve.dataplane.answers import JSON_LINES, Answer
-from smtriton.serve.dataplane.batching import MERGED_BYTES_MAX, ModelBatching, Part
-from smtriton.serve.dataplane.reading import Inference
-from smtriton.serve.dataplane.record_answers import (
+from smtriton.serve.dataplane.batching import coalescing
+from smtriton.serve.dataplane.batching import parts as batching
+from smtriton.serve.dataplane.batching.parts import MERGED_BYTES_MAX, ModelBatching, Part
+from smtriton.serve.dataplane.reading import codec, images
+from smtriton.serve.dataplane.reading.inference import Inference
+from smtriton.serve.dataplane.records import record_check
+from smtriton.serve.dataplane.records.record_answers import (
     AnswerBuffer,
     Failure,
     Line,
@@ -52,7 +55,7 @@ from smtriton.serve.dataplane.record_answers import (
     failure,
     run_window,
 )
-from smtriton.serve.dataplane.record_check import BINARY_OUTPUTS, ModelRules
+from smtriton.serve.dataplane.records.record_check import BINARY_OUTPUTS, ModelRules
 from smtriton.serve.dataplane.request import Reply
 from smtriton.serve.errors import BadRequest, ServeError
 from smtriton.serve.triton.client import RequestBody, UpstreamResponse
@@ -160,7 +163,7 @@ async def answer(body: RequestBody, work: Work) -> Reply:
 class _Reader:
     """The first pass: every record of a body read and checked, a slice at a time, into what its sending
     needs, and grouped as its requests will merge (a record joins the latest group of its kind that it
-    fits, as :func:`~smtriton.serve.dataplane.batching.groups` does)."""
+    fits, as :func:`~smtriton.serve.dataplane.batching.parts.groups` does)."""
 
     def __init__(self, body: RequestBody, work: Work, total: int) -> None:
         self.body, self.work, self.total = body, work, total

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any, TypeGuard
 
 from smtriton import dtypes
-from smtriton.serve.dataplane.codec import DATA_ELSEWHERE
+from smtriton.serve.dataplane.reading.codec import DATA_ELSEWHERE
 from smtriton.serve.errors import BadRequest
 
 NO_INPUTS = "the record has no 'inputs' array"

@@ -3,12 +3,12 @@ request read and made ready for Triton.
 
 Requests go to Triton as SageMaker sent them: the body untouched (a binary one in the pieces it arrived
 in, its JSON part alone read), except that a large JSON request is
-re-encoded binary (:mod:`smtriton.serve.dataplane.transcode`), an encoded image is wrapped as a BYTES
-input (:mod:`smtriton.serve.dataplane.images`), and parameters the front sets (custom attributes, a
-session's sequence) are added to the JSON part as read (:mod:`smtriton.serve.dataplane.reading`).
+re-encoded binary (:mod:`smtriton.serve.dataplane.reading.transcode`), an encoded image is wrapped as a BYTES
+input (:mod:`smtriton.serve.dataplane.reading.images`), and parameters the front sets (custom attributes, a
+session's sequence) are added to the JSON part as read (:mod:`smtriton.serve.dataplane.reading.inference`).
 Answers come back as Triton gave them. Requests of one model that arrive while this worker's earlier
 ones are still with Triton may be merged into one Triton request and its answer split back, each
-client getting the answer it would have had alone (:mod:`smtriton.serve.dataplane.coalescing`); what
+client getting the answer it would have had alone (:mod:`smtriton.serve.dataplane.batching.coalescing`); what
 that takes of a model's configuration is asked of Triton once per model, like where an image goes.
 A large binary part goes to Triton through the worker's shared memory rather than in the HTTP body
 (:mod:`smtriton.serve.triton.input_arena`), a new arena for each Triton.
@@ -22,20 +22,13 @@ import logging
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from smtriton.serve.dataplane import (
-    batching,
-    coalescing,
-    codec,
-    csv_values,
-    csvrows,
-    images,
-    large_json,
-    reading,
-    record_check,
-)
-from smtriton.serve.dataplane.batching import ModelBatching
-from smtriton.serve.dataplane.mirror import EndpointMirror
-from smtriton.serve.dataplane.reading import Inference
+from smtriton.serve.dataplane.batching import coalescing
+from smtriton.serve.dataplane.batching import parts as batching
+from smtriton.serve.dataplane.batching.parts import ModelBatching
+from smtriton.serve.dataplane.reading import codec, images, inference, large_json
+from smtriton.serve.dataplane.reading.inference import Inference, check_json_depth
+from smtriton.serve.dataplane.records import csv_values, csvrows, record_check
+from smtriton.serve.dataplane.sending.mirror import EndpointMirror
 from smtriton.serve.errors import (
     BadRequest,
     NotReady,
@@ -168,27 +161,27 @@ class Upstream:
 
     # ----- a request read and made ready ----------------------------------------------------------------
     async def read(self, triton_name: str, body: HeldBody, content_type: str | None) -> Inference:
-        """An inference request as the front reads it (:mod:`smtriton.serve.dataplane.reading`), or an
+        """An inference request as the front reads it (:mod:`smtriton.serve.dataplane.reading.inference`), or an
         encoded image made the request it stands for."""
         if images.is_image(content_type):
             return images.request(contiguous(body), await self._image_input(self.ready(), triton_name))
         header_length = codec.request_header_length(content_type, len(body))
         if header_length is None and len(body) > large_json.SLICED_JSON_BYTES:
-            inference = await large_json.read(contiguous(body))  # in slices: the event loop serves between them
+            sliced = await large_json.read(contiguous(body))  # in slices: the event loop serves between them
             self.metrics.transcoded.inc()
-            return inference
+            return sliced
         if header_length is not None and header_length > large_json.SLICED_JSON_BYTES:
             raise PayloadTooLarge.saying(
                 f"the JSON part of a binary+json request may be at most {large_json.SLICED_JSON_BYTES >> 20} MiB: "
                 "send the tensors in its binary part"
             )
         if isinstance(body, BodyPieces) and header_length is not None:  # binary: its JSON part is all that is read
-            read = reading.read(body.prefix(header_length), header_length)
-            return reading.Inference(body, header_length, read.header, read.complete)
-        inference = reading.read(contiguous(body), header_length, self.settings.transcode_json_min_bytes)
-        if inference.body is not body:
+            read = inference.read(body.prefix(header_length), header_length)
+            return Inference(body, header_length, read.header, read.complete)
+        read = inference.read(contiguous(body), header_length, self.settings.transcode_json_min_bytes)
+        if read.body is not body:
             self.metrics.transcoded.inc()
-        return inference
+        return read
 
     async def _image_input(self, client: TritonClient, triton_name: str) -> images.ImageInput:
         """Where an image goes in ``triton_name`` (asked of Triton once, until the model changes)."""
@@ -237,7 +230,7 @@ class Upstream:
     def sender(self, triton_name: str) -> Callable[[Inference], Awaitable[UpstreamResponse]]:
         """How the requests of a body that holds several go to ``triton_name``: as they are, never held to
         merge with other clients' (they merge among themselves:
-        :func:`~smtriton.serve.dataplane.coalescing.send_merged`)."""
+        :func:`~smtriton.serve.dataplane.batching.coalescing.send_merged`)."""
 
         async def send(inference: Inference) -> UpstreamResponse:
             return await self._send(triton_name, inference)
@@ -374,7 +367,7 @@ class Upstream:
     async def generate(self, model: str, body: HeldBody) -> UpstreamResponse:
         client = self.ready()
         whole = contiguous(body)
-        reading.check_json_depth(whole)
+        check_json_depth(whole)
         return await client.generate(model, whole)
 
     @contextlib.asynccontextmanager
@@ -385,7 +378,7 @@ class Upstream:
         with the server-sent events as they arrive; leaving the context early drops the upstream request."""
         client = self.ready()
         whole = contiguous(body)
-        reading.check_json_depth(whole)
+        check_json_depth(whole)
         async with client.generate_stream(model, whole) as upstream:
             if upstream.status != 200:
                 payload = await upstream.read()

@@ -47,7 +47,7 @@ from typing import Any
 import orjson
 import simdjson
 
-from smtriton.serve.dataplane import codec, transcode
+from smtriton.serve.dataplane.reading import codec, transcode
 from smtriton.serve.errors import BadRequest
 from smtriton.serve.triton import input_arena
 from smtriton.serve.triton.client import RequestBody
@@ -166,7 +166,7 @@ def _encode(header: dict[str, Any]) -> bytes:
 def read(body: RequestBody, header_length: int | None, transcode_min_bytes: int = 0) -> Inference:
     """Read an inference request (module docstring), refusing with 400 what Triton could read otherwise
     or what would crash it. A JSON body of ``transcode_min_bytes`` or more (0: never) is re-encoded in
-    Triton's binary form when it can be (:mod:`smtriton.serve.dataplane.transcode`)."""
+    Triton's binary form when it can be (:mod:`smtriton.serve.dataplane.reading.transcode`)."""
     if header_length == 0:
         return Inference(body, 0, None)
     end = len(body) if header_length is None else header_length

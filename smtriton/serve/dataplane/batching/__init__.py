@@ -1,0 +1,1 @@
+"""Batching: requests of one model merged."""

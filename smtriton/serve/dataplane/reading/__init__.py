@@ -1,0 +1,1 @@
+"""Reading a body into an inference."""

@@ -1,0 +1,1 @@
+"""Bodies of several records."""

@@ -1,0 +1,1 @@
+"""Sending: the way to Triton and to the owner."""
