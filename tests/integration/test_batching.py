@@ -24,7 +24,7 @@ import requests
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from smtriton.serve.dataplane.batching import parts as batching
+from smtriton.serve.dataplane.batching import mergeable, merging, rule
 from smtriton.serve.dataplane.reading.inference import read
 from smtriton.serve.triton.client import UpstreamResponse
 from tests.integration.conftest import start_serve
@@ -189,16 +189,16 @@ def post_to_triton(url: str, body: bytes, header_length: int | None) -> Upstream
     return UpstreamResponse(answer.status_code, "", int(length) if length else None, answer.content)
 
 
-def check_merged_against_alone(url: str, bodies: list[tuple[bytes, int | None]], model: batching.ModelBatching) -> int:
+def check_merged_against_alone(url: str, bodies: list[tuple[bytes, int | None]], model: rule.ModelBatching) -> int:
     """Merge ``bodies`` as serve does, send each group to Triton, and compare every part of the split
     answer with Triton's answer to the part alone; the number of requests that went merged."""
     alone = [post_to_triton(url, body, length) for body, length in bodies]
-    parts = [batching.part(read(body, length), model) for body, length in bodies]
+    parts = [mergeable.part(read(body, length), model) for body, length in bodies]
     merged_requests = 0
-    for group in batching.groups(parts, model.max_batch_size):
+    for group in merging.groups(parts, model.max_batch_size):
         if len(group) < 2:
             continue
-        merged = batching.merge([part for index in group if (part := parts[index]) is not None])
+        merged = merging.merge([part for index in group if (part := parts[index]) is not None])
         answers = merged.split(post_to_triton(url, merged.inference.body, merged.inference.header_length), model)
         if any(alone[index].status != 200 for index in group):
             assert answers is None  # sent again alone: each gets the answer above, its own error included
@@ -212,10 +212,10 @@ def check_merged_against_alone(url: str, bodies: list[tuple[bytes, int | None]],
 
 
 @pytest.fixture(scope="module")
-def rows_model(server: ServeProcess) -> batching.ModelBatching:
+def rows_model(server: ServeProcess) -> rule.ModelBatching:
     url = f"{triton_url(server)}/v2/models/rows/config"
     config = requests.get(url, headers=triton_key(server), timeout=10).json()
-    model = batching.model_batching(config)
+    model = rule.model_batching(config)
     assert (model.max_batch_size, model.instances) == (8, 1)
     assert model.outputs == (("F2", (-1,)), ("FSUM", (1,)), ("I2", (2,)), ("S2", (1,)), ("B2", (1,)))
     return model

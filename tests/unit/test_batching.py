@@ -1,6 +1,6 @@
-"""Requests merged along the batch dimension and Triton's answer split back
-(smtriton/serve/dataplane/batching/parts.py): when requests may merge, what the merged request is, and that
-each part's answer is what Triton's answer holds for its rows. tests/integration/test_batching.py
+"""Requests merged along the batch dimension and Triton's answer split back (smtriton/serve/dataplane/batching/:
+rule.py, mergeable.py, merging.py): when requests may merge, what the merged request is, and that each
+part's answer is what Triton's answer holds for its rows. tests/integration/test_batching.py
 compares merged against unmerged answers on the real Triton."""
 
 from __future__ import annotations
@@ -13,8 +13,9 @@ import numpy as np
 import orjson
 import pytest
 
-from smtriton.serve.dataplane.batching import parts as batching
-from smtriton.serve.dataplane.batching.parts import ModelBatching, Part
+from smtriton.serve.dataplane.batching import mergeable, merging, rule
+from smtriton.serve.dataplane.batching.mergeable import Part
+from smtriton.serve.dataplane.batching.rule import ModelBatching
 from smtriton.serve.dataplane.reading.inference import Inference, read
 from smtriton.serve.triton.client import UpstreamResponse
 
@@ -58,21 +59,21 @@ def _serialized(datatype: str, array: np.ndarray) -> bytes:
 
 
 def part_of(inference: Inference) -> Part:
-    found = batching.part(inference, MODEL)
+    found = mergeable.part(inference, MODEL)
     assert found is not None
     return found
 
 
 # ----- which models, which requests --------------------------------------------------------------------
 def test_a_model_merges_where_triton_batches_it_and_counts_its_instances_per_gpu():
-    assert batching.model_batching(CONFIG) == ModelBatching(8, 2, ())
+    assert rule.model_batching(CONFIG) == ModelBatching(8, 2, ())
     on_gpus = {**CONFIG, "instance_group": [{"count": 2, "gpus": [0, 1]}, {"count": 1}]}
-    assert batching.model_batching(on_gpus) == ModelBatching(8, 5, ())
+    assert rule.model_batching(on_gpus) == ModelBatching(8, 5, ())
 
 
 def test_the_outputs_declared_dims_are_kept_to_check_the_answers_shape():
     outputs = [{"name": "Y", "dims": [-1, 3]}, {"name": "Z", "dims": ["4"]}, {"name": "W", "dims": ["x"]}]
-    assert batching.model_batching({**CONFIG, "output": outputs}) == ModelBatching(8, 2, (("Y", (-1, 3)), ("Z", (4,))))
+    assert rule.model_batching({**CONFIG, "output": outputs}) == ModelBatching(8, 2, (("Y", (-1, 3)), ("Z", (4,))))
 
 
 def merge_rows(value: str) -> dict[str, Any]:
@@ -96,7 +97,7 @@ def merge_rows(value: str) -> dict[str, Any]:
     ],
 )
 def test_a_model_merges_where_its_backend_concatenates_or_its_config_declares_it(change, merges):
-    assert (batching.model_batching({**CONFIG, **change}) is not None) is merges
+    assert (rule.model_batching({**CONFIG, **change}) is not None) is merges
 
 
 @pytest.mark.parametrize(
@@ -113,7 +114,7 @@ def test_a_model_merges_where_its_backend_concatenates_or_its_config_declares_it
 )
 def test_a_model_triton_would_not_batch_never_merges(change):
     config = {key: value for key, value in {**CONFIG, **change}.items() if value is not None}
-    assert batching.model_batching(config) is None
+    assert rule.model_batching(config) is None
 
 
 def test_requests_that_agree_but_on_the_batch_dimension_share_a_key():
@@ -165,7 +166,7 @@ def _x(**spec: Any) -> dict[str, Any]:
     ],
 )
 def test_requests_triton_could_answer_otherwise_merged_go_alone(why, inference):
-    assert batching.part(inference, MODEL) is None, why
+    assert mergeable.part(inference, MODEL) is None, why
 
 
 def _with_sizes(inference: Inference, size: int, extra: bytes = b"") -> Inference:
@@ -187,8 +188,8 @@ def _with_sizes(inference: Inference, size: int, extra: bytes = b"") -> Inferenc
 )
 def test_binary_requests_whose_bytes_disagree_with_their_shape_go_alone(why, change):
     good = binary_request(("X", "INT32", np.array([[1, 2]], np.int32)))
-    assert batching.part(good, MODEL) is not None
-    assert batching.part(change(good), MODEL) is None, why
+    assert mergeable.part(good, MODEL) is not None
+    assert mergeable.part(change(good), MODEL) is None, why
 
 
 def test_bytes_elements_are_counted_by_their_lengths():
@@ -196,13 +197,13 @@ def test_bytes_elements_are_counted_by_their_lengths():
     one element of 6 bytes; the second goes alone though the first's part was made (and kept) before."""
     good = binary_request(("S", "BYTES", np.array([[b"ab", b""]], dtype=object)))
     assert good.header_length is not None
-    assert batching.part(good, MODEL) is not None
+    assert mergeable.part(good, MODEL) is not None
     one_element = read(
         bytes(good.body[: good.header_length]) + _serialized("BYTES", np.array([b"ab\0\0\0\0"], object)),
         good.header_length,
     )
     assert one_element.header is good.header
-    assert batching.part(one_element, MODEL) is None
+    assert mergeable.part(one_element, MODEL) is None
 
 
 def test_a_part_kept_for_a_json_part_is_used_only_for_a_body_it_fits():
@@ -216,10 +217,10 @@ def test_a_part_kept_for_a_json_part_is_used_only_for_a_body_it_fits():
     made, again = part_of(first), part_of(second)
     assert (again.key, again.batch, again.request_id, again.tensors) == (made.key, made.batch, None, ((len(head), 8),))
     assert again.inference.body == second.body
-    assert batching.merge([made, again]).inference.body.endswith(np.array([1, 2, 3, 4], np.int32).tobytes())
+    assert merging.merge([made, again]).inference.body.endswith(np.array([1, 2, 3, 4], np.int32).tobytes())
     longer = read(bytes(second.body) + b"\x00", first.header_length)
     assert longer.header is first.header
-    assert batching.part(longer, MODEL) is None
+    assert mergeable.part(longer, MODEL) is None
 
 
 # ----- the merged request ------------------------------------------------------------------------------------
@@ -229,7 +230,7 @@ def test_json_data_is_merged_as_the_clients_wrote_it():
     spec = b'{"name":"X","datatype":"FP64","shape":'
     first = read(b'{"inputs":[' + spec + b'[1,2],"data":[ 0.1000000000000000055511151231257827 , 2E0 ]}]}', None)
     second = read(b'{"id":"b","inputs":[' + spec + b'[2,2],"data":[[1e-7,-0],[3,4.50]]}]}', None)
-    merged = batching.merge([part_of(first), part_of(second)])
+    merged = merging.merge([part_of(first), part_of(second)])
     assert merged.inference.header_length is None
     assert merged.inference.body == (
         b'{"inputs":[{"name":"X","datatype":"FP64","shape":[3,2],'
@@ -243,7 +244,7 @@ def test_binary_tensors_are_concatenated_input_by_input():
         ("X", "INT32", np.array([[3, 4], [5, 6]], np.int32)),
         ("S", "BYTES", np.array([[b"yy"], [b""]], dtype=object)),
     )
-    merged = batching.merge([part_of(a), part_of(b)]).inference
+    merged = merging.merge([part_of(a), part_of(b)]).inference
     assert merged.header_length is not None
     header = orjson.loads(merged.body[: merged.header_length])
     assert header["inputs"] == [
@@ -258,7 +259,7 @@ def test_binary_tensors_are_concatenated_input_by_input():
 def test_the_outputs_and_parameters_the_requests_agree_on_are_asked_once():
     outputs = [{"name": "Y", "parameters": {"binary_data": True}}]
     parts = [part_of(json_request([[1, 2]], outputs=outputs, parameters={"k": "v"})) for _ in range(2)]
-    header = orjson.loads(batching.merge(parts).inference.body)
+    header = orjson.loads(merging.merge(parts).inference.body)
     assert (header["outputs"], header["parameters"]) == (outputs, {"k": "v"})
     assert "id" not in header
 
@@ -266,7 +267,7 @@ def test_the_outputs_and_parameters_the_requests_agree_on_are_asked_once():
 def test_groups_keep_order_key_and_the_models_batch_size():
     a = [part_of(json_request([[1, 2]] * rows)) for rows in (3, 4, 2, 1)]
     other = part_of(json_request([[1, 2]], parameters={"k": "v"}))
-    assert batching.groups([a[0], other, a[1], None, a[2], a[3]], 8) == [[0, 2], [1], [3], [4, 5]]
+    assert merging.groups([a[0], other, a[1], None, a[2], a[3]], 8) == [[0, 2], [1], [3], [4, 5]]
 
 
 # ----- the answer split ---------------------------------------------------------------------------------------
@@ -279,7 +280,7 @@ def triton_answer(outputs: list[dict[str, Any]], binary: list[bytes] | None = No
 
 def test_each_part_gets_its_rows_its_id_and_tritons_other_fields():
     parts = [part_of(json_request([[1, 2]], id="first")), part_of(json_request([[3, 4], [5, 6]]))]
-    merged = batching.merge(parts)
+    merged = merging.merge(parts)
     answer = triton_answer(
         [
             {"name": "Y", "datatype": "FP32", "shape": [3, 2], "data": [0.5, 1.0, 1.5, 2.0, 2.5, 3.0]},
@@ -315,7 +316,7 @@ def test_binary_outputs_are_cut_at_the_rows_bytes_elements_by_their_lengths():
         ],
         [y.tobytes(), s],
     )
-    first, second = batching.merge(parts).split(answer, MODEL) or []
+    first, second = merging.merge(parts).split(answer, MODEL) or []
     for answer_part, rows, y_rows, s_rows in ((first, 2, y[:4], s[:11]), (second, 1, y[4:], s[11:])):
         assert answer_part.header_length is not None
         header = orjson.loads(answer_part.body[: answer_part.header_length])
@@ -332,7 +333,7 @@ def test_nan_and_infinity_are_written_back_as_triton_writes_them():
         None,
         b'{"model_name":"m","model_version":"1","outputs":[{"name":"Y","datatype":"FP32","shape":[2],"data":[NaN,-Infinity]}]}',
     )
-    first, second = batching.merge(parts).split(answer, MODEL) or []
+    first, second = merging.merge(parts).split(answer, MODEL) or []
     assert first.body.endswith(b'"shape":[1],"data":[NaN]}]}')
     assert second.body.endswith(b'"shape":[1],"data":[-Infinity]}]}')
 
@@ -353,7 +354,7 @@ def test_nan_and_infinity_are_written_back_as_triton_writes_them():
 )
 def test_an_answer_that_cannot_be_split_by_rows_is_none(answer):
     parts = [part_of(json_request([[1, 2]] * rows)) for rows in (1, 2)]
-    assert batching.merge(parts).split(answer, MODEL) is None
+    assert merging.merge(parts).split(answer, MODEL) is None
 
 
 def test_json_data_is_triton_own_text_and_the_id_is_written_as_triton_writes_it():
@@ -366,7 +367,7 @@ def test_json_data_is_triton_own_text_and_the_id_is_written_as_triton_writes_it(
         b'"data":[1E-7,2.50,0.10000000149011612]},{"name":"S","datatype":"BYTES","shape":[3,1],'
         b'"data":["a,\\"]","",","]}]}',
     )
-    first, second = batching.merge(parts).split(answer, MODEL) or []
+    first, second = merging.merge(parts).split(answer, MODEL) or []
     assert first.body == (
         b'{"id":"a\\"\\\\\\u0001\\n","model_name":"m","model_version":"1","outputs":[{"name":"Y","datatype":"FP32",'
         b'"shape":[1],"data":[1E-7]},{"name":"S","datatype":"BYTES","shape":[1,1],"data":["a,\\"]"]}]}'
@@ -396,14 +397,14 @@ DECLARED = ModelBatching(8, 1, (("Y", (-1,)), ("Z", (2,))))
 )
 def test_an_answer_is_split_only_where_each_output_is_the_batch_and_then_its_declared_dims(outputs, splits):
     parts = [part_of(json_request([[1, 2]] * rows)) for rows in (1, 2)]
-    answers = batching.merge(parts).split(triton_answer(outputs), DECLARED)
+    answers = merging.merge(parts).split(triton_answer(outputs), DECLARED)
     assert (answers is not None) is splits
 
 
 @pytest.mark.parametrize(("status", "whole"), [(503, True), (504, True), (429, True), (400, False), (500, False)])
 def test_what_triton_refuses_as_a_whole_is_told_apart_from_a_rows_failure(status, whole):
     answer = UpstreamResponse(status, "application/json", None, b'{"error":"Exceeds maximum queue size"}')
-    assert batching.refused_as_a_whole(answer) is whole
+    assert merging.refused_as_a_whole(answer) is whole
 
 
 def test_a_long_json_output_is_cut_at_its_rows_commas_as_a_short_one_is():
@@ -417,14 +418,14 @@ def test_a_long_json_output_is_cut_at_its_rows_commas_as_a_short_one_is():
         + ",".join(values).encode()
         + b"]}]}",
     )
-    first, second = batching.merge(parts).split(answer, MODEL) or []
+    first, second = merging.merge(parts).split(answer, MODEL) or []
     assert first.body.endswith(b'"shape":[2,700],"data":[' + ",".join(values[:1400]).encode() + b"]}]}")
     assert second.body.endswith(b'"shape":[1,700],"data":[' + ",".join(values[1400:]).encode() + b"]}]}")
 
 
 def test_a_plan_kept_for_a_repeated_header_is_used_only_for_a_body_of_its_length():
     parts = [part_of(json_request([[1, 2]])) for _ in range(2)]
-    merged = batching.merge(parts)
+    merged = merging.merge(parts)
     answer = triton_answer(
         [{"name": "Y", "datatype": "INT32", "shape": [2], "parameters": {"binary_data_size": 8}}], [b"\x01" * 8]
     )

@@ -10,9 +10,9 @@ from typing import Any
 import orjson
 import pytest
 
-from smtriton.serve.dataplane.batching import coalescing
+from smtriton.serve.dataplane.batching import coalescing, mergeable
 from smtriton.serve.dataplane.batching.coalescing import Coalescer
-from smtriton.serve.dataplane.batching.parts import ModelBatching
+from smtriton.serve.dataplane.batching.rule import ModelBatching
 from smtriton.serve.dataplane.reading.inference import Inference, read
 from smtriton.serve.errors import TritonUnavailable
 from smtriton.serve.metrics import Metrics
@@ -218,7 +218,7 @@ def test_a_merged_request_triton_refuses_as_a_whole_is_each_clients_own_refusal_
 
 def merged(triton: Triton, inferences: list[Inference]):
     """``inferences`` through send_merged, as a body's records go (each merged part's own request alone)."""
-    parts = [coalescing.batching.part(inference, MODEL) for inference in inferences]
+    parts = [mergeable.part(inference, MODEL) for inference in inferences]
     assert all(part is not None for part in parts)
 
     async def send(inference: Inference) -> UpstreamResponse:

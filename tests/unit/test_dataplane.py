@@ -13,7 +13,7 @@ from typing import Any, Literal
 import orjson
 import pytest
 
-from smtriton.serve.dataplane.batching.parts import ModelBatching
+from smtriton.serve.dataplane.batching.rule import ModelBatching
 from smtriton.serve.dataplane.plane import DataPlane
 from smtriton.serve.dataplane.reading.codec import BINARY_JSON
 from smtriton.serve.dataplane.reading.inference import Inference

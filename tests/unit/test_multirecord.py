@@ -13,7 +13,7 @@ import orjson
 import pytest
 
 from smtriton.serve.dataplane.answers import to_sagemaker
-from smtriton.serve.dataplane.batching.parts import ModelBatching
+from smtriton.serve.dataplane.batching.rule import ModelBatching
 from smtriton.serve.dataplane.reading.inference import Inference, read
 from smtriton.serve.dataplane.records import multirecord, record_answers
 from smtriton.serve.dataplane.records.record_answers import Failure, RecordFailed

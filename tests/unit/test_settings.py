@@ -327,7 +327,7 @@ def test_the_defaults_the_docs_state_are_the_schemas():
 
 
 def test_settings_md_says_what_the_code_does():
-    from smtriton.serve.dataplane.batching.parts import model_batching
+    from smtriton.serve.dataplane.batching.rule import model_batching
 
     rows = {line.split("|")[1].strip(" `"): line for line in markdown().splitlines() if line.startswith("| `")}
     assert "| 1024 |" in rows["SMTRITON_TRITON_WAIT_QUEUE"]  # a count, not "1 KiB"

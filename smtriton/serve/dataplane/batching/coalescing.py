@@ -3,7 +3,7 @@
 Never waits to fill a batch: a request goes to Triton at once while fewer than a bound of the model's
 requests from this worker are in flight there (a request alone, at c=1, goes at once). Only requests
 that arrive while the bound is reached wait, and only until one of those in flight comes back: then
-the requests waiting that may merge (:mod:`smtriton.serve.dataplane.batching.parts`) go as one Triton
+the requests waiting that may merge (:mod:`smtriton.serve.dataplane.batching.mergeable`) go as one Triton
 request, as many rows as the model's ``max_batch_size`` takes, and the answer is split back. The bound
 is a few requests per model instance (``SMTRITON_MERGE_IN_FLIGHT`` each), shared among the front's
 workers, since they all feed the one Triton: enough for every instance to have one executing and one
@@ -17,7 +17,7 @@ instance, 4 clients: 13 % fewer answers than with 2 each).
 A merged request Triton fails for a client's rows (a 400, a model's error), or answers in a way that
 cannot be split, is sent again unmerged: each client gets the answer it would have got alone, its own
 error included. One Triton refuses as a whole (unavailable, its queue full, out of time:
-:func:`~smtriton.serve.dataplane.batching.parts.refused_as_a_whole`), and a transport failure (Triton
+:func:`~smtriton.serve.dataplane.batching.merging.refused_as_a_whole`), and a transport failure (Triton
 unreachable, out of time), is each client's own such failure, never sent again row by row.
 """
 
@@ -31,8 +31,9 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-from smtriton.serve.dataplane.batching import parts as batching
-from smtriton.serve.dataplane.batching.parts import ModelBatching, Part
+from smtriton.serve.dataplane.batching import mergeable, merging
+from smtriton.serve.dataplane.batching.mergeable import Part
+from smtriton.serve.dataplane.batching.rule import ModelBatching
 from smtriton.serve.dataplane.reading.inference import Inference
 from smtriton.serve.eventloop import LoopOfFirstUse
 from smtriton.serve.metrics import Metrics
@@ -92,7 +93,7 @@ class Coalescer:
         if lane.in_flight < self.bound(model):
             lane.in_flight += 1
             return await self._send_in_lane(lane, triton_name, inference)
-        item = batching.part(inference, model)
+        item = mergeable.part(inference, model)
         if item is None:
             return await self._send(triton_name, inference)
         waiting = _Waiting(item, self._loop.get())
@@ -156,13 +157,13 @@ class Coalescer:
         self, triton_name: str, group: list[_Waiting], model: ModelBatching
     ) -> list[UpstreamResponse] | None:
         try:
-            merged = batching.merge([waiting.part for waiting in group])
+            merged = merging.merge([waiting.part for waiting in group])
         except Exception:  # a bug in the merge: the requests still go, alone
             log.exception("merging %d requests to %s failed; sent alone", len(group), triton_name)
             return None
         response = await self._send(triton_name, merged.inference)
         self._metrics.merged(len(group))
-        if batching.refused_as_a_whole(response):
+        if merging.refused_as_a_whole(response):
             return [response] * len(group)
         return merged.split(response, model)
 
@@ -202,7 +203,7 @@ def _next_group(lane: _Lane) -> list[_Waiting]:
         item = waiting.popleft()
         if item.answer.done():
             continue
-        if rows < limit and item.part.key == first.part.key and batching.fits(rows, size, item.part, limit):
+        if rows < limit and item.part.key == first.part.key and merging.fits(rows, size, item.part, limit):
             group.append(item)
             rows += item.part.batch
             size += item.part.size
@@ -227,7 +228,7 @@ async def send_merged(
     Triton failing it for a part's rows, or an answer that cannot be split, sends the parts again one at a
     time (``alone(i)``: part ``i``'s own request; inside ``again``), each getting its own answer."""
     try:
-        merged = batching.merge(parts)
+        merged = merging.merge(parts)
     except Exception:  # a bug in the merge: the records still go, alone
         log.exception("merging %d records failed; sent alone", len(parts))
         return await _one_by_one(send, len(parts), alone)
@@ -235,7 +236,7 @@ async def send_merged(
         response = await send(merged.inference)
     except Exception as exc:  # each record's own failure (its own copy: tracebacks differ)
         return [copy.copy(exc) for _ in parts]
-    if batching.refused_as_a_whole(response):
+    if merging.refused_as_a_whole(response):
         return [response] * len(parts)
     answers = merged.split(response, model)
     if answers is None:

@@ -37,9 +37,9 @@ from typing import Any
 import orjson
 
 from smtriton.serve.dataplane.answers import JSON_LINES, Answer
-from smtriton.serve.dataplane.batching import coalescing
-from smtriton.serve.dataplane.batching import parts as batching
-from smtriton.serve.dataplane.batching.parts import MERGED_BYTES_MAX, ModelBatching, Part
+from smtriton.serve.dataplane.batching import coalescing, mergeable
+from smtriton.serve.dataplane.batching.mergeable import MERGED_BYTES_MAX, Part
+from smtriton.serve.dataplane.batching.rule import ModelBatching
 from smtriton.serve.dataplane.reading import codec, images
 from smtriton.serve.dataplane.reading.inference import Inference
 from smtriton.serve.dataplane.records import record_check
@@ -163,7 +163,7 @@ async def answer(body: RequestBody, work: Work) -> Reply:
 class _Reader:
     """The first pass: every record of a body read and checked, a slice at a time, into what its sending
     needs, and grouped as its requests will merge (a record joins the latest group of its kind that it
-    fits, as :func:`~smtriton.serve.dataplane.batching.parts.groups` does)."""
+    fits, as :func:`~smtriton.serve.dataplane.batching.merging.groups` does)."""
 
     def __init__(self, body: RequestBody, work: Work, total: int) -> None:
         self.body, self.work, self.total = body, work, total
@@ -220,7 +220,7 @@ class _Reader:
         header = inference.header if inference.complete else inference.whole_header()
         if header is not None:
             record_check.check(header, work.rules, inference.header_length is not None)
-        part = batching.part(inference, work.model) if work.model is not None else None
+        part = mergeable.part(inference, work.model) if work.model is not None else None
         if part is not None:
             return _Record(start, stop, self._slim(part), None)
         if inference.body is line:

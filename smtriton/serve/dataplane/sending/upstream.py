@@ -22,9 +22,8 @@ import logging
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from smtriton.serve.dataplane.batching import coalescing
-from smtriton.serve.dataplane.batching import parts as batching
-from smtriton.serve.dataplane.batching.parts import ModelBatching
+from smtriton.serve.dataplane.batching import coalescing, rule
+from smtriton.serve.dataplane.batching.rule import ModelBatching
 from smtriton.serve.dataplane.reading import codec, images, inference, large_json
 from smtriton.serve.dataplane.reading.inference import Inference, check_json_depth
 from smtriton.serve.dataplane.records import csv_values, csvrows, record_check
@@ -349,7 +348,7 @@ class Upstream:
         except ServeError:
             self._batching[triton_name] = None  # not a model Triton knows: its requests fail alone anyway
             return
-        self._batching[triton_name] = batching.model_batching(config)
+        self._batching[triton_name] = rule.model_batching(config)
 
     def _forget_batching(self, triton_name: str | None = None) -> None:
         """What was learnt of one model's (or, None, every model's) configuration is forgotten, and a

@@ -1,51 +1,29 @@
-"""Several inference requests of one model as one Triton request, and Triton's answer split back.
+"""One inference request as a merge takes it (:func:`part`: a :class:`Part`), or None: it goes alone.
 
-Why: behind a front, Triton pays per HTTP request — it parses the request, schedules it and writes
-its answer — and a dynamic batcher fed one small request at a time forms small batches. Requests a
-worker holds for the same model at the same moment, merged along the batch dimension, cost Triton
-one request and one execution (:mod:`smtriton.serve.dataplane.batching.coalescing` decides when; a batch
-transform body of several records can use the same merge).
-
-Only where the answer cannot change (:func:`model_batching`, :func:`part`): the model's rows are
-answered each on its own (its backend runs a batch as one concatenated tensor, or its config
-declares it: :mod:`smtriton.row_merging`); it has ``dynamic_batching`` and ``max_batch_size`` ≥ 2, is
-not decoupled, has no sequence batcher and no ragged inputs (Triton's batches of those are no plain
-concatenation along the batch dimension); the requests agree on input names, datatypes, non-batch
-dimensions and encodings, on the outputs they ask for and on their parameters, carry no sequence,
-priority, timeout or custom-attribute parameter, and together fit ``max_batch_size``. Every size a
-request declares is checked here as Triton would check it alone (JSON element counts, binary byte
-counts, BYTES framing), so that two wrong requests can never add up to a right-looking merged one.
-Anything else goes alone.
-
-Exactly: a binary input is the concatenation of the requests' bytes; a JSON input's ``data`` is the
-requests' own text, joined, so Triton parses the very characters each client sent. The answer is split
-by rows, from Triton's own text: each client's answer is Triton's answer with its ``id``, its outputs'
-shapes, its ``binary_data_size`` and its rows of each output's data in place of the whole request's —
-the JSON data of its rows is the very text Triton wrote, binary outputs the very bytes. An answer that
-cannot be split that way (an output that is not the batch dimension first, as the model's
-configuration declares it) is None, and the requests are then sent alone; one Triton refused as a whole
-(:func:`refused_as_a_whole`: it was unavailable, overloaded or out of time) is every client's own
-refusal, never sent again.
+Requests of a model that may merge (:mod:`~smtriton.serve.dataplane.batching.rule`) merge when they agree
+on input names, datatypes, non-batch dimensions and encodings, on the outputs they ask for and on their
+parameters, carry no sequence, priority, timeout or custom-attribute parameter, and together fit
+``max_batch_size``. Every size a request declares is checked here as Triton would check it alone (JSON
+element counts, binary byte counts, BYTES framing), so that two wrong requests can never add up to a
+right-looking merged one. Anything else goes alone. A JSON input's data is kept as the client's own text
+(:func:`_tensors`), which the merge joins (:mod:`~smtriton.serve.dataplane.batching.merging`).
 """
 
 from __future__ import annotations
 
 import math
-import re
 import struct
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable
 from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
-from smtriton.row_merging import RowMerging, config_parameter, row_merging
 from smtriton.serve.dataplane.answers import CUSTOM_ATTRIBUTES
-from smtriton.serve.dataplane.batching import answer_rows
 from smtriton.serve.dataplane.batching.json_text import SPACE, NotPlain, value_end, walk_array, walk_object
+from smtriton.serve.dataplane.batching.rule import ModelBatching
 from smtriton.serve.dataplane.reading.codec import DATA_ELSEWHERE
 from smtriton.serve.dataplane.reading.inference import KNOWN_HEADER_BYTES, KNOWN_HEADERS, Inference
-from smtriton.serve.triton.client import UpstreamResponse
 from smtriton.serve.triton.input_arena import ITEM_BYTES
 from smtriton.serve.triton.request_body import contiguous
 
@@ -59,71 +37,6 @@ _SHARED_MEMORY = frozenset(DATA_ELSEWHERE) - {"binary_data_size"}
 # A merged body stays below this: Triton refuses an HTTP body past its --http-max-input-size (64 MB).
 MERGED_BYTES_MAX = 32 * 1024 * 1024
 _LENGTH = struct.Struct("<I")
-_INTEGER = re.compile(r"-?[0-9]{1,18}\Z")
-
-
-@dataclass(frozen=True, slots=True)
-class ModelBatching:
-    """What Triton's configuration of a model says about merging its requests."""
-
-    max_batch_size: int
-    instances: int
-    # Each output's dims after the batch dimension, as the configuration declares them (-1: any size).
-    # An answer is split only where each output has its declared rank and sizes: the first dimension
-    # is then the batch. None: not known (the rows are then checked by count alone).
-    outputs: tuple[tuple[str, tuple[int, ...]], ...] | None = None
-
-
-def model_batching(config: dict[str, Any]) -> ModelBatching | None:
-    """How a model's requests may be merged, from its configuration as Triton completed it; None when
-    they may not: Triton would not batch them itself, or a row's answer may depend on its batch."""
-    max_batch = config.get("max_batch_size")
-    if type(max_batch) is not int or max_batch < 2 or not isinstance(config.get("dynamic_batching"), dict):
-        return None  # (a batch of one row merges with nothing)
-    if isinstance(config.get("sequence_batching"), dict) or config.get("batch_input") or config.get("batch_output"):
-        return None
-    inputs = config.get("input")
-    if any(isinstance(spec, dict) and spec.get("allow_ragged_batch") for spec in inputs or []):
-        return None
-    policy = config.get("model_transaction_policy")
-    if isinstance(policy, dict) and policy.get("decoupled"):
-        return None
-    if not row_merging_of(config).allowed:
-        return None
-    return ModelBatching(max_batch, _instances(config.get("instance_group")), _output_dims(config.get("output")))
-
-
-def row_merging_of(config: dict[str, Any]) -> RowMerging:
-    """The rule of :mod:`smtriton.row_merging` for a configuration as Triton gives it in JSON."""
-    backend, platform = config.get("backend"), config.get("platform")
-    return row_merging(
-        backend if isinstance(backend, str) else "",
-        platform if isinstance(platform, str) else "",
-        config_parameter(config.get("parameters")),
-    )
-
-
-def _output_dims(outputs: Any) -> tuple[tuple[str, tuple[int, ...]], ...]:
-    declared = []
-    for spec in outputs if isinstance(outputs, list) else []:
-        if not isinstance(spec, dict) or not isinstance(spec.get("name"), str):
-            continue
-        dims = spec.get("dims")
-        # (protobuf's JSON may write an int64 as text)
-        if isinstance(dims, list) and all(type(d) is int or (isinstance(d, str) and _INTEGER.match(d)) for d in dims):
-            declared.append((spec["name"], tuple(int(d) for d in dims)))
-    return tuple(declared)
-
-
-def _instances(groups: Any) -> int:
-    total = 0
-    for group in groups if isinstance(groups, list) else []:
-        if isinstance(group, dict):
-            count = group.get("count", 1)
-            gpus = group.get("gpus")
-            devices = len(gpus) if isinstance(gpus, list) and gpus else 1  # the count is per GPU listed
-            total += (count if type(count) is int and count > 0 else 1) * devices
-    return max(1, total)
 
 
 # Per input of a part: the JSON data's text inside its brackets, or where its bytes lie in the body.
@@ -212,7 +125,7 @@ def _part(inference: Inference, header: dict[str, Any], model: ModelBatching) ->
     batch = inputs[0]["shape"][0]
     if not 0 < batch <= model.max_batch_size or offset != (len(inference.body) if binary else 0):
         raise _Alone
-    outputs = _outputs(header["outputs"]) if "outputs" in header else None
+    outputs = requested_outputs(header["outputs"]) if "outputs" in header else None
     tensors = _tensors(inference, places) if None in places else places
     key = (binary, tuple(signature), _canonical(outputs), _canonical(parameters))
     return Part(inference, key, batch, request_id or None, tuple(tensors))  # type: ignore[arg-type]
@@ -255,7 +168,7 @@ def _canonical(value: Any) -> bytes:
         raise _Alone from None
 
 
-def _outputs(outputs: Any) -> list[dict[str, Any]]:
+def requested_outputs(outputs: Any) -> list[dict[str, Any]]:
     """The requested outputs as Triton reads them (name and parameters); one sent elsewhere than the
     answer (shared memory) keeps the request alone."""
     if not isinstance(outputs, list):
@@ -348,104 +261,3 @@ def _data_texts(text: str) -> list[str | None]:
 
     walk_object(text, 0, inputs)
     return found
-
-
-# ----- merge and split ---------------------------------------------------------------------------------
-def groups(parts: Sequence[Part | None], max_batch_size: int) -> list[list[int]]:
-    """Which parts go together (their indices, in order; a None part alone): each group agrees on the
-    key and fits ``max_batch_size`` and :data:`MERGED_BYTES_MAX`; a part joins the latest group of its key."""
-    out: list[list[int]] = []
-    latest: dict[Hashable, tuple[list[int], list[int]]] = {}  # key -> (group, [rows, bytes])
-    for index, item in enumerate(parts):
-        if item is None:
-            out.append([index])
-            continue
-        found = latest.get(item.key)
-        if found is not None and fits(found[1][0], found[1][1], item, max_batch_size):
-            found[0].append(index)
-            found[1][0] += item.batch
-            found[1][1] += item.size
-            continue
-        group = [index]
-        out.append(group)
-        latest[item.key] = (group, [item.batch, item.size])
-    return out
-
-
-def fits(rows: int, size: int, item: Part, max_batch_size: int) -> bool:
-    """Whether ``item`` joins a group of ``rows`` rows and ``size`` bytes."""
-    return rows + item.batch <= max_batch_size and size + item.size <= MERGED_BYTES_MAX
-
-
-@dataclass(frozen=True, slots=True)
-class Merged:
-    """Requests merged into ``inference``, one Triton request; :meth:`split` gives each its answer."""
-
-    inference: Inference
-    parts: tuple[Part, ...]
-
-    def split(self, response: UpstreamResponse, model: ModelBatching) -> list[UpstreamResponse] | None:
-        """Each part's answer as it would have had it alone, or None when Triton's answer cannot be split
-        (not a success, or an output that is not the batch dimension first)."""
-        if response.status != 200:
-            return None
-        try:
-            ids = [item.request_id for item in self.parts]
-            return answer_rows.split(response, tuple(item.batch for item in self.parts), ids, model.outputs)
-        except (NotPlain, TypeError, ValueError, KeyError, IndexError, AttributeError, struct.error):
-            return None
-
-
-def refused_as_a_whole(response: UpstreamResponse) -> bool:
-    """Whether Triton refused a merged request for what it is as a whole — unavailable, its queue full,
-    out of time — rather than for a client's rows: then it is each client's own refusal, as it would
-    have met alone at that moment, and sending the rows again would only load an overloaded Triton
-    more."""
-    return response.status in (429, 503, 504)
-
-
-def merge(parts: Sequence[Part]) -> Merged:
-    """One request of all ``parts`` (of one key, as :func:`groups` puts them), rows in their order."""
-    first = parts[0]
-    header = first.inference.header
-    assert header is not None
-    rows = sum(item.batch for item in parts)
-    pieces: list[bytes] = [b'{"inputs":[']
-    tensors: list[memoryview] = []
-    specs: list[dict[str, Any]] = []
-    for index, spec in enumerate(header["inputs"]):
-        entry: dict[str, Any] = {
-            "name": spec["name"],
-            "datatype": spec["datatype"],
-            "shape": [rows, *spec["shape"][1:]],
-        }
-        parameters = {key: value for key, value in spec.get("parameters", {}).items() if key != "binary_data_size"}
-        texts = []
-        for item in parts:
-            tensor = item.tensors[index]
-            if isinstance(tensor, tuple):
-                tensors.append(memoryview(contiguous(item.inference.body))[tensor[0] : tensor[0] + tensor[1]])
-                parameters["binary_data_size"] = parameters.get("binary_data_size", 0) + tensor[1]
-            elif tensor:
-                texts.append(tensor)
-        if parameters:
-            entry["parameters"] = parameters
-        specs.append(entry)
-        pieces.append(b"," if index else b"")
-        if isinstance(first.tensors[index], tuple):
-            pieces.append(orjson.dumps(entry))
-        else:
-            pieces += [orjson.dumps(entry)[:-1], b',"data":[', b",".join(texts), b"]}"]
-    pieces.append(b"]")
-    merged: dict[str, Any] = {"inputs": specs}
-    if "outputs" in header:
-        merged["outputs"] = _outputs(header["outputs"])
-        pieces += [b',"outputs":', orjson.dumps(merged["outputs"])]
-    if header.get("parameters"):
-        merged["parameters"] = header["parameters"]
-        pieces += [b',"parameters":', orjson.dumps(header["parameters"])]
-    pieces.append(b"}")
-    head = b"".join(pieces)
-    if first.inference.header_length is None:
-        return Merged(Inference(head, None, merged, complete=False), tuple(parts))
-    return Merged(Inference(b"".join([head, *tensors]), len(head), merged, complete=False), tuple(parts))
