@@ -1,5 +1,6 @@
-"""Large JSON requests read in slices (smtriton/serve/dataplane/reading/large_json.py): the same request Triton
-would get from the whole reading, the same refusals, and an event loop that is never held long."""
+"""Large JSON requests read in slices (smtriton/serve/dataplane/reading/large_json.py, json_numbers.py): the
+same request Triton would get from the whole reading, the same refusals, and an event loop that is never held
+long."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from smtriton.serve.dataplane.reading import large_json
+from smtriton.serve.dataplane.reading import json_numbers, large_json
 from smtriton.serve.dataplane.reading.inference import SMALL_JSON, Inference, read
 from smtriton.serve.errors import BadRequest, PayloadTooLarge
 from smtriton.serve.host import memory
@@ -239,7 +240,7 @@ def test_data_arrays_cut_anywhere_are_refused_exactly_when_they_are_no_json(toke
     except json.JSONDecodeError:
         values = None
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(large_json, "_SLICE", slice_bytes)
+        patch.setattr(json_numbers, "_SLICE", slice_bytes)
         if values is None:  # a shape larger than any count: the refusal is the array's own
             with pytest.raises(BadRequest, match="failed to parse the request JSON buffer"):
                 sliced(numbers_request(data, 30))

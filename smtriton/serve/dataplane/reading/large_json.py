@@ -8,14 +8,14 @@ is read here in steps that each take a few milliseconds, the event loop served b
 
 1. its *skeleton* — the request but its inputs' ``data`` arrays — is found by a scan that jumps over
    each data array (the brackets of other values counted by numpy, a megabyte at a time), and read by
-   the request's one reading (:mod:`smtriton.serve.dataplane.reading.inference`), with all its checks: the values
-   of keys Triton does not read are JSON as Triton's parser would have them, and are then not carried
-   over; nothing but space may follow the request;
+   the request's one reading (:mod:`smtriton.serve.dataplane.reading.inference`), with all its checks:
+   the values of keys Triton does not read are JSON as Triton's parser would have them, and are then
+   not carried over; nothing but space may follow the request;
 2. the memory the re-encoded request needs is compared with what the container has free (a request
    that cannot fit is refused with 413 before anything is allocated for it);
 3. each data array is parsed a megabyte at a time straight into its place in Triton's binary form (each
-   slice with the brackets open around it, so that its brackets are checked as the whole array's), and
-   the request goes to Triton binary.
+   slice with the brackets open around it, so that its brackets are checked as the whole array's:
+   :mod:`~smtriton.serve.dataplane.reading.json_numbers`), and the request goes to Triton binary.
 
 Such a request must carry numbers: a data array of strings, booleans or FP16 values this large is
 refused with 413 saying to send it as binary+json. A data array must be JSON as Triton would read it
@@ -34,20 +34,16 @@ from typing import Any
 
 import numpy as np
 import orjson
-import simdjson
 
-from smtriton.serve.dataplane.reading import transcode
+from smtriton.serve.dataplane.reading import json_numbers, transcode
 from smtriton.serve.dataplane.reading.inference import (
     LEFT_IN_BODY,
-    MAX_JSON_DEPTH,
     Inference,
-    JsonTooDeep,
     Unreadable,
     check_header,
-    is_depth_error,
     read_json_text,
-    simdjson_reason,
 )
+from smtriton.serve.dataplane.reading.json_numbers import SCAN_WINDOW, SPACE
 from smtriton.serve.errors import BadRequest, PayloadTooLarge
 from smtriton.serve.host import cgroups, memory
 from smtriton.serve.triton.client import RequestBody
@@ -56,8 +52,6 @@ from smtriton.serve.triton.request_body import BodyPieces
 # JSON bodies past this size are read in slices.
 SLICED_JSON_BYTES = 8 << 20
 _WINDOW = 1 << 20  # bytes scanned for brackets in one step
-_SCAN_WINDOW = 16 << 20  # bytes searched for the end of a data array in one step
-_SLICE = 1 << 20  # bytes of numbers parsed in one step
 _SKELETON_MAX = 1 << 20  # the JSON outside the inputs' data may be this long at most
 _NUMBERS_ONLY = (
     f"a JSON request over {SLICED_JSON_BYTES >> 20} MiB must carry each input's data in its JSON as numbers "
@@ -67,15 +61,12 @@ _REQUEST_KEYS = frozenset({"id", "parameters", "inputs", "outputs", "requestType
 _INPUT_KEYS = frozenset({"name", "datatype", "shape", "parameters", "data"})
 _OUTPUT_KEYS = frozenset({"name", "parameters"})
 
-_JSON_SPACE = b" \t\n\r"
-_SPACE = re.compile(rb"[ \t\n\r]*")
 _STRING = re.compile(rb'"(?:[^"\\]|\\.)*"', re.DOTALL)
 _SCALAR = re.compile(rb"[^ \t\n\r,\]}]+")
 # +1 for an opening bracket, -1 for a closing one, 0 for any other byte
 _DEPTH = np.zeros(256, dtype=np.int8)
 _DEPTH[[ord("["), ord("{")]] = 1
 _DEPTH[[ord("]"), ord("}")]] = -1
-_OPEN, _CLOSE = ord("["), ord("]")
 
 
 def _unreadable(pos: int) -> Unreadable:
@@ -91,7 +82,7 @@ class _Scan:
         self.pos = 0
 
     def space(self) -> None:
-        match = _SPACE.match(self.body, self.pos)
+        match = SPACE.match(self.body, self.pos)
         assert match is not None  # it matches the empty string
         self.pos = match.end()
 
@@ -180,7 +171,7 @@ async def _data_end(body: RequestBody, start: int) -> int:
     size = len(body)
     at = start
     while at < size:
-        stop = min(at + _SCAN_WINDOW, size)
+        stop = min(at + SCAN_WINDOW, size)
         quote, brace = body.find(b'"', at, stop), body.find(b"}", at, stop)
         found = [i for i in (quote, brace) if i >= 0]
         if found:
@@ -326,7 +317,7 @@ async def read(body: RequestBody) -> Inference:
     try:
         at = 0
         for encoded, span, count, size in plan:
-            await _fill(body, span, encoded, count, values[at : at + size])
+            await json_numbers.fill(body, span, encoded, count, values[at : at + size])
             at += size
     except BaseException:
         if values_bytes:
@@ -377,84 +368,3 @@ def _check_room(body_bytes: int, encoded_bytes: int) -> None:
             f"this request ({body_bytes >> 20} MiB of JSON) needs about {needed >> 20} MiB of memory to "
             f"re-encode and run, and the container has {free >> 20} MiB free"
         )
-
-
-async def _fill(body: RequestBody, span: tuple[int, int], spec: dict[str, Any], count: int, out: memoryview) -> None:
-    """Parse the data array at ``span`` a slice at a time into ``out`` (its binary form, exactly as long).
-
-    A slice ends before a comma and is parsed with the brackets open where it begins put before it and
-    those still open where it ends put after it, so that simdjson checks its nesting as the whole array's
-    (a bracket too many closes the array before the slice ends); the depth goes on from slice to slice
-    by the count of brackets, and what simdjson cannot see across a cut (``[,`` or ``,]``) is checked
-    there."""
-    name = str(spec.get("name"))
-    datatype = str(spec.get("datatype"))
-    start, end = span
-    for at in range(start, end, _SCAN_WINDOW):
-        if body.find(b'"', at, min(at + _SCAN_WINDOW, end)) >= 0:
-            raise BadRequest(f"input '{name}': {datatype} data must be numbers")
-        await asyncio.sleep(0)
-    view = memoryview(body)
-    size = len(out)
-    written = 0
-    depth = 0  # brackets open where the slice begins
-    at = start
-    while at < end:
-        stop = end if end - at <= _SLICE else body.rfind(b",", at, at + _SLICE)
-        if stop <= at:
-            stop = end
-        if depth and _first(body, at, stop) in (b"]", b""):
-            raise _malformed(name, "no value after a comma")
-        text = np.frombuffer(body, np.uint8, stop - at, at)
-        closing = depth + int(np.count_nonzero(text == _OPEN)) - int(np.count_nonzero(text == _CLOSE))
-        if stop < end and (closing < 1 or _last(body, at, stop) == b"["):
-            raise _malformed(name, "a comma outside the array" if closing < 1 else "no value before a comma")
-        if closing > MAX_JSON_DEPTH:
-            raise JsonTooDeep
-        piece = b"".join([b"[" * depth, view[at:stop], b"]" * max(closing, 0)])
-        values = _numbers(piece, datatype, name)
-        if written + values.nbytes > size:
-            raise BadRequest(f"input '{name}': more values than its shape {spec.get('shape')} holds")
-        out[written : written + values.nbytes] = values.view(np.uint8).data  # one copy, onto its place
-        written += values.nbytes
-        depth = closing
-        at = stop + 1
-        await asyncio.sleep(0)
-    if depth:
-        raise _malformed(name, "its brackets do not match")
-    if written != size:
-        numeric = transcode.numeric_type(datatype)
-        values_written = written // (numeric.itemsize if numeric is not None else 1)
-        raise BadRequest(f"input '{name}': {values_written} values for its shape {spec.get('shape')} ({count})")
-
-
-def _first(body: RequestBody, at: int, stop: int) -> bytes:
-    """The first byte of ``body[at:stop]`` that is no JSON space (empty: there is none)."""
-    match = _SPACE.match(body, at, stop)
-    assert match is not None  # it matches the empty string
-    return bytes(body[match.end() : match.end() + 1]) if match.end() < stop else b""
-
-
-def _last(body: RequestBody, at: int, stop: int) -> bytes:
-    """The last byte of ``body[at:stop]`` that is no JSON space (empty: there is none)."""
-    near = body[max(at, stop - 64) : stop].rstrip(_JSON_SPACE)
-    return bytes(near[-1:] if near or stop - at <= 64 else body[at:stop].rstrip(_JSON_SPACE)[-1:])
-
-
-def _malformed(name: str, why: str) -> Unreadable:
-    return Unreadable(f"input '{name}': its data is no array of numbers ({why})")
-
-
-def _numbers(piece: RequestBody, datatype: str, name: str) -> np.ndarray[Any, Any]:
-    try:
-        document = simdjson.Parser().parse(piece)
-    except (RuntimeError, ValueError) as exc:
-        if is_depth_error(exc):
-            raise JsonTooDeep from None
-        raise _malformed(name, simdjson_reason(exc)) from None
-    try:
-        return transcode.values(document, datatype)
-    except transcode.NotNumbers as exc:
-        raise BadRequest(f"input '{name}': {exc}") from None
-    finally:
-        del document
