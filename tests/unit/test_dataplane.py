@@ -452,7 +452,7 @@ def test_a_large_body_read_whole_is_gathered_beside_the_event_loop(monkeypatch):
     so the loop serves meanwhile; below it, joined on the loop."""
     import threading
 
-    from smtriton.serve.dataplane import plane as plane_module
+    from smtriton.serve.dataplane.reading import body as body_module
 
     json_body = orjson.dumps({"inputs": [{"name": "X", "shape": [2], "datatype": "INT32", "data": [1, 2]}]})
     gathered_in: list[str] = []
@@ -463,7 +463,7 @@ def test_a_large_body_read_whole_is_gathered_beside_the_event_loop(monkeypatch):
         return real_gathered(self)
 
     monkeypatch.setattr(BodyPieces, "gathered", gathered)
-    monkeypatch.setattr(plane_module, "JOIN_ON_LOOP_BYTES", len(json_body) - 1)
+    monkeypatch.setattr(body_module, "JOIN_ON_LOOP_BYTES", len(json_body) - 1)
 
     async def scenario(triton: TritonStandIn, plane: DataPlane) -> None:
         reply = await plane.invoke(pieces_request(in_pieces(json_body, 9, 30), "application/json"))

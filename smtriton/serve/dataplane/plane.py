@@ -1,56 +1,57 @@
 """The data plane of one front worker: it owns an inference request from its head to its answer.
 
 :meth:`DataPlane.invoke` is the one call the HTTP side makes for an inference request
-(:mod:`smtriton.serve.dataplane.request` says what goes in and comes out, nothing of HTTP): it resolves
-the model (the single model of an SME, or an MME model through this worker's copy of the load records,
-counting the invoke in flight so that an unload can wait for it), reads the body, takes the request's
-steps in its session, sends it to Triton, maps Triton's answer to SageMaker's
-(:mod:`smtriton.serve.dataplane.answers`), asks the owner whether a failed MME invoke ran out of memory,
-and counts and logs the request. A body of several records (batch transform's mini-batches: JSON Lines,
-CSV rows) is answered a line a record (:mod:`~smtriton.serve.dataplane.records.multirecord`,
-:mod:`~smtriton.serve.dataplane.records.csvrows`). The control routes make one call each too: load, unload, list and
-describe (the owner's to decide), and batch transform's execution parameters.
+(:mod:`~smtriton.serve.dataplane.request` says what goes in and comes out, nothing of HTTP). It tells the
+story of one request, each step one call into a room of ``dataplane/``:
 
-The parts, each a job of its own: what the owner told this worker
-(:mod:`~smtriton.serve.dataplane.sending.mirror`), the way to Triton
-(:mod:`~smtriton.serve.dataplane.sending.upstream`), the questions to the owner
-(:mod:`~smtriton.serve.dataplane.sending.owner_link`), the session steps
-(:mod:`~smtriton.serve.dataplane.sending.sessions`).
+1. the model: the single model of an SME, or an MME model through this worker's copy of the load
+   records, the invoke counted in flight so that an unload can wait for it (``sending/mirror.py``);
+2. the body, read whole or in its pieces, inflated (``reading/body.py``);
+3. a body of several records (batch transform's mini-batches: JSON Lines, CSV rows) is answered a line a
+   record (``records/``, through ``sending/sender.py``); any other is read once, as Triton will read it
+   (``reading/``, through :meth:`Upstream.read <smtriton.serve.dataplane.sending.upstream.Upstream.read>`);
+4. the request's step in its session, when it names one (``sending/sessions.py``), and the parameters
+   the front sets;
+5. Triton: a decoupled model's answer streamed; any other request sent, a stateless one waiting for a
+   Triton that serves and merged with others of its model where Triton would batch them
+   (``sending/sender.py``, ``sending/waiting.py``, ``batching/``);
+6. the answer: Triton's mapped to SageMaker's (:mod:`~smtriton.serve.dataplane.answers`), the owner asked
+   whether a failed MME invoke ran out of memory;
+7. the request counted, and logged when it failed.
+
+The control routes make one call each too: load, unload, list and describe (the owner's to decide), and
+batch transform's execution parameters. What the owner tells this worker comes in through
+:meth:`DataPlane.handle`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
-from collections.abc import AsyncGenerator, Awaitable, Callable
-from dataclasses import dataclass
+from collections.abc import Awaitable
 from typing import Any
 
 from smtriton.serve import headers
 from smtriton.serve.dataplane import answers
 from smtriton.serve.dataplane.reading import codec, images
-from smtriton.serve.dataplane.reading.inference import Inference
+from smtriton.serve.dataplane.reading.body import Buffers, read_body
 from smtriton.serve.dataplane.records import csvrows, multirecord
-from smtriton.serve.dataplane.request import Headers, Reply, Request, Streamed
-from smtriton.serve.dataplane.sending import sessions
-from smtriton.serve.dataplane.sending.mirror import EndpointMirror, Invoke
+from smtriton.serve.dataplane.request import Headers, Reply, Request
+from smtriton.serve.dataplane.sending.mirror import EndpointMirror, Target
 from smtriton.serve.dataplane.sending.owner_link import OwnerLink
-from smtriton.serve.dataplane.sending.sessions import SessionStep, SessionSteps
+from smtriton.serve.dataplane.sending.sender import Sender, with_front_parameters
+from smtriton.serve.dataplane.sending.sessions import SessionSteps
 from smtriton.serve.dataplane.sending.upstream import Upstream
 from smtriton.serve.dataplane.sending.waiting import Waiting
 from smtriton.serve.errors import (
     INTERNAL_ERROR,
     BadRequest,
     ModelNotFound,
-    PayloadTooLarge,
     ServeError,
-    TritonUnavailable,
     UnsupportedMediaType,
     error_body,
 )
-from smtriton.serve.host import memory
 from smtriton.serve.ipc.channel import Channel
 from smtriton.serve.ipc.messages import (
     EndpointState,
@@ -63,38 +64,20 @@ from smtriton.serve.ipc.messages import (
 )
 from smtriton.serve.logs import log_failure
 from smtriton.serve.metrics import Metrics
-from smtriton.serve.setting_types import MIB
 from smtriton.serve.settings import DEFAULT_BATCH_PAYLOAD_MB, Settings
-from smtriton.serve.triton.client import RequestBody, UpstreamResponse
-from smtriton.serve.triton.request_body import BodyPieces, HeldBody, contiguous
+from smtriton.serve.triton.client import UpstreamResponse
+from smtriton.serve.triton.request_body import BodyPieces, HeldBody
 
 log = logging.getLogger("serve")
 
 EMPTY_BODY = "the request body is empty: send the model's inputs as an inference request (JSON, or binary+json)"
 CLIENT_CLOSED = 499  # the status counted for a request whose client left before its answer (nginx's)
-# Request buffers this large are given back beside the event loop once read (freed at once, one holds
-# the loop ~0.13 s a GiB).
-GIVE_BACK_FROM = 64 * MIB
 _BLANK_MAX = 4096  # a body up to this size may be told "empty" when it is only whitespace
-# Compressed bodies up to this size inflate on the event loop (a few milliseconds at most); larger ones
-# in a thread.
-INFLATE_ON_LOOP_BYTES = 8 * 1024
-# A body held in pieces up to this size is joined on the event loop (a few milliseconds at most).
-JOIN_ON_LOOP_BYTES = 8 * 1024 * 1024
 _ATTRIBUTES = headers.wire(headers.CUSTOM_ATTRIBUTES)
 
 
 def error_reply(status: int, message: str) -> Reply:
     return Reply(status, codec.JSON, error_body(message))
-
-
-@dataclass(slots=True)
-class _Target:
-    """The Triton model a request goes to; ``invoke``: an MME invoke in flight (None on an SME)."""
-
-    triton_name: str
-    decoupled: bool
-    invoke: Invoke | None = None
 
 
 class DataPlane:
@@ -119,7 +102,8 @@ class DataPlane:
         self.owner = OwnerLink(owner, self.multi_model)
         self.sessions = SessionSteps(self.owner)
         self.waiting = Waiting(settings, self.mirror, self.owner.probation)
-        self._giving_back: set[asyncio.Future[None]] = set()
+        self.sender = Sender(settings, self.upstream, self.waiting, self.sessions)
+        self.buffers = Buffers()
 
     # ----- what the owner tells -------------------------------------------------------------------
     def handle(self, message: Message) -> Awaitable[None] | None:
@@ -206,6 +190,7 @@ class DataPlane:
         return self.default_model
 
     async def _invoke(self, request: Request) -> Reply:
+        """Steps 1 and 2: the model and the body."""
         attributes = request.custom_attributes
         if attributes is not None and len(attributes) > headers.CUSTOM_ATTRIBUTES_MAX:
             raise BadRequest(
@@ -214,17 +199,17 @@ class DataPlane:
             )
         if request.model is None:
             model = self.sme_model()
-            body = await self._body(request)
+            body = await read_body(request, self.settings)
             if self.settings.inference_type != "infer":
-                return await self._generate(model, body, request)
-            return await self._infer_or_explain(request, body, _Target(model, self.mirror.state.decoupled))
+                return await self.sender.generate(model, body, request)
+            return await self._infer_or_explain(request, body, Target(model, self.mirror.state.decoupled))
         if not self.multi_model:
             raise ModelNotFound(request.model)
-        body = await self._body(request)
+        body = await read_body(request, self.settings)
         invoke = self.mirror.begin_invoke(request.model, request.target_model)
         record = invoke.record
         try:
-            reply = await self._infer_or_explain(request, body, _Target(record.triton_name, record.decoupled, invoke))
+            reply = await self._infer_or_explain(request, body, Target(record.triton_name, record.decoupled, invoke))
         except BaseException:
             invoke.end()
             raise
@@ -232,37 +217,7 @@ class DataPlane:
             invoke.end()
         return reply
 
-    async def _body(self, request: Request) -> HeldBody:
-        try:
-            body = await request.read_body()
-            if isinstance(body, BodyPieces) and (request.encoding is not None or not _binary(request.content_type)):
-                body = await _whole(body)  # only a binary request goes to Triton in its pieces: the rest is read whole
-            if request.encoding is None:
-                return body
-            limit = self.settings.max_payload_bytes
-            if len(body) <= INFLATE_ON_LOOP_BYTES:
-                return codec.decompress(contiguous(body), request.encoding, limit)
-            # zlib lets other threads run while it inflates: a large body inflates beside the event loop,
-            # bounded by the limit (a bomb stops there, 413)
-            return await asyncio.to_thread(codec.decompress, contiguous(body), request.encoding, limit)
-        except PayloadTooLarge:
-            if not self.settings.batch:
-                raise
-            raise PayloadTooLarge(self.settings.max_payload_bytes, self._batch_limit()) from None
-
-    def _batch_limit(self) -> str:
-        """Where batch transform's body limit comes from, said in its 413."""
-        settings = self.settings
-        megabytes = settings.max_payload_in_mb
-        if megabytes:
-            source = f"SAGEMAKER_MAX_PAYLOAD_IN_MB={megabytes}, the job's"
-        elif megabytes is None and settings.max_payload_bytes == DEFAULT_BATCH_PAYLOAD_MB * MIB:
-            megabytes, source = DEFAULT_BATCH_PAYLOAD_MB, "SageMaker's default, which /execution-parameters answers"
-        else:
-            return " (SMTRITON_MAX_PAYLOAD_BYTES)"
-        return f": batch transform's MaxPayloadInMB of {megabytes} MB ({source}); send smaller mini-batches"
-
-    async def _infer_or_explain(self, request: Request, body: HeldBody, target: _Target) -> Reply:
+    async def _infer_or_explain(self, request: Request, body: HeldBody, target: Target) -> Reply:
         """:meth:`_infer`, with an empty body's 400 said in words (Triton says nothing of it); a large
         body is given back once answered."""
         blank = len(body) <= _BLANK_MAX and (not body or body.isspace())
@@ -273,37 +228,25 @@ class DataPlane:
                 raise BadRequest(EMPTY_BODY) from None
             raise
         finally:
-            self._give_back(body)
+            self.buffers.give_back(body)
         if reply.status == 400 and blank:
             return error_reply(400, EMPTY_BODY)
         return reply
 
-    def _give_back(self, buffer: object) -> None:
-        """A large buffer of a request, no longer read, given back to the system beside the answer
-        (freed at once, a gigabyte holds the event loop for a tenth of a second): a body read whole, or
-        the tensors a large JSON request was re-encoded into (a mapping of their own)."""
-        if isinstance(buffer, bytearray) and len(buffer) >= GIVE_BACK_FROM:
-            task = asyncio.ensure_future(_shrink(buffer))
-            self._giving_back.add(task)
-            task.add_done_callback(self._giving_back.discard)
-        elif isinstance(buffer, BodyPieces):
-            for piece in buffer.pieces:
-                if memory.is_untouched(piece) and len(piece) >= GIVE_BACK_FROM:
-                    memory.give_back_beside_loop(piece)
-
-    async def _infer(self, request: Request, body: HeldBody, target: _Target) -> Reply:
-        """An inference (streamed for a decoupled model), in its session if the request names one."""
+    async def _infer(self, request: Request, body: HeldBody, target: Target) -> Reply:
+        """Steps 3 to 6: an inference (streamed for a decoupled model), in its session if the request
+        names one."""
         deadline = time.monotonic() + self.settings.request_timeout_s
         if target.decoupled and images.is_image(request.content_type):
             raise UnsupportedMediaType("a model that streams its answer takes JSON or binary+json, not an image body")
         if not isinstance(body, BodyPieces):  # a body held in pieces is a binary request's: no rows, no records
             if csvrows.is_csv(request.content_type, body):
-                return await self._csv_rows(request, body, target, deadline)
+                return await self.sender.csv_rows(request, body, target, deadline)
             if multirecord.holds_records(request.content_type, body, self.settings.batch):
-                return await self._records(request, body, target, deadline)
+                return await self.sender.records(request, body, target, deadline)
         inference = await self.upstream.read(target.triton_name, body, request.content_type)
         if inference.body is not body:
-            self._give_back(body)  # re-encoded: the body as it came is read no more
+            self.buffers.give_back(body)  # re-encoded: the body as it came is read no more
         step = None
         if request.session is not None:
             step = await self.sessions.step(
@@ -311,20 +254,14 @@ class DataPlane:
             )
             if step.parameters is None:  # opened or closed the session: nothing to infer
                 return Reply(200, codec.JSON, step.body, step.headers)
-        inference = _with_front_parameters(inference, request.custom_attributes, step)
+        inference = with_front_parameters(inference, request.custom_attributes, step)
         if target.decoupled:
-            return self._streamed(target, inference, request.accept, step)
-        if step is None:
-            try:
-                if sessions.in_a_sequence(inference.parameters):
-                    upstream = await self._send_once(target, inference, None)
-                else:
-                    upstream = await self._send(target, inference, deadline)
-            finally:
-                if inference.body is not body:
-                    self._give_back(inference.body)
-        else:
-            upstream = await self._send_once(target, inference, step)
+            return self.sender.stream(target, inference, request.accept, step)
+        try:
+            upstream = await self.sender.infer(target, inference, deadline, step)
+        finally:
+            if step is None and inference.body is not body:
+                self.buffers.give_back(inference.body)
         status, content_type, payload = await self._answer(target, upstream)
         answer_headers = _attributes(upstream)
         if step is not None:
@@ -333,95 +270,7 @@ class DataPlane:
                 answer_headers += step.headers
         return Reply(status, content_type, payload, answer_headers)
 
-    async def _send(self, target: _Target, inference: Inference, deadline: float) -> UpstreamResponse:
-        """A stateless inference to Triton, which a Triton death costs time, not its answer
-        (:meth:`~smtriton.serve.dataplane.sending.waiting.Waiting.send`); it may merge with other clients' requests."""
-        name = target.triton_name
-        return await self.waiting.send(
-            lambda: self.upstream.infer(name, inference), deadline, name, len(inference.body)
-        )
-
-    async def _send_once(self, target: _Target, inference: Inference, step: SessionStep | None) -> UpstreamResponse:
-        """An inference of a sequence (its session's ``step``, or one it sets itself): sent once, never held
-        for a restarting Triton nor sent again after a death, since the next Triton holds nothing of the
-        sequence (it would answer from a fresh state, or refuse): 503 saying so."""
-        try:
-            return await self.upstream.infer(target.triton_name, inference)
-        except TritonUnavailable as exc:
-            if step is None:
-                raise TritonUnavailable(f"{exc.message}: {sessions.SEQUENCE_LOST}") from None
-            await self.sessions.done(step, False)
-            raise TritonUnavailable(
-                f"{exc.message}: a session's sequence does not outlive its Triton; open a new session"
-            ) from None
-        except BaseException:
-            if step is not None:
-                await self.sessions.done(step, False)
-            raise
-
-    # ----- bodies of several records (batch transform's mini-batches) ------------------------------------
-    def _records_only(self, request: Request, target: _Target, what: str) -> None:
-        """Records are answered whole, each alone: neither in a session nor streamed."""
-        if request.session is not None:
-            raise BadRequest(f"{what} cannot be sent in a stateful session: send one request a session step")
-        if target.decoupled:
-            raise UnsupportedMediaType(f"a model that streams its answer takes JSON or binary+json, not {what}")
-
-    def _to_answer(self, target: _Target) -> Callable[[UpstreamResponse], answers.Answer]:
-        """How one record's Triton answer becomes SageMaker's (on an MME, with the caller's model name)."""
-        invoke = target.invoke
-        if invoke is None:
-            return answers.to_sagemaker
-        return lambda upstream: answers.to_mme_response(invoke.record, upstream)
-
-    def _sender(self, target: _Target, deadline: float) -> Callable[[Inference], Awaitable[UpstreamResponse]]:
-        """How each Triton request of a body goes: as a single stateless one does (:meth:`_send`: a Triton
-        death costs it time, not its answer), but never held to merge with other clients' requests."""
-        name, send = target.triton_name, self.upstream.sender(target.triton_name)
-
-        async def sent(inference: Inference) -> UpstreamResponse:
-            return await self.waiting.send(lambda: send(inference), deadline, name, len(inference.body))
-
-        return sent
-
-    async def _records(self, request: Request, body: RequestBody, target: _Target, deadline: float) -> Reply:
-        """A body of JSON Lines, one KServe v2 request a line (:mod:`~smtriton.serve.dataplane.records.multirecord`)."""
-        self._records_only(request, target, "a body of several records")
-        name = target.triton_name
-        rules = await self.waiting.ask(lambda: self.upstream.record_rules(name), deadline)
-
-        async def read(line: RequestBody) -> Inference:
-            inference = await self.upstream.read(name, line, None)
-            return _with_front_parameters(inference, request.custom_attributes, None)
-
-        work = multirecord.Work(
-            read,
-            rules,
-            await self.upstream.batching(name) if self.upstream.coalescer is not None else None,
-            self._sender(target, deadline),
-            self._to_answer(target),
-            self.settings.failed_record == "error-line",
-            self.settings.records_in_flight,
-        )
-        return await multirecord.answer(body, work)
-
-    async def _csv_rows(self, request: Request, body: RequestBody, target: _Target, deadline: float) -> Reply:
-        """A text/csv body, a row a line (:mod:`~smtriton.serve.dataplane.records.csvrows`)."""
-        self._records_only(request, target, "a text/csv body")
-        to = await self.waiting.ask(lambda: self.upstream.csv_input(target.triton_name), deadline)
-        parameters = {} if request.custom_attributes is None else {answers.CUSTOM_ATTRIBUTES: request.custom_attributes}
-        work = csvrows.Work(
-            self._sender(target, deadline),
-            self._to_answer(target),
-            self.settings.failed_record == "error-line",
-            self.settings.records_in_flight,
-            csvrows.wants_json_lines(request.accept),
-            target.invoke.record.response_name if target.invoke is not None else target.triton_name,
-            parameters,
-        )
-        return await csvrows.answer(body, to, work)
-
-    async def _answer(self, target: _Target, upstream: UpstreamResponse) -> answers.Answer:
+    async def _answer(self, target: Target, upstream: UpstreamResponse) -> answers.Answer:
         """Triton's answer as SageMaker's: on an MME, with the caller's model name, and a failure judged
         out of memory or not by the owner (the invoke is no longer in flight by then)."""
         invoke = target.invoke
@@ -432,36 +281,6 @@ class DataPlane:
             answers.failure_message(upstream), upstream.status, invoke.oom_kills
         )
         return answers.to_mme_response(invoke.record, upstream, oom)
-
-    def _streamed(self, target: _Target, inference: Inference, accept: str | None, step: SessionStep | None) -> Reply:
-        responses = self.upstream.stream(target.triton_name, inference)
-        media_type = answers.stream_media_type(accept)
-        on_done = target.invoke.end if target.invoke is not None else None
-        if step is None:
-            return Reply(200, media_type, b"", [], _streamed(responses, media_type, on_done))
-        session = self.sessions.stream(step, responses)
-        stream = _streamed(session.responses, media_type, on_done, step.headers, session.close)
-        return Reply(200, media_type, b"", [], stream)
-
-    async def _generate(self, model: str, body: HeldBody, request: Request) -> Reply:
-        """Triton's generate API (SAGEMAKER_TRITON_INFERENCE_TYPE generate or generate_stream)."""
-        if request.session is not None:
-            raise BadRequest("stateful sessions need SAGEMAKER_TRITON_INFERENCE_TYPE=infer")
-        if self.settings.inference_type == "generate":
-            return Reply(*answers.to_sagemaker(await self.upstream.generate(model, body)))
-        # Triton's server-sent events, passed on as they arrive; a client that goes away closes the
-        # upstream request too.
-        context = self.upstream.generate_stream(model, body)
-        failure, events = await context.__aenter__()
-
-        async def close_upstream() -> None:
-            await context.__aexit__(None, None, None)
-
-        if events is None:
-            await close_upstream()
-            assert failure is not None
-            return Reply(*answers.to_sagemaker(failure))
-        return Reply(200, answers.SSE, b"", [], Streamed(events, answers.SSE, close_upstream))
 
     # ----- the control routes: one call each --------------------------------------------------------------
     async def execution_parameters(self) -> dict[str, Any]:
@@ -506,74 +325,11 @@ class DataPlane:
         return await self.owner.describe(name)
 
 
-async def _shrink(buffer: bytearray) -> None:
-    """Give ``buffer``'s memory back (its pages released in a thread, then the buffer freed), the event
-    loop served meanwhile; a buffer still seen through a view stays whole: it goes when that lets go."""
-    if not memory.unused(buffer):
-        return
-    await asyncio.to_thread(memory.drop_pages, buffer)
-    with contextlib.suppress(BufferError):
-        buffer.clear()
-
-
-async def _whole(body: BodyPieces) -> RequestBody:
-    """A body read whole: joined, or (past :data:`JOIN_ON_LOOP_BYTES`) gathered beside the event loop,
-    held once, while the loop serves (each piece's copy lets go of the GIL or is short)."""
-    if len(body) <= JOIN_ON_LOOP_BYTES:
-        return body.joined()
-    return await asyncio.to_thread(body.gathered)
-
-
-def _binary(content_type: str | None) -> bool:
-    """Whether the request is binary+json (its tensors after a JSON part)."""
-    return multirecord.media_type(content_type) == codec.BINARY_JSON
-
-
 def _path(request: Request) -> str:
     return "/invocations" if request.model is None else f"/models/{request.model}/invoke"
-
-
-def _with_front_parameters(inference: Inference, custom_attributes: str | None, step: SessionStep | None) -> Inference:
-    """The request with the parameters the front sets: the custom attributes, a session's sequence. A
-    request outside a session may set its own sequence, but not one of the sessions'."""
-    extra: dict[str, Any] = dict(step.parameters) if step is not None and step.parameters is not None else {}
-    if step is None and sessions.names_a_session_sequence(inference.parameters):
-        raise BadRequest(
-            f"sequence ids from {sessions.SESSION_SEQUENCES} on belong to stateful sessions: "
-            f"send {headers.SESSION} instead"
-        )
-    if custom_attributes is not None:
-        extra[answers.CUSTOM_ATTRIBUTES] = custom_attributes
-    return inference.with_parameters(extra)
 
 
 def _attributes(upstream: UpstreamResponse) -> Headers:
     """The custom attributes header of an answer, when the model set them."""
     value = answers.custom_attributes(upstream)
     return [] if value is None else [(_ATTRIBUTES, value.encode("latin-1", errors="replace"))]
-
-
-def _streamed(
-    responses: AsyncGenerator[dict[str, Any], None],
-    media_type: str,
-    on_done: Callable[[], None] | None = None,
-    answer_headers: Headers | None = None,
-    close_responses: Callable[[], Awaitable[None]] | None = None,
-) -> Streamed:
-    """A decoupled model's answer, streamed; when it ends, however it ends, the Triton stream is
-    closed (cancelled, if it still runs) and ``on_done`` runs. ``close_responses`` closes ``responses``
-    (by default their ``aclose``; a session's stream also tells the owner how it ended)."""
-    chunks = answers.framed(responses, media_type)
-    end = responses.aclose if close_responses is None else close_responses
-
-    async def close() -> None:
-        try:
-            try:
-                await chunks.aclose()
-            finally:
-                await end()
-        finally:
-            if on_done is not None:
-                on_done()
-
-    return Streamed(chunks, media_type, close, answer_headers)

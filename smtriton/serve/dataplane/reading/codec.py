@@ -31,6 +31,10 @@ RequestBody = client.RequestBody
 DATA_ELSEWHERE = ("binary_data_size", "shared_memory_region", "shared_memory_byte_size", "shared_memory_offset")
 
 
+def media_type(content_type: str | None) -> str:
+    return (content_type or "").partition(";")[0].strip().lower()
+
+
 def request_header_length(content_type: str | None, body_length: int) -> int | None:
     """Where the JSON part of a request ends: None for a pure JSON body, else the byte count.
 

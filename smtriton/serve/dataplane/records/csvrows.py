@@ -29,10 +29,10 @@ from numpy.typing import NDArray
 
 from smtriton import dtypes
 from smtriton.serve.dataplane.answers import JSON_LINES, Answer
+from smtriton.serve.dataplane.reading.codec import media_type
 from smtriton.serve.dataplane.reading.inference import Inference
 from smtriton.serve.dataplane.records import record_answers
 from smtriton.serve.dataplane.records.csv_values import CsvInput, read
-from smtriton.serve.dataplane.records.multirecord import media_type
 from smtriton.serve.dataplane.records.record_answers import Failure, Line, Outcome, error_message
 from smtriton.serve.dataplane.request import Reply
 from smtriton.serve.errors import ServeError, UnsupportedMediaType

@@ -41,6 +41,7 @@ from smtriton.serve.dataplane.batching import coalescing, mergeable
 from smtriton.serve.dataplane.batching.mergeable import MERGED_BYTES_MAX, Part
 from smtriton.serve.dataplane.batching.rule import ModelBatching
 from smtriton.serve.dataplane.reading import codec, images
+from smtriton.serve.dataplane.reading.codec import media_type
 from smtriton.serve.dataplane.reading.inference import Inference
 from smtriton.serve.dataplane.records import record_check
 from smtriton.serve.dataplane.records.record_answers import (
@@ -86,10 +87,6 @@ class Work:
     to_answer: Callable[[UpstreamResponse], Answer]
     error_lines: bool
     in_flight: int
-
-
-def media_type(content_type: str | None) -> str:
-    return (content_type or "").partition(";")[0].strip().lower()
 
 
 def holds_records(content_type: str | None, body: RequestBody, batch: bool) -> bool:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable
+from dataclasses import dataclass
 
 from smtriton.serve.errors import ModelNotFound
 from smtriton.serve.host import cgroups
@@ -56,6 +57,15 @@ class Invoke:
         model.inflight -= 1
         if model.inflight == 0:
             model.idle.set()
+
+
+@dataclass(slots=True)
+class Target:
+    """The Triton model a request goes to; ``invoke``: an MME invoke in flight (None on an SME)."""
+
+    triton_name: str
+    decoupled: bool
+    invoke: Invoke | None = None
 
 
 async def _wait_idle(name: str, model: Invocable, timeout: float) -> None:
