@@ -1,7 +1,9 @@
 """The package's structure: no import circle anywhere in ``smtriton``, deferred imports (inside functions)
-included; ``smtriton``'s own top-level packages (and modules) import each other one way; and
-``smtriton/serve``'s rooms (its subpackages, and each module at its top) import each other one way, so
-the tree reads top-down as docs/design.md §4 draws it.
+included; ``smtriton``'s own top-level packages (and modules) import each other one way;
+``smtriton/serve``'s rooms (its subpackages, and each module at its top) import each other one way; and so
+do the rooms of the data plane (``serve/dataplane/``: reading, batching, records, sending, and the call
+and its reply at its top), each of whose modules holds one job: the tree reads top-down as
+docs/design.md §4 draws it.
 
 Imports under ``if TYPE_CHECKING:`` are left out: they name types for the checker and never run.
 """
@@ -169,7 +171,50 @@ def test_the_http_side_takes_only_the_data_planes_one_call_and_its_types():
     assert reached == {"smtriton.serve.dataplane.plane", "smtriton.serve.dataplane.request"}
 
 
+def _dataplane_room(module: str) -> str | None:
+    """The room of ``smtriton/serve/dataplane`` a module is in: its subpackage (``reading``, ``batching``,
+    ...), or the module itself at the top (``plane``, ``request``, ``answers``)."""
+    parts = module.split(".")
+    if parts[:3] != ["smtriton", "serve", "dataplane"] or len(parts) < 4:
+        return None
+    return parts[3]
+
+
+# The data plane's rooms as a request lives, bottom-up (docs/design.md §4): each imports only rooms
+# before it. What the call takes and gives; a body read into an inference; Triton's answer made
+# SageMaker's; requests of one model merged; bodies of several records; the way to Triton and to the
+# owner; the call itself, the story of one request.
+DATAPLANE_ROOMS = ["request", "reading", "answers", "batching", "records", "sending", "plane"]
+
+
+def test_the_rooms_of_the_data_plane_import_each_other_one_way():
+    """A room that imported a room above it would make each a part of the other; one way, "where does a
+    request get merged?" is answered in batching/ alone, "what happens when Triton is down?" in sending/."""
+    rooms = _grouped(GRAPH, _dataplane_room)
+    assert _cycles(rooms) == []
+    assert set(rooms) == set(DATAPLANE_ROOMS), "a new room of dataplane/ takes its place in DATAPLANE_ROOMS"
+    upward = {
+        (room, target)
+        for room, targets in rooms.items()
+        for target in targets
+        if DATAPLANE_ROOMS.index(target) > DATAPLANE_ROOMS.index(room)
+    }
+    assert upward == set()
+
+
+def test_a_tie_between_two_rooms_of_the_data_plane_is_seen():
+    tie = {
+        "smtriton.serve.dataplane.batching.coalescing": {"smtriton.serve.dataplane.sending.upstream"},
+        "smtriton.serve.dataplane.sending.upstream": {"smtriton.serve.dataplane.batching.rule"},
+        "smtriton.serve.dataplane.batching.rule": set(),
+        "smtriton.serve.http.worker": {"smtriton.serve.dataplane.plane"},
+    }
+    assert _cycles(tie) == []
+    assert _cycles(_grouped(tie, _dataplane_room)) == [["batching", "sending"]]
+
+
 MAX_MODULE_LINES = 600  # past this a module holds more than one job
+MAX_DATAPLANE_MODULE_LINES = 450  # the data plane's modules, each one step of a request's life
 
 
 def test_no_module_of_smtriton_is_longer_than_the_limit():
@@ -178,5 +223,17 @@ def test_no_module_of_smtriton_is_longer_than_the_limit():
         name: count
         for name, path in MODULES.items()
         if (count := len(path.read_text().splitlines())) > MAX_MODULE_LINES
+    }
+    assert long == {}
+
+
+def test_no_module_of_the_data_plane_is_longer_than_its_limit():
+    """The data plane is read as a request lives: a module past this holds more than one step of it
+    (docs/design.md §4)."""
+    long = {
+        name: count
+        for name, path in MODULES.items()
+        if name.startswith("smtriton.serve.dataplane")
+        and (count := len(path.read_text().splitlines())) > MAX_DATAPLANE_MODULE_LINES
     }
     assert long == {}
