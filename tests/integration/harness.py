@@ -283,3 +283,52 @@ class ClientsUntilStopped:
 
     def failures(self) -> list[str]:
         return [r for r in self.results if r.startswith("failed")]
+
+
+def status_kib(pid: int, field: str) -> int:
+    """A field of /proc/<pid>/status in KiB (VmRSS, VmHWM)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(f"{field}:"):
+            return int(line.split()[1])
+    raise AssertionError(f"no {field} for {pid}")
+
+
+class Watch:
+    """While a block runs: ``/ping`` every ``every_s`` on a connection of its own (``slowest``: the longest
+    answer, infinite for a failure), and the one worker's peak resident memory (``grew``: bytes over what
+    it held before)."""
+
+    def __init__(self, server: ServeProcess, every_s: float = 0.02) -> None:
+        (self.worker,) = worker_pids(server)
+        self.server = server
+        self.every_s = every_s
+        self.pings: list[float] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._ping)
+
+    def __enter__(self) -> Watch:
+        Path(f"/proc/{self.worker}/clear_refs").write_text("5")  # the peak (VmHWM) starts again from now
+        self.before = status_kib(self.worker, "VmRSS") << 10
+        self._thread.start()
+        return self
+
+    def _ping(self) -> None:
+        connection = HTTPConnection("127.0.0.1", self.server.port, timeout=30)
+        while not self._stop.is_set():
+            started = time.monotonic()
+            try:
+                connection.request("GET", "/ping")
+                response = connection.getresponse()
+                response.read()
+                self.pings.append(time.monotonic() - started if response.status == 200 else float("inf"))
+            except OSError:
+                self.pings.append(float("inf"))
+                connection.close()
+            time.sleep(self.every_s)
+        connection.close()
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(60)
+        self.grew = (status_kib(self.worker, "VmHWM") << 10) - self.before
+        self.slowest = max(self.pings, default=float("inf"))

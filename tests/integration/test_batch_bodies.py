@@ -7,9 +7,7 @@ sending; error lines are short, one a failed record; CSV values are read by one 
 
 from __future__ import annotations
 
-import http.client
 import json
-import threading
 import time
 from pathlib import Path
 
@@ -17,13 +15,13 @@ import numpy as np
 import pytest
 import requests
 
+from tests.integration import harness
 from tests.integration.conftest import start_serve
 from tests.integration.harness import ServeProcess, wait_for, worker_pids
 from tests.integration.test_batch_transform import JSON_LINES, record
 
 pytestmark = pytest.mark.integration
 
-PING_EVERY_S = 0.02
 SLOWEST_PING_S = 1.0  # on this 2-core machine, shared with Triton and the client
 
 
@@ -58,52 +56,17 @@ def post(server: ServeProcess, body: bytes, content_type: str = JSON_LINES, time
     )
 
 
-def _status_kib(pid: int, field: str) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith(f"{field}:"):
-            return int(line.split()[1])
-    raise AssertionError(f"no {field} for {pid}")
-
-
-class Watch:
-    """While a body is worked on: ``/ping`` every 20 ms on a connection of its own (``slowest``: the longest
-    answer), and the worker's peak resident memory (``grew``: bytes over what it held before)."""
-
-    def __init__(self, server: ServeProcess) -> None:
-        (self.worker,) = worker_pids(server)
-        self.server = server
-        self.pings: list[float] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._ping)
+class Watch(harness.Watch):
+    """The harness's watch, with a moment around the body for the pings to be under way."""
 
     def __enter__(self) -> Watch:
-        Path(f"/proc/{self.worker}/clear_refs").write_text("5")  # the peak (VmHWM) starts again from now
-        self.before = _status_kib(self.worker, "VmRSS") << 10
-        self._thread.start()
+        super().__enter__()
         time.sleep(0.1)
         return self
 
-    def _ping(self) -> None:
-        connection = http.client.HTTPConnection("127.0.0.1", self.server.port, timeout=30)
-        while not self._stop.is_set():
-            started = time.monotonic()
-            try:
-                connection.request("GET", "/ping")
-                response = connection.getresponse()
-                response.read()
-                self.pings.append(time.monotonic() - started if response.status == 200 else float("inf"))
-            except OSError:
-                self.pings.append(float("inf"))
-                connection.close()
-            time.sleep(PING_EVERY_S)
-        connection.close()
-
     def __exit__(self, *exc: object) -> None:
         time.sleep(0.1)
-        self._stop.set()
-        self._thread.join(60)
-        self.grew = (_status_kib(self.worker, "VmHWM") << 10) - self.before
-        self.slowest = max(self.pings)
+        super().__exit__(*exc)
 
     def check(self, most_bytes: int) -> None:
         """The worker answered /ping throughout, within the bound, and grew less than ``most_bytes``."""

@@ -10,7 +10,6 @@ every 20 ms on a connection of its own, and the worker's peak memory is measured
 
 from __future__ import annotations
 
-import http.client
 import shutil
 import socket
 import threading
@@ -23,7 +22,7 @@ import orjson
 import pytest
 
 from tests.integration.conftest import start_serve
-from tests.integration.harness import ServeProcess, worker_pids
+from tests.integration.harness import ServeProcess, Watch, worker_pids
 
 pytestmark = pytest.mark.integration
 
@@ -76,51 +75,7 @@ def _answers(stream: BinaryIO, count: int) -> list[tuple[int, bytes]]:
     return answers
 
 
-def _status_kib(pid: int, field: str) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith(f"{field}:"):
-            return int(line.split()[1])
-    raise AssertionError(f"no {field} for {pid}")
-
-
-class Pinging:
-    """``/ping`` every 20 ms on a connection of its own while the block runs: ``slowest``, the longest answer."""
-
-    def __init__(self, server: ServeProcess) -> None:
-        self.server = server
-        self.pings: list[float] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._ping)
-
-    def __enter__(self) -> Pinging:
-        self._thread.start()
-        return self
-
-    def _ping(self) -> None:
-        connection = http.client.HTTPConnection("127.0.0.1", self.server.port, timeout=30)
-        while not self._stop.is_set():
-            started = time.monotonic()
-            try:
-                connection.request("GET", "/ping")
-                response = connection.getresponse()
-                response.read()
-                self.pings.append(time.monotonic() - started if response.status == 200 else float("inf"))
-            except OSError:
-                self.pings.append(float("inf"))
-                connection.close()
-            time.sleep(PING_EVERY_S)
-        connection.close()
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(60)
-        self.slowest = max(self.pings, default=float("inf"))
-
-
 def test_thousands_of_requests_pipelined_at_once_are_all_answered_in_order(server):
-    (worker,) = worker_pids(server)
-    Path(f"/proc/{worker}/clear_refs").write_text("5")  # the worker's peak memory counts from now
-    before = _status_kib(worker, "VmRSS") << 10
     sent = b"".join(_request(i) for i in range(REQUESTS))
     client = socket.create_connection(("127.0.0.1", server.port), timeout=120)
     stream = client.makefile("rb")
@@ -128,14 +83,14 @@ def test_thousands_of_requests_pipelined_at_once_are_all_answered_in_order(serve
     # would stop the server writing its answers, and so reading on
     writer = threading.Thread(target=client.sendall, args=(sent,))
     started = time.monotonic()
-    with Pinging(server) as pinging:
+    with Watch(server, PING_EVERY_S) as pinging:
         writer.start()
         answers = _answers(stream, REQUESTS)
         writer.join(60)
     took = time.monotonic() - started
     stream.close()
     client.close()
-    grew = (_status_kib(worker, "VmHWM") << 10) - before
+    grew = pinging.grew
 
     assert len(answers) == REQUESTS, f"{len(answers)} answers, the last {answers[-1] if answers else None}"
     wrong = []
@@ -149,7 +104,7 @@ def test_thousands_of_requests_pipelined_at_once_are_all_answered_in_order(serve
         if got != expected:
             wrong.append((i, got))
     assert wrong == []
-    assert worker_pids(server) == [worker]
+    assert worker_pids(server) == [pinging.worker]
     assert pinging.slowest < SLOWEST_PING_S, f"/ping took {pinging.slowest:.2f} s meanwhile"
     assert grew < MOST_GROWTH, f"the worker grew {grew >> 20} MiB"
     assert "Traceback" not in server.log_text()
