@@ -185,6 +185,11 @@ def test_any_request_is_either_refused_left_alone_or_re_encoded_exactly(body):
         return
     header, tensors = decode(*binary)
     original = json.loads(body)
+    if isinstance(original.get("outputs"), list):  # of an output, Triton reads its name and parameters alone
+        original["outputs"] = [
+            {k: v for k, v in spec.items() if k in ("name", "parameters")} if isinstance(spec, dict) else spec
+            for spec in original["outputs"]
+        ]
     assert {k: v for k, v in header.items() if k != "inputs"} == {k: v for k, v in original.items() if k != "inputs"}
     for spec, sent in zip(original["inputs"], header["inputs"], strict=True):
         expected = np.array(spec["data"], dtype=np.float64 if spec["datatype"].startswith("FP") else object)

@@ -149,7 +149,7 @@ class MainProcess:
             )
         else:
             log.info(
-                "starting: model %s from %s %s; it answers once ready", self.default, settings.model_repository, where
+                "starting: model %s from %s %s; it answers once loaded", self.default, settings.model_repository, where
             )
         endpoint = Endpoint(settings, supervisor, metrics, workers, self.default, registry, self._on_fatal, self.loads)
         self.endpoint = endpoint
