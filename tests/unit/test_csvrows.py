@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import re
-import time
 
 import numpy as np
 import orjson
@@ -18,6 +17,7 @@ from smtriton.serve.dataplane.records.record_answers import Failure, RecordFaile
 from smtriton.serve.errors import BadRequest, NotReady, PayloadTooLarge, UnsupportedMediaType
 from smtriton.serve.host import cgroups
 from smtriton.serve.triton.client import UpstreamResponse
+from tests.unit.loop_gaps import gaps_while
 
 ROWS = CsvInput("INPUT0", "FP32", None, 2)
 
@@ -198,25 +198,7 @@ def test_rows_that_claim_more_values_than_the_body_holds_are_refused_at_the_shor
 
 
 def test_the_event_loop_is_served_while_many_rows_are_read():
-    gaps: list[float] = []
-
-    async def main() -> None:
-        done = False
-
-        async def ticker() -> None:
-            last = time.perf_counter()
-            while not done:
-                await asyncio.sleep(0)
-                now = time.perf_counter()
-                gaps.append(now - last)
-                last = now
-
-        ticking = asyncio.ensure_future(ticker())
-        await csvrows.read(b"0.25,1.5,-3\n" * 200_000, CsvInput("x", "FP32", None, 8))
-        done = True
-        await ticking
-
-    asyncio.run(main())
+    _, gaps = asyncio.run(gaps_while(csvrows.read(b"0.25,1.5,-3\n" * 200_000, CsvInput("x", "FP32", None, 8))))
     assert len(gaps) > 5
     assert max(gaps) < 0.25  # windows of a few milliseconds (generous: this machine is shared)
 

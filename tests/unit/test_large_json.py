@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
-import time
 from typing import Any
 
 import numpy as np
@@ -21,6 +20,7 @@ from smtriton.serve.dataplane.reading.inference import SMALL_JSON, Inference, re
 from smtriton.serve.errors import BadRequest, PayloadTooLarge
 from smtriton.serve.host import memory
 from smtriton.serve.triton.request_body import BodyPieces, contiguous
+from tests.unit.loop_gaps import gaps_while
 
 
 def sliced(body: bytes) -> Inference:
@@ -129,28 +129,9 @@ def test_the_event_loop_is_served_between_the_slices():
     values = np.random.default_rng(1).standard_normal(4_000_000).astype(np.float32)
     body = request(tensor("x", values.reshape(-1, 4), "FP32"))
     assert len(body) > 4 * large_json.SLICED_JSON_BYTES
-    gaps: list[float] = []
-
-    async def scenario() -> None:
-        ticks = 0
-
-        async def tick() -> None:
-            nonlocal ticks
-            last = time.perf_counter()
-            while True:
-                await asyncio.sleep(0)
-                now = time.perf_counter()
-                gaps.append(now - last)
-                last = now
-                ticks += 1
-
-        ticker = asyncio.ensure_future(tick())
-        got = await large_json.read(body)
-        ticker.cancel()
-        assert np.array_equal(np.frombuffer(contiguous(got.body)[got.header_length :], np.float32), values)
-        assert ticks > 20  # the loop ran again and again while the request was read
-
-    asyncio.run(scenario())
+    got, gaps = asyncio.run(gaps_while(large_json.read(body)))
+    assert np.array_equal(np.frombuffer(contiguous(got.body)[got.header_length :], np.float32), values)
+    assert len(gaps) > 20  # the loop ran again and again while the request was read
     assert sorted(gaps)[len(gaps) // 2] < 0.05  # most steps are short: no step holds the loop for the whole read
 
 

@@ -7,7 +7,6 @@ that cannot fit the memory free refused before the work."""
 from __future__ import annotations
 
 import asyncio
-import time
 
 import orjson
 import pytest
@@ -21,6 +20,7 @@ from smtriton.serve.dataplane.records.record_check import ModelRules, model_rule
 from smtriton.serve.errors import NotReady, PayloadTooLarge, ServeError
 from smtriton.serve.host import cgroups
 from smtriton.serve.triton.client import UpstreamResponse
+from tests.unit.loop_gaps import gaps_while
 
 RECORD = b'{"inputs":[{"name":"INPUT0","shape":[1,2],"datatype":"FP32","data":[1,2]}]}'
 BJ = "application/vnd.sagemaker-triton.binary+json;json-header-size=10"
@@ -237,25 +237,8 @@ def test_an_answer_written_over_lines_becomes_one_line():
 
 
 def test_the_event_loop_is_served_while_a_large_body_is_read():
-    gaps: list[float] = []
-
-    async def main() -> None:
-        done = False
-
-        async def ticker() -> None:
-            last = time.perf_counter()
-            while not done:
-                await asyncio.sleep(0)
-                now = time.perf_counter()
-                gaps.append(now - last)
-                last = now
-
-        ticking = asyncio.ensure_future(ticker())
-        await multirecord.answer(b"\n".join([RECORD] * 20_000), work(Triton(), in_flight=16))
-        done = True
-        await ticking
-
-    asyncio.run(main())
+    body = b"\n".join([RECORD] * 20_000)
+    _, gaps = asyncio.run(gaps_while(multirecord.answer(body, work(Triton(), in_flight=16))))
     assert len(gaps) > 20
     assert max(gaps) < 0.25  # slices of a few milliseconds (generous: this machine is shared)
 
