@@ -34,7 +34,6 @@ _LENGTH = struct.Struct("<I")
 # A shape and a size as Triton writes them in an answer: compact, non-negative integers.
 _SHAPE = re.compile(r"\[((?:[0-9]{1,18}(?:,[0-9]{1,18})*)?)\]")
 _DIGITS = re.compile(r"[0-9]{1,18}")
-_SPACE_RUN = re.compile("[ \t\n\r]*")
 
 
 @dataclass(slots=True)
@@ -265,20 +264,16 @@ def _text_cuts(text: str, output: _OutputText, rows: tuple[int, ...], per_row: i
 def _string_ends(inner: str) -> list[int]:
     """Where each string of a JSON array's inside ends (its comma, or the end)."""
     ends: list[int] = []
-    at = skip(inner, 0) if inner.strip(SPACE) else len(inner)
+    at = skip(inner, 0)
     while at < len(inner):
         if inner[at] != '"':
             raise NotPlain
-        at = _skip_end(inner, scanstring(inner, at + 1)[1])
+        at = skip(inner, scanstring(inner, at + 1)[1])
         if at < len(inner) and inner[at] != ",":
             raise NotPlain
         ends.append(at)
-        at = _skip_end(inner, at + 1) if at < len(inner) else at
+        at = skip(inner, at + 1)
     return ends
-
-
-def _skip_end(text: str, at: int) -> int:
-    return _SPACE_RUN.match(text, at).end()  # type: ignore[union-attr]
 
 
 def _json_string(value: str) -> str:
