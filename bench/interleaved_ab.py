@@ -227,7 +227,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     p.add_argument("--rounds", type=int, default=8)
     p.add_argument("--seconds", type=float, default=2.0)
-    p.add_argument("--scenario", choices=["tiny_binary", "text_binary", "image_binary"], default="image_binary")
+    p.add_argument("--scenario", choices=[s.name for s in build_scenarios()], default="image_binary")
     p.add_argument("--connections", type=int, default=1)
     p.add_argument(
         "--own-model", action="store_true", help="the image body goes to its own model (resnet), not to sink"
@@ -251,7 +251,7 @@ def main() -> None:
     )
     args = p.parse_args()
     scenario = next(s for s in build_scenarios() if s.name == args.scenario)
-    sink = args.scenario == "image_binary" and not args.own_model
+    sink = scenario.model == "resnet_onnx" and not args.own_model
     missing = None if sink else not_built(scenario.repository, scenario.model)
     if missing:
         sys.exit(f"error: {missing}")
