@@ -12,8 +12,10 @@ from typing import Any
 import numpy as np
 import orjson
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from smtriton.serve.dataplane.batching import mergeable, merging, rule
+from smtriton.serve.dataplane.batching import answer_rows, mergeable, merging, rule
 from smtriton.serve.dataplane.batching.mergeable import Part
 from smtriton.serve.dataplane.batching.rule import ModelBatching
 from smtriton.serve.dataplane.reading.inference import Inference, read
@@ -433,3 +435,111 @@ def test_a_plan_kept_for_a_repeated_header_is_used_only_for_a_body_of_its_length
     assert [a.body[a.header_length :] for a in merged.split(answer, MODEL) or []] == [b"\x01" * 4] * 2  # kept
     longer = UpstreamResponse(200, answer.content_type, answer.header_length, answer.body + b"\x00")
     assert merged.split(longer, MODEL) is None
+
+
+# ----- what is kept for JSON text that repeats but for its numbers ------------------------------------------
+def _answer_text(values: list[list[str]], rows: int, extra: str = "") -> UpstreamResponse:
+    outputs = ",".join(
+        f'{{"name":"Y{n}","datatype":"FP32","shape":[{rows},{len(v) // rows}]{extra},"data":[{",".join(v)}]}}'
+        for n, v in enumerate(values)
+    )
+    text = '{"model_name":"m","model_version":"1","outputs":[' + outputs + "]}"
+    return UpstreamResponse(200, "application/json", None, text.encode())
+
+
+def _fresh_split(merged: merging.Merged, answer: UpstreamResponse) -> list[bytes]:
+    answer_rows._plans.clear()
+    return [a.body for a in merged.split(answer, MODEL) or []]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.integers(1, 3), min_size=1, max_size=4),
+    st.integers(1, 3),
+    st.integers(1, 2),
+    st.data(),
+)
+def test_a_json_answer_cut_by_a_plan_kept_for_its_text_around_the_numbers_is_cut_as_walked(
+    rows, per_row, outputs, data
+):
+    """A plan made for one answer is used for the next whose text differs only in its numbers (longer,
+    shorter, signs, exponents): each part's answer is what a fresh walk of that answer gives."""
+    number = st.one_of(st.integers(-(10**12), 10**12).map(str), st.floats(allow_nan=False).map(repr))
+    total = sum(rows)
+    merged = merging.merge([part_of(json_request([[1, 2]] * count)) for count in rows])
+    answers = [
+        _answer_text(
+            [data.draw(st.lists(number, min_size=total * per_row, max_size=total * per_row)) for _ in range(outputs)],
+            total,
+        )
+        for _ in range(3)
+    ]
+    expected = [_fresh_split(merged, answer) for answer in answers]
+    answer_rows._plans.clear()
+    assert [[a.body for a in merged.split(answer, MODEL) or []] for answer in answers] == expected
+    assert len(answer_rows._plans) == 1  # "inf" and "-inf" write as Infinity in Triton; here as text alike
+    assert all(len(cut) == len(rows) for cut in expected)
+
+
+def test_a_data_member_the_walk_does_not_read_as_an_outputs_data_keeps_no_plan():
+    """A "data" member found where the walk finds none (an output's parameter here): nothing is kept, and
+    every answer is walked and cut as its own."""
+    merged = merging.merge([part_of(json_request([[1, 2]])) for _ in range(2)])
+    answer_rows._plans.clear()
+    for values in (["1", "2"], ["30", "-4"]):
+        answer = _answer_text([values], 2, ',"parameters":{"data":[5]}')
+        cuts = [a.body for a in merged.split(answer, MODEL) or []]
+        assert [orjson.loads(c)["outputs"][0]["data"] for c in cuts] == [[float(values[0])], [float(values[1])]]
+    assert not answer_rows._plans
+
+
+def test_a_json_requests_part_kept_for_its_text_around_the_numbers_takes_each_requests_own_numbers():
+    """Requests alike but for their numbers (compact, or spaced as Python's json writes them) share what
+    their part is made of; each part's data is its own text, and data of another count goes alone."""
+    mergeable._made_json.clear()
+    for dumps in (orjson.dumps, lambda value: json.dumps(value).encode()):
+        made = [
+            mergeable.part(
+                read(
+                    dumps({"id": "a", "inputs": [{"name": "X", "datatype": "FP32", "shape": [1, 2], "data": data}]}),
+                    None,
+                ),
+                MODEL,
+            )
+            for data in ([1, 2], [-30.5, 4e-7], [[5, 6]])
+        ]
+        assert all(item is not None for item in made)
+        assert len({item.key for item in made if item}) == 1
+        assert [item.tensors for item in made if item][:2] == [(dumps([1, 2])[1:-1],), (dumps([-30.5, 4e-7])[1:-1],)]
+        wrong = read(
+            dumps({"id": "a", "inputs": [{"name": "X", "datatype": "FP32", "shape": [1, 2], "data": [1, 2, 3]}]}), None
+        )
+        assert mergeable.part(wrong, MODEL) is None
+    assert len(mergeable._made_json) == 2  # one for each writing; nested data is walked each time
+
+
+def test_a_kept_plan_cuts_binary_outputs_after_a_header_whose_numbers_changed_its_length():
+    """An answer of JSON and binary outputs: the binary rows lie after a header whose length moves with
+    its numbers; each part gets its own rows of both."""
+    merged = merging.merge([part_of(json_request([[1, 2]])) for _ in range(2)])
+    answer_rows._plans.clear()
+    for values, raw in (
+        (["1", "2"], b"\x01\x00\x00\x00\x02\x00\x00\x00"),
+        (["-300.25", "4"], b"\x07" * 4 + b"\x09" * 4),
+    ):
+        head = (
+            '{"model_name":"m","model_version":"1","outputs":[{"name":"Y","datatype":"FP32","shape":[2],'
+            f'"data":[{",".join(values)}]}},{{"name":"B","datatype":"INT32","shape":[2],'
+            '"parameters":{"binary_data_size":8}}]}'
+        ).encode()
+        first, second = (
+            merging.merge(merged.parts).split(
+                UpstreamResponse(200, "application/octet-stream", len(head), head + raw), MODEL
+            )
+            or []
+        )
+        for answer, value, row in ((first, values[0], raw[:4]), (second, values[1], raw[4:])):
+            assert answer.header_length is not None
+            assert orjson.loads(answer.body[: answer.header_length])["outputs"][0]["data"] == [float(value)]
+            assert answer.body[answer.header_length :] == row
+    assert len(answer_rows._plans) == 1

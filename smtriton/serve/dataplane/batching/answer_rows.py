@@ -19,6 +19,7 @@ import numpy as np
 from smtriton.serve.dataplane.batching.json_text import (
     SPACE,
     NotPlain,
+    scalar_data,
     scanstring,
     skip,
     value_end,
@@ -111,19 +112,23 @@ def _parameter_member(text: str, output: _OutputText, key: str, start: int) -> i
 
 @dataclass(frozen=True, slots=True)
 class _Plan:
-    """How one answer of Triton's is cut: each part's answer text after its opening brace (its shapes,
-    sizes and JSON data in place), and where each part's binary outputs lie in the body."""
+    """How one answer of Triton's is cut: each part's answer text after its opening brace, as literal
+    text around holes for its rows of each JSON output's data (its shapes and sizes in place), and where
+    each part's binary outputs lie in the body."""
 
-    rests: list[str]
-    ranges: list[list[tuple[int, int]]]
+    literals: list[list[str]]  # per part: the text before each hole, and after the last
+    holes: list[tuple[str, int]]  # per JSON data output, in the text's order: its datatype, values a row
+    spans: list[tuple[int, int]]  # where each hole's data lies inside its brackets in the answer planned
+    ranges: list[list[tuple[int, int]]]  # after the header
     more: bool  # members follow the opening brace: an id goes before them with a comma
-    body_length: int
-    reusable: bool  # it depends on the header's text alone (binary outputs of fixed-size items)
+    binary_length: int  # of what follows the header
+    reusable: bool  # it depends on the text around the JSON data alone (binary outputs of fixed-size items)
 
 
-# A plan of an answer whose header is the same text (small binary outputs: the header repeats) for the
-# same rows of the same model: kept, so that the header is walked once, not once per merged request.
-_plans: dict[tuple[str, tuple[int, ...], Declared | None], _Plan] = {}
+# A plan for the same text around the JSON data (a header repeats; so does a JSON answer's but for its
+# numbers) for the same rows of the same model: kept, so that an answer is walked once, not once per
+# merged request. A plan is kept only where :func:`scalar_data` finds exactly the data the walk found.
+_plans: dict[tuple[tuple[str, ...], tuple[int, ...], Declared | None], _Plan] = {}
 _PLANS_MAX = 256
 _PLAN_TEXT_MAX = 4096
 
@@ -136,28 +141,37 @@ def split(
     body = response.body
     end = len(body) if response.header_length is None else response.header_length
     text = bytes(body[:end]).decode("utf-8", "surrogateescape")  # a BYTES output as the model made it
-    key = (text, rows, declared)
+    spans, around = scalar_data(text)
+    key = (around, rows, declared)
     plan = _plans.get(key)
     if plan is None:
         plan = _plan(text, body, end, rows, declared)
-        if plan.reusable and len(text) <= _PLAN_TEXT_MAX:
+        if plan.reusable and plan.spans == spans and sum(map(len, around)) <= _PLAN_TEXT_MAX:
             if len(_plans) >= _PLANS_MAX:
                 _plans.clear()
             _plans[key] = plan
-    if plan.body_length != len(body):
+        spans = plan.spans
+    if plan.binary_length != len(body) - end:
         raise NotPlain
+    cuts = [
+        _text_cuts(text[start:stop], datatype, rows, per_row)
+        for (start, stop), (datatype, per_row) in zip(spans, plan.holes, strict=True)
+    ]
     answers = []
     for index, request_id in enumerate(ids):
-        if request_id:
-            head = "".join(['{"id":', _json_string(request_id), "," if plan.more else "", plan.rests[index]])
-        else:
-            head = "{" + plan.rests[index]
-        encoded = head.encode("utf-8", "surrogateescape")
+        literals = plan.literals[index]
+        texts = ['{"id":', _json_string(request_id), ","] if request_id else ["{"]
+        if request_id and not plan.more:
+            texts.pop()
+        for hole, literal in enumerate(literals[:-1]):
+            texts += [literal, cuts[hole][index]]
+        texts.append(literals[-1])
+        encoded = "".join(texts).encode("utf-8", "surrogateescape")
         if response.header_length is None:
             answers.append(UpstreamResponse(200, response.content_type, None, encoded))
         else:
             whole = memoryview(body)
-            tensors = [whole[start:stop] for start, stop in plan.ranges[index]]
+            tensors = [whole[end + start : end + stop] for start, stop in plan.ranges[index]]
             answers.append(UpstreamResponse(200, response.content_type, len(encoded), b"".join([encoded, *tensors])))
     return answers
 
@@ -167,57 +181,58 @@ def _plan(text: str, body: Any, end: int, rows: tuple[int, ...], declared_output
     outputs = _answer_layout(text)
     total = sum(rows)
     declared = dict(declared_outputs) if declared_outputs is not None else None
-    # Per output: each part's piece of JSON data text, or where its bytes lie.
-    pieces: list[list[str] | list[tuple[int, int]]] = []
+    byte_cuts: dict[int, list[tuple[int, int]]] = {}  # per binary output: where each part's bytes lie
+    per_row: dict[int, int] = {}
     offset = end
     reusable = True
-    for output in outputs:
+    for n, output in enumerate(outputs):
         shape = output.shape
         if not shape or shape[0] != total:
             raise NotPlain
         if declared is not None and not _as_declared(shape, declared.get(output.name)):
             raise NotPlain  # the first dimension may be something else that happens to equal the rows
-        per_row = math.prod(shape[1:])
+        per_row[n] = math.prod(shape[1:])
         if output.size is None:
             if output.data_at is None:
                 raise NotPlain
-            pieces.append(_text_cuts(text, output, rows, per_row))
-            reusable = False
         else:
             if output.data_at is not None or offset + output.size > len(body):
                 raise NotPlain
-            pieces.append(_byte_cuts(output.datatype, body, offset, output.size, rows, per_row))
+            byte_cuts[n] = _byte_cuts(output.datatype, body, offset, output.size, rows, per_row[n])
             reusable = reusable and output.datatype != "BYTES"
             offset += output.size
     if offset != len(body):
         raise NotPlain
-    # Each part's answer: Triton's text with its own shapes, sizes and data.
+    # Each part's answer: Triton's text with its own shapes and sizes, and holes for its data.
     places = sorted(
         [(o.shape_at, n, "shape") for n, o in enumerate(outputs)]
         + [(o.data_at, n, "data") for n, o in enumerate(outputs) if o.data_at is not None]
         + [(o.size_at, n, "size") for n, o in enumerate(outputs) if o.size is not None]
     )
-    rests, ranges = [], []
+    holes = [(outputs[n].datatype, per_row[n]) for _, n, what in places if what == "data"]
+    spans = [(start + 1, stop - 1) for (start, stop), _, what in places if what == "data"]
+    literals, ranges = [], []
     for index, part_rows in enumerate(rows):
         texts: list[str] = []
         mine: list[tuple[int, int]] = []
-        at = 1
+        literal, at = [], 1
         for (start, stop), n, what in places:
-            texts.append(text[at:start])
-            piece = pieces[n][index]
+            literal.append(text[at:start])
             if what == "shape":
-                texts.append("[" + ",".join(map(str, [part_rows, *outputs[n].shape[1:]])) + "]")
+                literal.append("[" + ",".join(map(str, [part_rows, *outputs[n].shape[1:]])) + "]")
             elif what == "data":
-                texts.append("[" + piece + "]")  # type: ignore[operator]
+                texts.append("".join([*literal, "["]))
+                literal = ["]"]
             else:
-                assert isinstance(piece, tuple)
-                texts.append(str(piece[1] - piece[0]))
-                mine.append(piece)
+                piece = byte_cuts[n][index]
+                literal.append(str(piece[1] - piece[0]))
+                mine.append((piece[0] - end, piece[1] - end))
             at = stop
-        texts.append(text[at:])
-        rests.append("".join(texts))
+        literal.append(text[at:])
+        texts.append("".join(literal))
+        literals.append(texts)
         ranges.append(mine)
-    return _Plan(rests, ranges, skip(text, 1) < len(text) - 1, len(body), reusable)
+    return _Plan(literals, holes, spans, ranges, skip(text, 1) < len(text) - 1, len(body) - end, reusable)
 
 
 def _as_declared(shape: list[int], dims: tuple[int, ...] | None) -> bool:
@@ -227,12 +242,10 @@ def _as_declared(shape: list[int], dims: tuple[int, ...] | None) -> bool:
     return all(want == -1 or want == got for want, got in zip(dims, shape[1:], strict=True))
 
 
-def _text_cuts(text: str, output: _OutputText, rows: tuple[int, ...], per_row: int) -> list[str]:
-    """A JSON output's data text, inside its brackets, cut after each part's rows: Triton's own
+def _text_cuts(inner: str, datatype: str, rows: tuple[int, ...], per_row: int) -> list[str]:
+    """A JSON output's data text (inside its brackets) cut after each part's rows: Triton's own
     characters for each value."""
-    assert output.data_at is not None
-    inner = text[output.data_at[0] + 1 : output.data_at[1] - 1]
-    if output.datatype == "BYTES":
+    if datatype == "BYTES":
         ends = _string_ends(inner)
     elif len(inner) <= 4096:  # no value holds a comma: the commas are the boundaries
         values = inner.split(",") if inner else []

@@ -14,10 +14,28 @@ scanstring: Callable[[str, int], tuple[str, int]] = json.decoder.scanstring  # t
 _SCANNER = json.scanner.make_scanner(json.JSONDecoder())  # type: ignore[arg-type]
 SPACE = " \t\n\r"
 _SPACE_RUN = re.compile("[ \t\n\r]*")
+# A "data" member whose array holds no quote, backslash, bracket or brace: numbers, booleans and nulls.
+_SCALAR_DATA = re.compile(r'"data"[ \t\n\r]*:[ \t\n\r]*\[([^\[\]{}"\\]*)\]')
 
 
 class NotPlain(Exception):
     """The text is not the JSON the walk expects."""
+
+
+def scalar_data(text: str) -> tuple[list[tuple[int, int]], tuple[str, ...]]:
+    """Where the insides of ``"data"`` arrays of scalars lie in ``text``, and the text around them.
+
+    Found by pattern, not by a walk, so a match may lie where no data member is (in a string, say): a
+    caller checks the spans once against a walk of one text, and may then take them as the data of any
+    text with the same text around them. Its arrays' insides hold no quote, backslash, bracket or brace,
+    so that text reads the same, member for member, whatever scalars they hold."""
+    spans = [found.span(1) for found in _SCALAR_DATA.finditer(text)] if '"data"' in text else []
+    around, at = [], 0
+    for start, stop in spans:
+        around.append(text[at:start])
+        at = stop
+    around.append(text[at:])
+    return spans, tuple(around)
 
 
 def skip(text: str, at: int) -> int:
