@@ -106,6 +106,18 @@ class Metrics:
             "Requests sent again alone because their merged request failed or its answer could not be split",
             registry=self.registry,
         )
+        self.merging_stopped = Counter(
+            "smtriton_merging_stopped",
+            "Times a worker stopped merging a model's requests: Triton executes a row of it in "
+            "SMTRITON_MERGE_MAX_ROW_MS or more",
+            registry=self.registry,
+        )
+        self.merging_resumed = Counter(
+            "smtriton_merging_resumed",
+            "Times a worker merged a model's requests again: Triton executes a row of it in under "
+            "SMTRITON_MERGE_MAX_ROW_MS",
+            registry=self.registry,
+        )
         self._children: dict[tuple[str, str, int], tuple[Counter, Histogram]] = {}
 
     def serve(self, host: str, port: int, triton_url: Callable[[], str | None]) -> None:

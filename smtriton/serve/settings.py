@@ -2,9 +2,8 @@
 
 The schema below (`Settings`, its `TritonOptions` in :mod:`smtriton.serve.triton_options`, both built of
 :mod:`smtriton.serve.setting_types`) is the only place a setting is named. From it come the object built once
-at start-up (`Settings.from_env`), the reference in docs/settings.md
-(:mod:`smtriton.serve.settings_reference`) and the variables a deployment is checked against
-(`known_variables`).
+at start-up (`Settings.from_env`), the reference in docs/settings.md (:mod:`smtriton.serve.settings_reference`)
+and the variables a deployment is checked against (`known_variables`).
 
 SageMaker's variables (``SAGEMAKER_*``, ``SAGEMAKER_TRITON_*``) keep exactly the meaning of
 docs/contract.md §1.4, but their values are parsed, not word-split into a command line
@@ -294,8 +293,7 @@ class Settings(BaseSettings):
     )
     body_timeout_s: Number = setting(
         "SMTRITON_BODY_TIMEOUT_S",
-        "seconds a request's whole body may take to arrive after its headers, however steadily it trickles, "
-        "before a 408",
+        "seconds a request's whole body may take to arrive after its headers, however steadily it trickles: then 408",
         default_factory=lambda data: data.get("client_timeout_s", 30.0) + data.get("max_payload_bytes", 0) / BODY_RATE,
         shown="`SMTRITON_CLIENT_TIMEOUT_S` + the body limit at 4 MiB/s (286 s for 1 GiB)",
         gt=0,
@@ -315,21 +313,26 @@ class Settings(BaseSettings):
     )
     merge_requests: Boolean = setting(
         "SMTRITON_MERGE_REQUESTS",
-        "requests of one model that arrive while a worker's earlier ones are with Triton are merged into one "
-        "Triton request along the batch dimension, each client answered byte for byte as alone (floats as "
-        "Triton's own batching computes them); only where Triton would batch them itself (`dynamic_batching`, "
-        "`max_batch_size` ≥ 2) and the model's rows are each their own (an ONNX Runtime, PyTorch, TensorRT, "
-        'TensorFlow or OpenVINO model, or a config with `smtriton_merge_rows` `"true"`; `"false"` keeps one '
-        "model's apart). `false`: every request goes alone",
+        "requests of a model that arrive while a worker's earlier ones are with Triton go as one Triton request, "
+        "merged along the batch dimension, each client answered byte for byte as alone (floats as Triton's own "
+        "batching computes them); only where Triton would batch them itself (`dynamic_batching`, `max_batch_size` ≥ 2) "
+        "and the model's rows are each their own (an ONNX Runtime, PyTorch, TensorRT, TensorFlow or OpenVINO model, or "
+        'a config with `smtriton_merge_rows` `"true"`; `"false"` keeps one model\'s apart). `false`: none merge',
         True,
     )
     merge_in_flight: Integer = setting(
         "SMTRITON_MERGE_IN_FLIGHT",
-        "Triton requests the front keeps in flight per instance of a model before it merges the next ones, "
-        "shared evenly among the workers (each keeps its share, rounded up, and at least this many); a request never "
-        "waits while fewer are in flight",
+        "Triton requests the front keeps in flight per model instance before merging the next, shared evenly among "
+        "workers (each keeps its share, rounded up, at least this many); no request waits while fewer are in flight",
         2,
         ge=1,
+    )
+    merge_max_row_ms: Number = setting(
+        "SMTRITON_MERGE_MAX_ROW_MS",
+        "a model's requests merge only while Triton executes a row of it in under this many milliseconds (its own "
+        "statistics, read every 5 s while the model is used); past it, each request goes at once. 0: no bound",
+        2.0,
+        ge=0,
     )
     worker_keep_freed_bytes: Integer = setting(
         "SMTRITON_WORKER_KEEP_FREED_BYTES",
@@ -348,9 +351,7 @@ class Settings(BaseSettings):
         ge=0,
     )
     tritonserver: Path | None = setting(
-        "TRITONSERVER",
-        "tritonserver binary to use",
-        shown="`/opt/tritonserver/bin/tritonserver`, else the wheel's",
+        "TRITONSERVER", "tritonserver binary to use", shown="`/opt/tritonserver/bin/tritonserver`, else the wheel's"
     )
     triton: TritonOptions = Field(default_factory=TritonOptions)
     work_dir: Path | None = setting(

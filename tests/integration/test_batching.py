@@ -4,11 +4,13 @@ in JSON or binary, ids, wrong rows) are merged as serve merges them and sent to 
 the split answer is compared, byte for byte, with Triton's answer to that part alone; then serve
 itself, with clients at once, merging what waits and answering an error in a merged request as each
 client's own. A Python model that pads each request to its longest text is never merged (it does not
-declare its rows its own), and an ONNX model is, each client's answer what it gets alone."""
+declare its rows its own), and an ONNX model is, each client's answer what it gets alone. A model whose
+rows take long to execute stops merging once Triton's statistics say so, while a fast one merges on."""
 
 from __future__ import annotations
 
 import json
+import shutil
 import struct
 import threading
 import time
@@ -24,7 +26,7 @@ import requests
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from smtriton.serve.dataplane.batching import mergeable, merging, rule
+from smtriton.serve.dataplane.batching import mergeable, merging, row_time, rule
 from smtriton.serve.dataplane.reading.inference import read
 from smtriton.serve.triton.client import UpstreamResponse
 from tests.integration.conftest import start_serve
@@ -39,10 +41,12 @@ TRITON = requests.Session()  # to Triton directly: keep-alive
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServeProcess]:
-    """serve in front of the `rows` model, one worker keeping one request in flight before it merges."""
+    """serve in front of the `rows` model, one worker keeping one request in flight before it merges (the
+    tests make its executions long so that requests queue: it merges whatever its time per row)."""
     env = {
         "SAGEMAKER_MODEL_SERVER_WORKERS": "1",
         "SMTRITON_MERGE_IN_FLIGHT": "1",
+        "SMTRITON_MERGE_MAX_ROW_MS": "0",
         "SMTRITON_METRICS_PORT": str(free_port()),
     }
     started = start_serve(tmp_path_factory.mktemp("batching"), MODELS, "rows", env=env)
@@ -274,14 +278,14 @@ def merged_so_far(server: ServeProcess) -> tuple[float, float]:
     return samples.get(("smtriton_merges_total", ()), 0.0), samples.get(("smtriton_unmerged_again_total", ()), 0.0)
 
 
-def at_once(server: ServeProcess, bodies: list[bytes]) -> list[requests.Response]:
-    """Every body posted by its own client, all at the same moment."""
+def at_once(server: ServeProcess, bodies: list[bytes], post=invoke) -> list[requests.Response]:
+    """Every body posted by its own client (``post(server, body)``), all at the same moment."""
     answers: list[requests.Response | None] = [None] * len(bodies)
     start = threading.Barrier(len(bodies))
 
     def client(index: int) -> None:
         start.wait()
-        answers[index] = invoke(server, bodies[index])
+        answers[index] = post(server, bodies[index])
 
     threads = [threading.Thread(target=client, args=(i,)) for i in range(len(bodies))]
     for thread in threads:
@@ -449,3 +453,91 @@ def test_an_onnx_model_is_merged_and_each_client_gets_its_answer_alone(dense_ser
             np.testing.assert_allclose(y["data"], expected_y["data"], rtol=1e-6, atol=1e-7)
             assert got["outputs"][1] == expected["outputs"][1]  # integers exactly
     assert merged_so_far(dense_server)[0] > merges_before, "nothing was merged"
+
+
+# ----- only while merging pays ----------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def mme_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServeProcess]:
+    """A multi-model serve with `long` (5 ms of execution a row) and `rows` loaded, one worker keeping one
+    request of each in flight before it merges, and the default bound on the time per row."""
+    tmp = tmp_path_factory.mktemp("paying")
+    root = tmp / "models"
+    for name, model in (("long", "long_rows"), ("rows", "rows")):
+        shutil.copytree(MODELS / model, root / name / "model", ignore=shutil.ignore_patterns("__pycache__"))
+    env = {
+        "SAGEMAKER_MODEL_SERVER_WORKERS": "1",
+        "SMTRITON_MERGE_IN_FLIGHT": "1",
+        "SMTRITON_METRICS_PORT": str(free_port()),
+    }
+    started = start_serve(tmp, None, None, env=env, args=["--multi-model", "--model-root", str(root)])
+    try:
+        for name in ("long", "rows"):
+            load = {"model_name": name, "url": str(root / name / "model")}
+            assert requests.post(f"{started.url}/models", json=load, timeout=120).status_code == 200
+        yield started
+    finally:
+        started.stop()
+
+
+def post_to(name: str):
+    def post(server: ServeProcess, body: bytes) -> requests.Response:
+        headers = {"Content-Type": "application/json"}
+        return requests.post(f"{server.url}/models/{name}/invoke", data=body, headers=headers, timeout=60)
+
+    return post
+
+
+def requests_to(server: ServeProcess, triton_name: str) -> int:
+    """Triton's count of the requests `triton_name` answered so far."""
+    stats = requests.get(f"{triton_url(server)}/v2/models/{triton_name}/stats", timeout=10).json()
+    return sum(version["inference_stats"]["success"]["count"] for version in stats["model_stats"])
+
+
+def stopped_so_far(server: ServeProcess) -> float:
+    return metric_samples(server.metrics_url).get(("smtriton_merging_stopped_total", ()), 0.0)
+
+
+def long_request(value: int) -> bytes:
+    return orjson.dumps({"inputs": [{"name": "X", "datatype": "FP32", "shape": [1, 1], "data": [value]}]})
+
+
+def four_rows_request(value: int) -> bytes:
+    """4 rows of `rows`, executed in 4 ms: 1 ms a row alone, less merged."""
+    tensors = [
+        Tensor("F", "FP32", [[float(value + r)] for r in range(4)], False, [str(value + r) for r in range(4)]),
+        Tensor("I", "INT64", [[value + r, 1] for r in range(4)], False),
+        Tensor("S", "BYTES", [[str(value + r).encode()] for r in range(4)], False),
+        Tensor("B", "BOOL", [[r % 2 == 0] for r in range(4)], False),
+    ]
+    return body_of(tensors, binary=False, nested=False, parameters={"delay_ms": 4})[0]
+
+
+def test_a_model_whose_rows_execute_long_stops_merging_once_triton_says_so_and_a_fast_one_merges_on(mme_server):
+    server = mme_server
+    long, fast = post_to("long"), post_to("rows")
+    for _ in range(3):  # the first request asks for the model's configuration; the next opens its lane and
+        assert long(server, long_request(1)).status_code == 200  # takes the first reading of its statistics
+        assert fast(server, four_rows_request(1)).status_code == 200
+    opened = time.monotonic()
+    merges_before = merged_so_far(server)[0]
+    bodies = [long_request(value) for value in range(8)]
+    while stopped_so_far(server) == 0 and time.monotonic() < opened + row_time.READ_EVERY_S + 5:
+        for answer, value in zip(at_once(server, bodies, long), range(8), strict=True):
+            assert answer.json()["outputs"][0]["data"] == [2.0 * value]
+    assert stopped_so_far(server) == 1, "no reading of Triton's statistics stopped merging `long`"
+    assert merged_so_far(server)[0] > merges_before, "`long` was never merged before the reading"
+
+    merges_before, sent_before = merged_so_far(server)[0], requests_to(server, "long")
+    for _ in range(3):  # each request goes to Triton at once, alone, however many are in flight
+        assert all(answer.status_code == 200 for answer in at_once(server, bodies, long))
+    assert requests_to(server, "long") - sent_before == 24
+    assert merged_so_far(server)[0] == merges_before
+
+    sent_before = requests_to(server, "rows")
+    for n, answer in enumerate(at_once(server, [four_rows_request(20 + 10 * n) for n in range(12)], fast)):
+        assert answer.json()["outputs"][2]["data"] == [
+            value for r in range(4) for value in (2 * (20 + 10 * n + r) + 1, 3)
+        ]
+    assert requests_to(server, "rows") - sent_before < 12, "`rows` was not merged"
+    assert merged_so_far(server)[0] > merges_before
+    assert stopped_so_far(server) == 1

@@ -5,12 +5,13 @@ row by row, as a batching model does, and is held or failed by the test."""
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import Any
 
 import orjson
 import pytest
 
-from smtriton.serve.dataplane.batching import coalescing, mergeable
+from smtriton.serve.dataplane.batching import coalescing, mergeable, row_time
 from smtriton.serve.dataplane.batching.coalescing import Coalescer
 from smtriton.serve.dataplane.batching.rule import ModelBatching
 from smtriton.serve.dataplane.reading.inference import Inference, read
@@ -327,3 +328,269 @@ def test_send_merged_answers_each_as_alone_and_sends_them_again_alone_when_trito
         assert triton.sent == [[1, 13, 5, 6], [1], [13], [5, 6]]  # failed merged, each sent again alone
 
     run(scenario)
+
+
+# ----- only while merging pays: Triton's execution time per row (row_time.py) ----------------------------
+MS = 1_000_000  # nanoseconds
+
+
+def stats(*batches: tuple[int, int, int], versions: int = 1) -> dict[str, Any]:
+    """Triton's statistics of a model: per (batch size, executions, ns computing them), the ns split
+    between compute input, infer and output; the same for each version loaded."""
+
+    def batch(size: int, count: int, ns: int) -> dict[str, Any]:
+        parts = (ns // 4, ns - ns // 4 - ns // 8, ns // 8)
+        keys = ("compute_input", "compute_infer", "compute_output")
+        return {
+            "batch_size": size,
+            **{key: {"count": count, "ns": part} for key, part in zip(keys, parts, strict=True)},
+        }
+
+    version = {"name": "m", "batch_stats": [batch(*b) for b in batches]}
+    return {"model_stats": [{**version, "version": str(v + 1)} for v in range(versions)]}
+
+
+def test_the_time_per_row_is_the_compute_time_over_the_rows_executed_between_two_readings():
+    first = row_time.reading(stats((1, 10, 30 * MS), (4, 5, 40 * MS)))
+    assert first == row_time.Reading(70 * MS, 30)
+    assert row_time.ms_per_row(None, first) is None  # a first reading only starts the count
+    # since then: 2 executions of 1 row (8 ms), 3 of 4 rows (12 ms), 1 of 8 rows (4 ms): 24 ms, 22 rows
+    second = row_time.reading(stats((1, 12, 38 * MS), (4, 8, 52 * MS), (8, 1, 4 * MS)))
+    assert row_time.ms_per_row(first, second) == pytest.approx(24 / 22)
+    assert row_time.reading(stats((2, 3, 6 * MS), versions=2)) == row_time.Reading(12 * MS, 12)  # versions summed
+
+
+def test_an_interval_without_executions_tells_nothing():
+    same = row_time.reading(stats((1, 10, 30 * MS)))
+    assert row_time.ms_per_row(same, same) is None
+    assert row_time.ms_per_row(row_time.Reading(0, 0), row_time.reading({"model_stats": [{"name": "m"}]})) is None
+
+
+def test_counters_that_went_back_started_again_within_the_interval():
+    """Triton restarted (or the model was loaded again): what it counts now is the interval's."""
+    before = row_time.reading(stats((1, 1000, 900 * MS)))
+    after = row_time.reading(stats((1, 4, 20 * MS)))
+    assert row_time.ms_per_row(before, after) == pytest.approx(5.0)
+    assert row_time.ms_per_row(before, row_time.Reading(0, 0)) is None
+
+
+@pytest.mark.parametrize(
+    ("answer", "why"),
+    [
+        (None, "no model_stats"),
+        ({"error": "unknown model"}, "no model_stats"),
+        ({"model_stats": 3}, "no model_stats"),
+        ({"model_stats": [{"batch_stats": [{"batch_size": -1}]}]}, "-1 is no count"),
+        ({"model_stats": [{"batch_stats": [7]}]}, "no object"),
+    ],
+)
+def test_what_is_no_statistics_answer_is_refused(answer, why):
+    with pytest.raises(ValueError, match=why):
+        row_time.reading(answer)
+
+
+def test_a_verdict_changes_only_on_an_interval_that_executed_rows():
+    verdict = row_time.Verdict()
+    assert verdict.pays
+    assert not verdict.take(stats((1, 10, 60 * MS)), 2.0)  # the first reading: still merging
+    assert verdict.pays
+    assert verdict.take(stats((1, 20, 110 * MS)), 2.0)  # 5 ms a row
+    assert (verdict.pays, verdict.ms) == (False, pytest.approx(5.0))
+    assert not verdict.take(stats((1, 20, 110 * MS)), 2.0)  # nothing executed: the verdict stands
+    assert not verdict.pays
+    assert verdict.take(stats((1, 20, 110 * MS), (8, 10, 80 * MS)), 2.0)  # 1 ms a row
+    assert verdict.pays
+
+
+MODEL_OF_TWO = ModelBatching(max_batch_size=4, instances=2)
+SLOW = [stats((1, 1, 5 * MS)), stats((1, 3, 15 * MS))]  # a baseline, then 5 ms a row
+FAST = [stats((1, 1, 5 * MS)), stats((1, 1, 5 * MS), (8, 2, 8 * MS))]  # a baseline, then 0.5 ms a row
+
+
+class TritonStatistics:
+    """The stand-in for Triton's statistics of a model: ``answers`` in turn (the last one again and again),
+    each held while ``gate`` is shut, or ``failure`` raised; counts the calls."""
+
+    def __init__(self, answers: list[dict[str, Any]]) -> None:
+        self.answers = list(answers)
+        self.calls = 0
+        self.gate = asyncio.Event()
+        self.gate.set()
+        self.failure: Exception | None = None
+
+    async def read(self, triton_name: str) -> Any:
+        self.calls += 1
+        await self.gate.wait()
+        if self.failure is not None:
+            raise self.failure
+        return self.answers.pop(0) if len(self.answers) > 1 else self.answers[0]
+
+
+def judged(scenario, answers: list[dict[str, Any]], max_row_ms: float = 2.0, read_every_s: float = 0.0) -> Metrics:
+    """``scenario(triton, statistics, coalescer)`` with a coalescer that judges by ``statistics`` (one
+    request in flight before it merges), reading it again after ``read_every_s``."""
+    metrics = Metrics(enabled=False)
+
+    async def main() -> None:
+        triton, statistics = Triton(), TritonStatistics(answers)
+        coalescer = Coalescer(triton.send, 1, metrics, 1, statistics.read, max_row_ms)
+        try:
+            await scenario(triton, statistics, coalescer)
+        finally:
+            await coalescer.close()
+
+    with pytest.MonkeyPatch.context() as patched:
+        patched.setattr(row_time, "READ_EVERY_S", read_every_s)
+        asyncio.run(main())
+    return metrics
+
+
+async def judged_by_two_readings(triton: Triton, coalescer: Coalescer) -> None:
+    """Two requests one after the other: the first reading is taken, then the second."""
+    for value in (7, 8):
+        assert doubled(await coalescer.infer("m", request(value), MODEL)) == [2 * value]
+        await settle()
+    triton.sent.clear()
+
+
+def test_a_model_whose_rows_execute_fast_merges():
+    async def scenario(triton: Triton, statistics: TritonStatistics, coalescer: Coalescer) -> None:
+        await judged_by_two_readings(triton, coalescer)
+        triton.gate.clear()
+        calls = [asyncio.ensure_future(coalescer.infer("m", request(v), MODEL)) for v in (1, 2, 3, 4)]
+        await settle()
+        assert triton.sent == [[1]]
+        triton.gate.set()
+        assert [doubled(a) for a in await asyncio.gather(*calls)] == [[2], [4], [6], [8]]
+        assert triton.sent == [[1], [2, 3, 4]]
+        assert statistics.calls >= 2
+
+    metrics = judged(scenario, FAST)
+    assert (metrics.merges._value.get(), metrics.merging_stopped._value.get()) == (1, 0)
+
+
+def test_a_model_whose_rows_execute_slowly_has_each_request_sent_at_once_however_many_are_in_flight():
+    async def scenario(triton: Triton, statistics: TritonStatistics, coalescer: Coalescer) -> None:
+        await judged_by_two_readings(triton, coalescer)
+        triton.gate.clear()
+        calls = [asyncio.ensure_future(coalescer.infer("m", request(v), MODEL)) for v in range(1, 7)]
+        await settle()
+        assert triton.sent == [[1], [2], [3], [4], [5], [6]]  # six in flight, the bound is one
+        triton.gate.set()
+        assert [doubled(a) for a in await asyncio.gather(*calls)] == [[2 * v] for v in range(1, 7)]
+
+    metrics = judged(scenario, SLOW)
+    assert (metrics.merges._value.get(), metrics.merging_stopped._value.get()) == (0, 1)
+
+
+def test_requests_waiting_when_merging_stops_paying_go_at_once_and_one_reading_at_a_time():
+    async def scenario(triton: Triton, statistics: TritonStatistics, coalescer: Coalescer) -> None:
+        triton.gate.clear()
+        first = asyncio.ensure_future(coalescer.infer("m", request(1), MODEL))
+        await settle()
+        assert statistics.calls == 1  # the baseline, taken
+        statistics.gate.clear()
+        calls = [asyncio.ensure_future(coalescer.infer("m", request(v), MODEL)) for v in (2, 3, 4)]
+        await settle()
+        assert triton.sent == [[1]]  # merging pays until a reading says otherwise: they wait
+        assert statistics.calls == 2  # three uses, one reading under way
+        statistics.gate.set()  # 5 ms a row
+        await settle()
+        assert triton.sent == [[1], [2], [3], [4]]  # released, each alone, while the first is in flight
+        triton.gate.set()
+        assert [doubled(a) for a in await asyncio.gather(first, *calls)] == [[2], [4], [6], [8]]
+
+    metrics = judged(scenario, SLOW)
+    assert (metrics.merges._value.get(), metrics.merging_stopped._value.get()) == (0, 1)
+
+
+def test_merging_resumes_when_rows_execute_fast_again():
+    async def scenario(triton: Triton, statistics: TritonStatistics, coalescer: Coalescer) -> None:
+        await judged_by_two_readings(triton, coalescer)
+        statistics.answers = [stats((1, 3, 15 * MS), (8, 10, 40 * MS))]  # 80 rows in 40 ms since
+        assert doubled(await coalescer.infer("m", request(9), MODEL)) == [18]
+        await settle()
+        triton.gate.clear()
+        calls = [asyncio.ensure_future(coalescer.infer("m", request(v), MODEL)) for v in (1, 2, 3)]
+        await settle()
+        triton.gate.set()
+        await asyncio.gather(*calls)
+        assert triton.sent[1:] == [[1], [2, 3]]
+
+    metrics = judged(scenario, SLOW)
+    assert (metrics.merging_stopped._value.get(), metrics.merging_resumed._value.get()) == (1, 1)
+
+
+def test_a_reading_that_fails_keeps_the_verdict_and_logs_nothing_above_debug(caplog):
+    async def scenario(triton: Triton, statistics: TritonStatistics, coalescer: Coalescer) -> None:
+        await judged_by_two_readings(triton, coalescer)  # merging does not pay
+        statistics.failure = TritonUnavailable("Triton is not reachable: ClientConnectorError", sent=False)
+        for _ in range(3):
+            triton.gate.clear()
+            calls = [asyncio.ensure_future(coalescer.infer("m", request(v), MODEL)) for v in (1, 2, 3)]
+            await settle()
+            assert triton.sent[-3:] == [[1], [2], [3]]
+            triton.gate.set()
+            await asyncio.gather(*calls)
+        assert statistics.calls >= 5
+
+    caplog.set_level(logging.DEBUG, logger="serve")
+    judged(scenario, SLOW)
+    assert [record.levelno for record in caplog.records if record.levelno > logging.DEBUG] == []
+    assert any("not read" in record.getMessage() for record in caplog.records)
+
+
+def test_before_a_reading_comes_in_requests_merge_and_a_failed_one_changes_nothing():
+    async def scenario(triton: Triton, statistics: TritonStatistics, coalescer: Coalescer) -> None:
+        statistics.failure = ValueError("no model_stats in Triton's statistics")
+        await two_go_at_once_and_three_merge(MODEL_OF_TWO)(triton, coalescer)
+        assert statistics.calls >= 1
+
+    metrics = judged(scenario, SLOW)
+    assert metrics.merges._value.get() == 1
+
+
+def test_a_lane_reads_again_only_once_its_last_reading_is_old_enough():
+    async def scenario(triton: Triton, statistics: TritonStatistics, coalescer: Coalescer) -> None:
+        for value in range(5):
+            await coalescer.infer("m", request(value), MODEL)
+            await settle()
+        assert statistics.calls == 1
+        await asyncio.sleep(0.06)
+        await coalescer.infer("m", request(5), MODEL)
+        await settle()
+        assert statistics.calls == 2
+        await coalescer.infer("other", request(5), MODEL)
+        await settle()
+        assert statistics.calls == 3  # each model its own
+
+    judged(scenario, FAST, read_every_s=0.05)
+
+
+def test_without_a_bound_on_the_time_per_row_statistics_are_never_read():
+    async def scenario(triton: Triton, statistics: TritonStatistics, coalescer: Coalescer) -> None:
+        for _ in range(3):
+            await two_go_at_once_and_three_merge(MODEL_OF_TWO)(triton, coalescer)
+            triton.sent.clear()
+        assert statistics.calls == 0
+
+    metrics = judged(scenario, SLOW, max_row_ms=0.0)
+    assert metrics.merges._value.get() == 3
+
+
+def test_a_model_loaded_again_is_judged_afresh():
+    async def scenario(triton: Triton, statistics: TritonStatistics, coalescer: Coalescer) -> None:
+        await judged_by_two_readings(triton, coalescer)  # merging does not pay
+        triton.gate.clear()
+        busy = asyncio.ensure_future(coalescer.infer("m", request(1), MODEL))
+        await settle()
+        coalescer.forget("m")  # loaded again while a request is in flight: the lane stays, judged afresh
+        statistics.failure = TritonUnavailable("Triton is not reachable: ClientConnectorError", sent=False)
+        calls = [asyncio.ensure_future(coalescer.infer("m", request(v), MODEL)) for v in (2, 3)]
+        await settle()
+        assert triton.sent == [[1]]  # merging, until a reading says otherwise
+        triton.gate.set()
+        await asyncio.gather(busy, *calls)
+        assert triton.sent == [[1], [2, 3]]
+
+    judged(scenario, SLOW)

@@ -172,6 +172,17 @@ class TritonClient:
                 metadata: dict[str, object] = orjson.loads(body)
                 return metadata
 
+    async def model_statistics(self, model: str) -> dict[str, object]:
+        """Triton's statistics of the model (``GET /v2/models/<model>/stats``: counts and times of its
+        requests and of its executions per batch size), every version loaded."""
+        with _calling(TritonUnavailable("Triton did not answer in time")):
+            async with self._session.get(self._model_url(model, "/stats"), timeout=self._probe_timeout) as resp:
+                body = await resp.read()
+                if resp.status != 200:
+                    raise UpstreamError(resp.status, error_text(body))
+                statistics: dict[str, object] = orjson.loads(body)
+                return statistics
+
     async def is_decoupled(self, model: str) -> bool:
         """Whether a loaded model answers with a stream of responses (decoupled transaction policy)."""
         try:

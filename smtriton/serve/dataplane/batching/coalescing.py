@@ -19,6 +19,12 @@ cannot be split, is sent again unmerged: each client gets the answer it would ha
 error included. One Triton refuses as a whole (unavailable, its queue full, out of time:
 :func:`~smtriton.serve.dataplane.batching.merging.refused_as_a_whole`), and a transport failure (Triton
 unreachable, out of time), is each client's own such failure, never sent again row by row.
+
+Only while merging pays (:mod:`~smtriton.serve.dataplane.batching.row_time`): a model whose Triton
+execution takes ``SMTRITON_MERGE_MAX_ROW_MS`` or more per row, by Triton's own statistics (read off the
+request path, at most one reading a model at a time, every few seconds while it is used), has its
+requests sent each at once, however many are in flight, as if merging were off for it; the requests
+waiting when that verdict comes go at once too. A reading that fails keeps the verdict.
 """
 
 from __future__ import annotations
@@ -33,6 +39,7 @@ from typing import Any
 
 from smtriton.serve.dataplane.batching import mergeable, merging
 from smtriton.serve.dataplane.batching.mergeable import Part
+from smtriton.serve.dataplane.batching.row_time import Statistics, Verdict
 from smtriton.serve.dataplane.batching.rule import ModelBatching
 from smtriton.serve.dataplane.reading.inference import Inference
 from smtriton.serve.eventloop import LoopOfFirstUse
@@ -57,26 +64,41 @@ class _Waiting:
 
 
 class _Lane:
-    """One model's requests from this worker: how many are with Triton, and those waiting to go."""
+    """One model's requests from this worker: how many are with Triton, those waiting to go, and whether
+    merging them pays."""
 
-    __slots__ = ("in_flight", "model", "waiting")
+    __slots__ = ("in_flight", "model", "verdict", "waiting")
 
     def __init__(self, model: ModelBatching) -> None:
         self.model = model
         self.in_flight = 0
         self.waiting: deque[_Waiting] = deque()
+        self.verdict = Verdict()
 
 
 class Coalescer:
-    """Requests to Triton through ``send``, merged per model while its bound of requests is in flight."""
+    """Requests to Triton through ``send``, merged per model while its bound of requests is in flight and
+    while, by ``statistics`` (Triton's of a model), Triton executes a row of it in under ``max_row_ms``
+    (0: always)."""
 
-    def __init__(self, send: Send, in_flight_per_instance: int, metrics: Metrics, workers: int = 1) -> None:
+    def __init__(
+        self,
+        send: Send,
+        in_flight_per_instance: int,
+        metrics: Metrics,
+        workers: int = 1,
+        statistics: Statistics | None = None,
+        max_row_ms: float = 0.0,
+    ) -> None:
         self._send = send
         self._per_instance = in_flight_per_instance
         self._workers = max(1, workers)
         self._metrics = metrics
+        self._statistics = statistics if max_row_ms > 0 else None
+        self._max_row_ms = max_row_ms
         self._lanes: dict[str, _Lane] = {}
         self._sending: set[asyncio.Task[None]] = set()
+        self._reading: set[asyncio.Task[None]] = set()
         self._loop = LoopOfFirstUse()
 
     def bound(self, model: ModelBatching) -> int:
@@ -90,7 +112,9 @@ class Coalescer:
         if lane is None:
             lane = self._lanes[triton_name] = _Lane(model)
         lane.model = model
-        if lane.in_flight < self.bound(model):
+        if self._statistics is not None:
+            self._judge(lane, triton_name, self._statistics)
+        if lane.in_flight < self.bound(model) or not lane.verdict.pays:
             lane.in_flight += 1
             return await self._send_in_lane(lane, triton_name, inference)
         item = mergeable.part(inference, model)
@@ -167,17 +191,68 @@ class Coalescer:
             return [response] * len(group)
         return merged.split(response, model)
 
+    def _judge(self, lane: _Lane, triton_name: str, statistics: Statistics) -> None:
+        """Begin a reading of the model's statistics if one is due, off the request path."""
+        verdict = lane.verdict
+        now = self._loop.get().time()
+        if not verdict.due(now):
+            return
+        verdict.read_at = now
+        task = verdict.task = self._loop.get().create_task(self._read(lane, verdict, triton_name, statistics))
+        self._reading.add(task)
+        task.add_done_callback(self._reading.discard)
+
+    async def _read(self, lane: _Lane, verdict: Verdict, triton_name: str, statistics: Statistics) -> None:
+        """One reading: the lane's verdict updated, and what waits sent at once if merging stopped paying."""
+        try:
+            changed = verdict.take(await statistics(triton_name), self._max_row_ms)
+        except Exception as exc:  # Triton restarting, the model unloaded: the verdict stands
+            log.debug("statistics of %s not read (%s): merging as decided before", triton_name, exc)
+            return
+        finally:
+            verdict.task = None
+        if not changed or lane.verdict is not verdict:
+            return
+        log.debug(
+            "requests to %s %s: Triton executes a row in %.3f ms (SMTRITON_MERGE_MAX_ROW_MS %g)",
+            triton_name,
+            "merged again" if verdict.pays else "no longer merged",
+            verdict.ms,
+            self._max_row_ms,
+        )
+        (self._metrics.merging_resumed if verdict.pays else self._metrics.merging_stopped).inc()
+        if not verdict.pays:
+            self._send_waiting(lane)
+
+    def _send_waiting(self, lane: _Lane) -> None:
+        """Every request waiting in the lane goes at once, alone: merging it no longer pays."""
+        while lane.waiting:
+            waiting = lane.waiting.popleft()
+            if not waiting.answer.done():  # (else its client left)
+                lane.in_flight += 1
+                waiting.answer.set_result(_SLOT)
+
     def forget(self, triton_name: str) -> None:
-        """The model was loaded or unloaded: its lane goes once nothing is in it (an MME loads many)."""
+        """The model was loaded or unloaded: its lane goes once nothing is in it (an MME loads many); a
+        lane still in use judges the new model afresh."""
         lane = self._lanes.get(triton_name)
-        if lane is not None and not lane.in_flight and not lane.waiting:
+        if lane is None:
+            return
+        if not lane.in_flight and not lane.waiting:
             del self._lanes[triton_name]
+            return
+        if lane.verdict.task is not None:
+            lane.verdict.task.cancel()  # its answer could describe the model as it was
+        lane.verdict = Verdict()
 
     async def close(self) -> None:
-        """Stop the merged requests still in flight (their clients are told they were cancelled)."""
-        for task in list(self._sending):
+        """Stop the merged requests still in flight (their clients are told they were cancelled), and
+        the readings of statistics under way."""
+        for task in list(self._reading):
             task.cancel()
         for task in list(self._sending):
+            task.cancel()
+        for task in [*self._reading, *self._sending]:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
 

@@ -9,7 +9,8 @@ session's sequence) are added to the JSON part as read (:mod:`smtriton.serve.dat
 Answers come back as Triton gave them. Requests of one model that arrive while this worker's earlier
 ones are still with Triton may be merged into one Triton request and its answer split back, each
 client getting the answer it would have had alone (:mod:`smtriton.serve.dataplane.batching.coalescing`); what
-that takes of a model's configuration is asked of Triton once per model, like where an image goes.
+that takes of a model's configuration is asked of Triton once per model, like where an image goes, and
+whether it pays, of Triton's statistics of the model every few seconds while it is used.
 A large binary part goes to Triton through the worker's shared memory rather than in the HTTP body
 (:mod:`smtriton.serve.triton.input_arena`), a new arena for each Triton.
 """
@@ -92,7 +93,14 @@ class Upstream:
         self._batching: dict[str, ModelBatching | None] = {}  # Triton name -> how its requests merge (None: never)
         self._asking: dict[str, asyncio.Task[None]] = {}  # Triton name -> its configuration being asked for
         self.coalescer = (
-            coalescing.Coalescer(self._send, settings.merge_in_flight, metrics, settings.workers)
+            coalescing.Coalescer(
+                self._send,
+                settings.merge_in_flight,
+                metrics,
+                settings.workers,
+                self._statistics,
+                settings.merge_max_row_ms,
+            )
             if settings.merge_requests
             else None
         )
@@ -225,6 +233,10 @@ class Upstream:
                 assert isinstance(model, ModelBatching)
                 return await coalescer.infer(triton_name, inference, model)
         return await self._send(triton_name, inference)
+
+    async def _statistics(self, triton_name: str) -> dict[str, object]:
+        """Triton's statistics of a model, by which the coalescer judges whether merging it pays."""
+        return await self.ready().model_statistics(triton_name)
 
     def sender(self, triton_name: str) -> Callable[[Inference], Awaitable[UpstreamResponse]]:
         """How the requests of a body that holds several go to ``triton_name``: as they are, never held to
