@@ -79,6 +79,36 @@ def _sink_model(root: Path) -> Path:
     return root
 
 
+def _onnx_addsub_model(root: Path) -> Path:
+    """``addsub`` as ONNX (OUTPUT0 = INPUT0 + INPUT1, OUTPUT1 = INPUT0 - INPUT1, INT32 [batch, 16]): the
+    tiny scenarios' model at next to no cost in Triton (ONNX Runtime, no Python stub), for the floor of
+    what a front adds to a request."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    tensors = {n: helper.make_tensor_value_info(n, TensorProto.INT32, ["batch", 16]) for n in ("INPUT0", "INPUT1")}
+    outputs = [helper.make_tensor_value_info(n, TensorProto.INT32, ["batch", 16]) for n in ("OUTPUT0", "OUTPUT1")]
+    nodes = [
+        helper.make_node("Add", ["INPUT0", "INPUT1"], ["OUTPUT0"]),
+        helper.make_node("Sub", ["INPUT0", "INPUT1"], ["OUTPUT1"]),
+    ]
+    graph = helper.make_graph(nodes, "addsub", list(tensors.values()), outputs)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    (root / "addsub" / "1").mkdir(parents=True)
+    onnx.save(model, str(root / "addsub" / "1" / "model.onnx"))
+    specs = {
+        kind: ", ".join(f'{{ name: "{name}" data_type: TYPE_INT32 dims: [16] }}' for name in names)
+        for kind, names in (("input", tensors), ("output", ("OUTPUT0", "OUTPUT1")))
+    }
+    (root / "addsub" / "config.pbtxt").write_text(
+        'name: "addsub"\nplatform: "onnxruntime_onnx"\nmax_batch_size: 8\n'
+        f"input [ {specs['input']} ]\noutput [ {specs['output']} ]\n"
+        "instance_group [ { count: 1 kind: KIND_CPU } ]\ndynamic_batching { }\n"
+    )
+    return root
+
+
 def _tree_pids(root: int) -> dict[str, list[int]]:
     """``root``'s process tree, split into Triton's processes and the front's."""
     roles: dict[str, list[int]] = {"front": [], "triton": []}
@@ -233,6 +263,11 @@ def main() -> None:
         "--own-model", action="store_true", help="the image body goes to its own model (resnet), not to sink"
     )
     p.add_argument(
+        "--onnx-tiny",
+        action="store_true",
+        help="the tiny bodies go to addsub in ONNX (next to no cost in Triton), not the Python-backend addsub",
+    )
+    p.add_argument(
         "--instances",
         type=int,
         default=0,
@@ -260,6 +295,8 @@ def main() -> None:
     body.write_bytes(scenario.body)
     if sink:
         repository, model = _sink_model(work / "models"), "sink"
+    elif args.onnx_tiny and scenario.model == "addsub":
+        repository, model = _onnx_addsub_model(work / "models"), "addsub"
     else:
         repository, model = scenario.repository, scenario.model
         if args.instances:
@@ -278,6 +315,7 @@ def main() -> None:
                 if round_ > 0:  # the first round warms up
                     results[name].append(measured)
         instances = f", {args.instances} instances" if args.instances else ""
+        instances += ", addsub in ONNX" if args.onnx_tiny and model == "addsub" and not sink else ""
         think = f", {args.think_ms} ms between an answer and the next request" if args.think_ms else ""
         rounds = f"{args.rounds} rounds of {args.seconds:g} s"
         print(f"{args.scenario} c={args.connections}{instances}{think}, {rounds}, medians:")
