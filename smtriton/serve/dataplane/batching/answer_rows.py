@@ -123,6 +123,7 @@ class _Plan:
     more: bool  # members follow the opening brace: an id goes before them with a comma
     binary_length: int  # of what follows the header
     reusable: bool  # it depends on the text around the JSON data alone (binary outputs of fixed-size items)
+    plain: list[bytes]  # without holes: each part's answer text, encoded, for a part without an id
 
 
 # A plan for the same text around the JSON data (a header repeats; so does a JSON answer's but for its
@@ -159,14 +160,17 @@ def split(
     ]
     answers = []
     for index, request_id in enumerate(ids):
-        literals = plan.literals[index]
-        texts = ['{"id":', _json_string(request_id), ","] if request_id else ["{"]
-        if request_id and not plan.more:
-            texts.pop()
-        for hole, literal in enumerate(literals[:-1]):
-            texts += [literal, cuts[hole][index]]
-        texts.append(literals[-1])
-        encoded = "".join(texts).encode("utf-8", "surrogateescape")
+        if plan.plain and not request_id:
+            encoded = plan.plain[index]
+        else:
+            literals = plan.literals[index]
+            texts = ['{"id":', _json_string(request_id), ","] if request_id else ["{"]
+            if request_id and not plan.more:
+                texts.pop()
+            for hole, literal in enumerate(literals[:-1]):
+                texts += [literal, cuts[hole][index]]
+            texts.append(literals[-1])
+            encoded = "".join(texts).encode("utf-8", "surrogateescape")
         if response.header_length is None:
             answers.append(UpstreamResponse(200, response.content_type, None, encoded))
         else:
@@ -232,7 +236,9 @@ def _plan(text: str, body: Any, end: int, rows: tuple[int, ...], declared_output
         texts.append("".join(literal))
         literals.append(texts)
         ranges.append(mine)
-    return _Plan(literals, holes, spans, ranges, skip(text, 1) < len(text) - 1, len(body) - end, reusable)
+    plain = [("{" + texts[0]).encode("utf-8", "surrogateescape") for texts in literals] if not holes else []
+    more = skip(text, 1) < len(text) - 1
+    return _Plan(literals, holes, spans, ranges, more, len(body) - end, reusable, plain)
 
 
 def _as_declared(shape: list[int], dims: tuple[int, ...] | None) -> bool:
