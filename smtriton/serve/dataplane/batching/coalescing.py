@@ -64,16 +64,34 @@ class _Waiting:
 
 
 class _Lane:
-    """One model's requests from this worker: how many are with Triton, those waiting to go, and whether
-    merging them pays."""
+    """One model's requests from this worker: how many are with Triton, those waiting to go, whether
+    merging them pays, and for how long the worker has had some with Triton."""
 
-    __slots__ = ("in_flight", "model", "verdict", "waiting")
+    __slots__ = ("_since", "active_s", "in_flight", "model", "verdict", "waiting")
 
     def __init__(self, model: ModelBatching) -> None:
         self.model = model
         self.in_flight = 0
         self.waiting: deque[_Waiting] = deque()
         self.verdict = Verdict()
+        self.active_s = 0.0  # seconds with requests in flight, up to the last time none were
+        self._since = 0.0  # when the requests now in flight began to be
+
+    def sent(self, loop: asyncio.AbstractEventLoop) -> None:
+        """One more request of the lane is with Triton."""
+        if not self.in_flight:
+            self._since = loop.time()
+        self.in_flight += 1
+
+    def answered(self, loop: asyncio.AbstractEventLoop) -> None:
+        """One request of the lane is no longer with Triton."""
+        self.in_flight -= 1
+        if not self.in_flight:
+            self.active_s += loop.time() - self._since
+
+    def active(self, loop: asyncio.AbstractEventLoop) -> float:
+        """Seconds the worker has had requests of the lane with Triton, until now."""
+        return self.active_s + (loop.time() - self._since if self.in_flight else 0.0)
 
 
 class Coalescer:
@@ -101,10 +119,12 @@ class Coalescer:
         self._reading: set[asyncio.Task[None]] = set()
         self._loop = LoopOfFirstUse()
 
-    def bound(self, model: ModelBatching) -> int:
+    def bound(self, model: ModelBatching, one_each: bool = False) -> int:
         """Requests of a model this worker keeps in flight before it merges the next ones: its share of
-        what all the workers together keep, rounded up, and at least what one instance is given."""
-        return max(self._per_instance, -(-model.instances * self._per_instance // self._workers))
+        what all the workers together keep, rounded up, and at least what one instance is given; with
+        ``one_each`` (the instances were under half busy: :mod:`row_time`), one per instance."""
+        per_instance = 1 if one_each else self._per_instance
+        return max(per_instance, -(-model.instances * per_instance // self._workers))
 
     async def infer(self, triton_name: str, inference: Inference, model: ModelBatching) -> UpstreamResponse:
         """Triton's answer to ``inference``, as it would have been alone."""
@@ -114,8 +134,8 @@ class Coalescer:
         lane.model = model
         if self._statistics is not None:
             self._judge(lane, triton_name, self._statistics)
-        if lane.in_flight < self.bound(model) or not lane.verdict.pays:
-            lane.in_flight += 1
+        if lane.in_flight < self.bound(model, lane.verdict.one_each) or not lane.verdict.pays:
+            lane.sent(self._loop.get())
             return await self._send_in_lane(lane, triton_name, inference)
         item = mergeable.part(inference, model)
         if item is None:
@@ -143,12 +163,13 @@ class Coalescer:
 
     def _release(self, lane: _Lane, triton_name: str) -> None:
         """A request of the lane came back: what waits goes, merged, as far as the bound allows."""
-        lane.in_flight -= 1
-        while lane.in_flight < self.bound(lane.model):
+        loop = self._loop.get()
+        lane.answered(loop)
+        while lane.in_flight < self.bound(lane.model, lane.verdict.one_each):
             group = _next_group(lane)
             if not group:
                 break
-            lane.in_flight += 1
+            lane.sent(loop)
             if len(group) == 1:
                 group[0].answer.set_result(_SLOT)  # alone: the client's own coroutine sends it
                 continue
@@ -205,7 +226,8 @@ class Coalescer:
     async def _read(self, lane: _Lane, verdict: Verdict, triton_name: str, statistics: Statistics) -> None:
         """One reading: the lane's verdict updated, and what waits sent at once if merging stopped paying."""
         try:
-            changed = verdict.take(await statistics(triton_name), self._max_row_ms)
+            stats = await statistics(triton_name)
+            changed = verdict.take(stats, self._max_row_ms, lane.active(self._loop.get()), lane.model.instances)
         except Exception as exc:  # Triton restarting, the model unloaded: the verdict stands
             log.debug("statistics of %s not read (%s): merging as decided before", triton_name, exc)
             return
@@ -229,7 +251,7 @@ class Coalescer:
         while lane.waiting:
             waiting = lane.waiting.popleft()
             if not waiting.answer.done():  # (else its client left)
-                lane.in_flight += 1
+                lane.sent(self._loop.get())
                 waiting.answer.set_result(_SLOT)
 
     def forget(self, triton_name: str) -> None:
