@@ -322,8 +322,8 @@ class Settings(BaseSettings):
     )
     merge_in_flight: Integer = setting(
         "SMTRITON_MERGE_IN_FLIGHT",
-        "Triton requests the front keeps in flight per model instance before merging the next, shared evenly among "
-        "workers (each keeps its share, rounded up, at least this many); no request waits while fewer are in flight",
+        "Triton requests kept in flight per model instance before merging the next (1 while its instances are under "
+        "half busy), shared evenly among workers (each its share, rounded up, at least this); none waits below it",
         2,
         ge=1,
     )

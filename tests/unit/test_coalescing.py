@@ -426,14 +426,17 @@ class TritonStatistics:
         return self.answers.pop(0) if len(self.answers) > 1 else self.answers[0]
 
 
-def judged(scenario, answers: list[dict[str, Any]], max_row_ms: float = 2.0, read_every_s: float = 0.0) -> Metrics:
-    """``scenario(triton, statistics, coalescer)`` with a coalescer that judges by ``statistics`` (one
-    request in flight before it merges), reading it again after ``read_every_s``."""
+def judged(
+    scenario, answers: list[dict[str, Any]], max_row_ms: float = 2.0, read_every_s: float = 0.0, per_instance: int = 1
+) -> Metrics:
+    """``scenario(triton, statistics, coalescer)`` with a coalescer that judges by ``statistics``
+    (``per_instance`` requests in flight per instance before it merges), reading it again after
+    ``read_every_s``."""
     metrics = Metrics(enabled=False)
 
     async def main() -> None:
         triton, statistics = Triton(), TritonStatistics(answers)
-        coalescer = Coalescer(triton.send, 1, metrics, 1, statistics.read, max_row_ms)
+        coalescer = Coalescer(triton.send, per_instance, metrics, 1, statistics.read, max_row_ms)
         try:
             await scenario(triton, statistics, coalescer)
         finally:
@@ -594,3 +597,72 @@ def test_a_model_loaded_again_is_judged_afresh():
         assert triton.sent == [[1], [2, 3]]
 
     judged(scenario, SLOW)
+
+
+# ----- one request in flight per instance where the instances are not the bound (row_time.py) -------------
+def test_how_busy_the_instances_were_is_their_compute_time_over_the_time_requests_were_in_flight():
+    verdict = row_time.Verdict()
+    assert not verdict.take(stats((1, 10, 60 * MS)), 2.0, active_s=1.0, instances=2)  # a baseline
+    assert verdict.busy is None  # (until a second reading: as configured)
+    assert not verdict.one_each
+    verdict.take(stats((1, 10, 60 * MS), (4, 100, 400 * MS)), 2.0, active_s=2.0, instances=2)
+    assert verdict.busy == pytest.approx(0.4 / 1.0 / 2)  # 400 ms computed over 1 s, two instances
+    assert verdict.one_each
+    verdict.take(stats((1, 10, 60 * MS), (4, 400, 1600 * MS)), 2.0, active_s=3.0, instances=2)
+    assert verdict.busy == pytest.approx(1.2 / 1.0 / 2)
+    assert not verdict.one_each  # 60 % busy: the configured bound again
+    verdict.take(stats((1, 10, 60 * MS), (4, 400, 1600 * MS)), 2.0, active_s=9.0, instances=2)
+    assert verdict.busy == pytest.approx(0.6)  # nothing executed in between: as it was
+
+
+@pytest.mark.parametrize(("instances", "workers", "bound"), [(1, 1, 1), (2, 1, 2), (8, 8, 1), (16, 8, 2)])
+def test_one_each_keeps_one_request_in_flight_per_instance(instances, workers, bound):
+    model = ModelBatching(max_batch_size=16, instances=instances)
+    assert Coalescer(Triton().send, 2, Metrics(enabled=False), workers).bound(model, one_each=True) == bound
+
+
+def test_a_lane_counts_the_time_it_had_requests_in_flight():
+    class Clock:
+        now = 10.0
+
+        def time(self) -> float:
+            return self.now
+
+    clock = Clock()
+    lane = coalescing._Lane(MODEL)
+    loop: Any = clock
+    lane.sent(loop)
+    clock.now = 11.0
+    lane.sent(loop)  # a second one: the time runs once
+    assert lane.active(loop) == pytest.approx(1.0)
+    clock.now = 12.0
+    lane.answered(loop)
+    lane.answered(loop)
+    clock.now = 20.0  # nothing in flight: no time counted
+    assert lane.active(loop) == pytest.approx(2.0)
+
+
+def test_a_model_whose_instances_idle_merges_deeper():
+    """Below half busy the lane keeps one request in flight per instance: what arrives meanwhile waits
+    and goes merged, as many as the model's batch takes."""
+    idle = [stats((1, 1, 1 * MS)), stats((1, 1, 1 * MS), (4, 2, 2 * MS))]  # 2 ms computed over the lane's time
+
+    async def scenario(triton: Triton, statistics: TritonStatistics, coalescer: Coalescer) -> None:
+        for value in (7, 8):  # two readings, the first request in flight for 5 ms between them
+            triton.gate.clear()
+            call = asyncio.ensure_future(coalescer.infer("m", request(value), MODEL_OF_TWO))
+            await asyncio.sleep(0.005)
+            triton.gate.set()
+            assert doubled(await call) == [2 * value]
+            await settle()
+        assert coalescer._lanes["m"].verdict.one_each
+        triton.sent.clear()
+        triton.gate.clear()
+        calls = [asyncio.ensure_future(coalescer.infer("m", request(v), MODEL_OF_TWO)) for v in (1, 2, 3, 4, 5)]
+        await settle()
+        assert triton.sent == [[1], [2]]  # one each of its two instances (configured: two each)
+        triton.gate.set()
+        assert [doubled(a) for a in await asyncio.gather(*calls)] == [[2], [4], [6], [8], [10]]
+        assert triton.sent == [[1], [2], [3, 4, 5]]
+
+    judged(scenario, idle, per_instance=2)
