@@ -140,14 +140,18 @@ class TritonClient:
 
     async def model_config(self, model: str) -> dict[str, object]:
         """The model's configuration as Triton completed it (JSON)."""
-        url = self._model_url(model, "/config")
+        return await self._model_json(model, "/config", self._restricted)
+
+    async def _model_json(self, model: str, suffix: str, headers: dict[str, str] | None = None) -> dict[str, object]:
+        """One of Triton's JSON descriptions of a model (``GET /v2/models/<model><suffix>``)."""
+        url = self._model_url(model, suffix)
         with _calling(TritonUnavailable("Triton did not answer in time")):
-            async with self._session.get(url, headers=self._restricted, timeout=self._probe_timeout) as resp:
+            async with self._session.get(url, headers=headers, timeout=self._probe_timeout) as resp:
                 body = await resp.read()
                 if resp.status != 200:
                     raise UpstreamError(resp.status, error_text(body))
-                config: dict[str, object] = orjson.loads(body)
-                return config
+                described: dict[str, object] = orjson.loads(body)
+                return described
 
     async def shared_memory(self, region: str, key: str = "", byte_size: int = 0) -> None:
         """Register ``region``, the system shared memory ``key`` names (``byte_size`` bytes from its
@@ -164,24 +168,12 @@ class TritonClient:
 
     async def model_metadata(self, model: str) -> dict[str, object]:
         """The model's inputs and outputs as Triton describes them (``GET /v2/models/<model>``)."""
-        with _calling(TritonUnavailable("Triton did not answer in time")):
-            async with self._session.get(self._model_url(model, ""), timeout=self._probe_timeout) as resp:
-                body = await resp.read()
-                if resp.status != 200:
-                    raise UpstreamError(resp.status, error_text(body))
-                metadata: dict[str, object] = orjson.loads(body)
-                return metadata
+        return await self._model_json(model, "")
 
     async def model_statistics(self, model: str) -> dict[str, object]:
         """Triton's statistics of the model (``GET /v2/models/<model>/stats``: counts and times of its
         requests and of its executions per batch size), every version loaded."""
-        with _calling(TritonUnavailable("Triton did not answer in time")):
-            async with self._session.get(self._model_url(model, "/stats"), timeout=self._probe_timeout) as resp:
-                body = await resp.read()
-                if resp.status != 200:
-                    raise UpstreamError(resp.status, error_text(body))
-                statistics: dict[str, object] = orjson.loads(body)
-                return statistics
+        return await self._model_json(model, "/stats")
 
     async def is_decoupled(self, model: str) -> bool:
         """Whether a loaded model answers with a stream of responses (decoupled transaction policy)."""
