@@ -24,7 +24,10 @@ Only while merging pays (:mod:`~smtriton.serve.dataplane.batching.row_time`): a 
 execution takes ``SMTRITON_MERGE_MAX_ROW_MS`` or more per row, by Triton's own statistics (read off the
 request path, at most one reading a model at a time, every few seconds while it is used), has its
 requests sent each at once, however many are in flight, as if merging were off for it; the requests
-waiting when that verdict comes go at once too. A reading that fails keeps the verdict.
+waiting when that verdict comes go at once too. A reading that fails keeps the verdict. The same
+readings say how busy the model's instances were while this worker had requests with them: under half
+busy, one request in flight per instance is enough, and the bound is that (what arrives meanwhile
+merges deeper).
 """
 
 from __future__ import annotations
