@@ -82,17 +82,19 @@ def _count(value: Any) -> int:
     raise ValueError(f"{value!r} is no count")
 
 
+def interval(before: Reading, after: Reading) -> Reading:
+    """What Triton computed between two readings (counters that went back started again within it)."""
+    spent = Reading(after.ns - before.ns, after.rows - before.rows)
+    return after if spent.ns < 0 or spent.rows < 0 else spent
+
+
 def ms_per_row(before: Reading | None, after: Reading) -> float | None:
     """Triton's execution time per row between two readings, in milliseconds; None when nothing tells
     it: no earlier reading, or no row executed in between."""
     if before is None:
         return None
-    ns, rows = after.ns - before.ns, after.rows - before.rows
-    if ns < 0 or rows < 0:  # the counters started again within the interval
-        ns, rows = after.ns, after.rows
-    if rows <= 0:
-        return None
-    return ns / rows / 1e6
+    spent = interval(before, after)
+    return spent.ns / spent.rows / 1e6 if spent.rows > 0 else None
 
 
 class Verdict:
@@ -125,13 +127,12 @@ class Verdict:
         changed) if it is no statistics answer."""
         after = reading(stats)
         before, self._last = self._last, after
-        ms = ms_per_row(before, after)
         active, self._active = active_s - self._active, active_s
-        if ms is None:
+        ms = ms_per_row(before, after)
+        if before is None or ms is None:
             return False
-        if before is not None and active > 0:
-            ns = after.ns - before.ns if after.ns >= before.ns else after.ns
-            self.busy = ns / 1e9 / active / max(1, instances)
+        if active > 0:
+            self.busy = interval(before, after).ns / 1e9 / active / max(1, instances)
         self.ms = ms
         pays = ms < max_row_ms
         changed, self.pays = pays != self.pays, pays
