@@ -97,7 +97,7 @@ def part(inference: Inference, model: ModelBatching) -> Part | None:
     if length is None:
         return _json_part(inference, header, model)
     sizes = None
-    if length is not None and length <= KNOWN_HEADER_BYTES:
+    if length <= KNOWN_HEADER_BYTES:  # (a JSON request went to _json_part above)
         sizes = (length, len(inference.body), model.max_batch_size)
         known = _made.get(id(header))
         if known is not None and known[0] is header and known[1] == sizes:
